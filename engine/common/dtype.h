@@ -1,0 +1,48 @@
+// Element types. Values equal ONNX TensorProto.DataType so conversion at the import boundary is a
+// checked cast; nothing else in the engine depends on ONNX.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+
+namespace kiln {
+
+/// Element type of a tensor (numbering of ONNX TensorProto.DataType).
+enum class DataType : int32_t {
+  kUndefined = 0,
+  kF32 = 1,
+  kU8 = 2,
+  kI8 = 3,
+  kU16 = 4,
+  kI16 = 5,
+  kI32 = 6,
+  kI64 = 7,
+  kString = 8,
+  kBool = 9,
+  kF16 = 10,
+  kF64 = 11,
+  kU32 = 12,
+  kU64 = 13,
+  kBF16 = 16,
+};
+
+/// Lower-case short name ("f32", "bf16", ...), as shown in logs, inspect and reports.
+const char* DataTypeName(DataType t);
+
+/// The ONNX spelling ("float", "float16", "int64", ...).
+const char* DataTypeOnnxName(DataType t);
+
+/// Bytes per element; 0 for kUndefined and kString (not a fixed-size type).
+size_t DataTypeSize(DataType t);
+
+/// True for kF32, kF16, kBF16, kF64.
+bool IsFloating(DataType t);
+
+/// True for the signed and unsigned integer types (not bool).
+bool IsInteger(DataType t);
+
+/// Converts an ONNX data_type number; returns kUndefined for values Kiln does not know.
+DataType DataTypeFromOnnx(int32_t onnx_type);
+
+}  // namespace kiln

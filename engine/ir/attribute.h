@@ -1,0 +1,28 @@
+// Node attributes (the subset of ONNX attribute kinds Kiln's ops use; graphs are not supported).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/ir/tensor.h"
+
+namespace kiln::ir {
+
+/// One attribute value; `type` says which member holds it.
+struct Attribute {
+  enum class Type { kFloat, kInt, kString, kTensor, kFloats, kInts, kStrings };
+  Type type = Type::kInt;
+  float f = 0;
+  int64_t i = 0;
+  std::string s;
+  Tensor t;
+  std::vector<float> floats;
+  std::vector<int64_t> ints;
+  std::vector<std::string> strings;
+};
+
+/// Name of an attribute kind ("ints", ...), for error messages.
+const char* AttributeTypeName(Attribute::Type t);
+
+}  // namespace kiln::ir

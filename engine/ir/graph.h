@@ -1,0 +1,136 @@
+// The IR: a graph of nodes connected by named values. Values carry dtype and (possibly partly
+// symbolic) shape; initializers are values with a constant tensor. Node ids are stable indices
+// into Graph::nodes() in ONNX order; `Graph::TopologicalOrder()` gives execution order.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "engine/common/dtype.h"
+#include "engine/ir/attribute.h"
+#include "engine/ir/op_type.h"
+#include "engine/ir/tensor.h"
+
+namespace kiln::ir {
+
+/// One dimension: a static size (>= 0) or a symbol (value < 0; `symbol` may be empty when the
+/// dim is simply unknown).
+struct Dim {
+  int64_t value = -1;
+  std::string symbol;
+  bool is_static() const { return value >= 0; }
+  static Dim Static(int64_t v) { return Dim{v, {}}; }
+  static Dim Symbol(std::string s) { return Dim{-1, std::move(s)}; }
+  bool operator==(const Dim& o) const { return value == o.value && symbol == o.symbol; }
+};
+
+/// A shape whose rank may be unknown.
+struct Shape {
+  bool rank_known = false;
+  std::vector<Dim> dims;
+
+  static Shape Unknown() { return Shape{}; }
+  static Shape Of(const std::vector<int64_t>& d);
+  int rank() const { return static_cast<int>(dims.size()); }
+  bool is_static() const;
+  /// The static dims; only valid when is_static().
+  std::vector<int64_t> StaticDims() const;
+  std::string ToString() const;
+};
+
+class Node;
+
+/// A named value: graph input, initializer, or node output.
+struct Value {
+  int id = -1;
+  std::string name;
+  DataType dtype = DataType::kUndefined;
+  Shape shape;
+  Node* producer = nullptr;
+  int producer_output = -1;
+  std::vector<Node*> consumers;
+  std::optional<Tensor> constant;  // set for initializers (and folded constants)
+  bool is_graph_input = false;
+  bool is_graph_output = false;
+};
+
+/// One op instance.
+class Node {
+ public:
+  int id = -1;  // index in Graph::nodes(); also the ONNX node index right after import
+  std::string name;
+  OpType op = OpType::kIdentity;
+  int since_version = 0;          // the ONNX op version resolved for the model's opset
+  std::vector<Value*> inputs;     // nullptr for an omitted optional input
+  std::vector<Value*> outputs;    // nullptr for an omitted optional output
+  absl::flat_hash_map<std::string, Attribute> attrs;
+
+  /// "[node 'conv1' (Conv) #12]": the context every node error message starts with.
+  std::string Label() const;
+
+  const Attribute* attr(const std::string& key) const;
+  bool has_attr(const std::string& key) const { return attr(key) != nullptr; }
+  int64_t GetInt(const std::string& key, int64_t dflt) const;
+  float GetFloat(const std::string& key, float dflt) const;
+  std::string GetString(const std::string& key, const std::string& dflt) const;
+  std::vector<int64_t> GetInts(const std::string& key, std::vector<int64_t> dflt = {}) const;
+  std::vector<float> GetFloats(const std::string& key, std::vector<float> dflt = {}) const;
+
+  /// The input at `i`, or nullptr when absent or omitted.
+  const Value* input(int i) const {
+    return i < static_cast<int>(inputs.size()) ? inputs[i] : nullptr;
+  }
+  int num_inputs() const { return static_cast<int>(inputs.size()); }
+  int num_outputs() const { return static_cast<int>(outputs.size()); }
+};
+
+/// The graph owns nodes and values.
+class Graph {
+ public:
+  Graph() = default;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  /// Creates a value; fails if the name is taken.
+  absl::StatusOr<Value*> AddValue(const std::string& name);
+  Value* FindValue(const std::string& name) const;
+  Node* AddNode(OpType op, std::string name);
+
+  const std::vector<std::unique_ptr<Node>>& nodes() const { return nodes_; }
+  const std::vector<std::unique_ptr<Value>>& values() const { return values_; }
+  std::vector<Value*>& inputs() { return inputs_; }
+  const std::vector<Value*>& inputs() const { return inputs_; }
+  std::vector<Value*>& outputs() { return outputs_; }
+  const std::vector<Value*>& outputs() const { return outputs_; }
+
+  /// Connects producers/consumers from node inputs/outputs (call after building).
+  void RebuildEdges();
+
+  /// Kahn order (ties by node id, so ONNX order is kept when valid). Fails naming a node on a
+  /// cycle. O(nodes + edges).
+  absl::StatusOr<std::vector<Node*>> TopologicalOrder() const;
+
+  int64_t opset() const { return opset_; }
+  void set_opset(int64_t v) { opset_ = v; }
+  int64_t ir_version() const { return ir_version_; }
+  void set_ir_version(int64_t v) { ir_version_ = v; }
+  const std::string& name() const { return name_; }
+  void set_name(std::string n) { name_ = std::move(n); }
+
+ private:
+  std::vector<std::unique_ptr<Node>> nodes_;
+  std::vector<std::unique_ptr<Value>> values_;
+  absl::flat_hash_map<std::string, Value*> by_name_;
+  std::vector<Value*> inputs_;
+  std::vector<Value*> outputs_;
+  int64_t opset_ = 0;
+  int64_t ir_version_ = 0;
+  std::string name_;
+};
+
+}  // namespace kiln::ir

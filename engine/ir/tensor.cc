@@ -1,0 +1,112 @@
+#include "engine/ir/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "engine/common/half.h"
+
+namespace kiln::ir {
+
+int64_t NumElementsOf(absl::Span<const int64_t> dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) {
+    if (d < 0) return -1;
+    if (d != 0 && n > INT64_MAX / d) return -1;
+    n *= d;
+  }
+  return n;
+}
+
+std::string DimsToString(absl::Span<const int64_t> dims) {
+  return absl::StrCat("[", absl::StrJoin(dims, ","), "]");
+}
+
+absl::StatusOr<Tensor> Tensor::Allocate(DataType dtype, std::vector<int64_t> dims) {
+  size_t esize = DataTypeSize(dtype);
+  if (esize == 0) {
+    return absl::UnimplementedError(
+        absl::StrCat("unsupported dtype ", DataTypeOnnxName(dtype), " for a tensor"));
+  }
+  int64_t n = NumElementsOf(dims);
+  if (n < 0 || static_cast<uint64_t>(n) > (uint64_t{1} << 40) / esize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor dims ", DimsToString(dims), " are negative or too large"));
+  }
+  Tensor t;
+  t.dtype_ = dtype;
+  t.dims_ = std::move(dims);
+  t.num_elements_ = n;
+  size_t bytes = (static_cast<size_t>(n) * esize + 63) / 64 * 64;
+  if (bytes == 0) bytes = 64;
+  void* p = std::aligned_alloc(64, bytes);
+  if (p == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " bytes"));
+  }
+  std::memset(p, 0, bytes);
+  t.storage_ = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  t.data_ = p;
+  return t;
+}
+
+Tensor Tensor::Borrow(DataType dtype, std::vector<int64_t> dims, void* data,
+                      std::shared_ptr<void> keepalive) {
+  Tensor t;
+  t.dtype_ = dtype;
+  t.num_elements_ = NumElementsOf(dims);
+  t.dims_ = std::move(dims);
+  t.data_ = data;
+  t.storage_ = std::move(keepalive);
+  return t;
+}
+
+Tensor Tensor::Clone() const {
+  if (!defined()) return Tensor();
+  Tensor t = *Allocate(dtype_, dims_);
+  if (byte_size() > 0) std::memcpy(t.data_, data_, byte_size());
+  return t;
+}
+
+Tensor Tensor::Reshaped(std::vector<int64_t> dims) const {
+  Tensor t = *this;
+  t.dims_ = std::move(dims);
+  return t;
+}
+
+double ElementAsDouble(const Tensor& t, int64_t i) {
+  switch (t.dtype()) {
+    case DataType::kF32: return t.data<float>()[i];
+    case DataType::kF64: return t.data<double>()[i];
+    case DataType::kF16: return HalfBitsToFloat(t.data<uint16_t>()[i]);
+    case DataType::kBF16: return BFloat16BitsToFloat(t.data<uint16_t>()[i]);
+    case DataType::kU8: return t.data<uint8_t>()[i];
+    case DataType::kI8: return t.data<int8_t>()[i];
+    case DataType::kU16: return t.data<uint16_t>()[i];
+    case DataType::kI16: return t.data<int16_t>()[i];
+    case DataType::kI32: return t.data<int32_t>()[i];
+    case DataType::kI64: return static_cast<double>(t.data<int64_t>()[i]);
+    case DataType::kU32: return t.data<uint32_t>()[i];
+    case DataType::kU64: return static_cast<double>(t.data<uint64_t>()[i]);
+    case DataType::kBool: return t.data<uint8_t>()[i] ? 1.0 : 0.0;
+    default: return 0.0;
+  }
+}
+
+int64_t ElementAsInt64(const Tensor& t, int64_t i) {
+  switch (t.dtype()) {
+    case DataType::kI64: return t.data<int64_t>()[i];
+    case DataType::kI32: return t.data<int32_t>()[i];
+    case DataType::kU64: return static_cast<int64_t>(t.data<uint64_t>()[i]);
+    case DataType::kU32: return t.data<uint32_t>()[i];
+    case DataType::kI16: return t.data<int16_t>()[i];
+    case DataType::kU16: return t.data<uint16_t>()[i];
+    case DataType::kI8: return t.data<int8_t>()[i];
+    case DataType::kU8:
+    case DataType::kBool: return t.data<uint8_t>()[i];
+    default: return static_cast<int64_t>(ElementAsDouble(t, i));
+  }
+}
+
+}  // namespace kiln::ir

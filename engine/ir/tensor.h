@@ -1,0 +1,74 @@
+// Dense tensors: dtype, dims and a 64-byte-aligned buffer that is either owned or borrowed
+// (an arena slot, an mmapped engine blob). Copying a Tensor shares its storage.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/common/dtype.h"
+
+namespace kiln::ir {
+
+/// Number of elements of `dims` (1 for a scalar); -1 if a dim is negative or the product
+/// overflows int64.
+int64_t NumElementsOf(absl::Span<const int64_t> dims);
+
+/// "[2,3,4]".
+std::string DimsToString(absl::Span<const int64_t> dims);
+
+/// A dense tensor. The buffer is 64-byte aligned when allocated here.
+class Tensor {
+ public:
+  Tensor() = default;
+
+  /// Allocates a zero-filled tensor. Fails on negative dims, overflow or more than `max_bytes`.
+  static absl::StatusOr<Tensor> Allocate(DataType dtype, std::vector<int64_t> dims);
+
+  /// Wraps memory owned elsewhere; `keepalive` (may be null) keeps it valid.
+  static Tensor Borrow(DataType dtype, std::vector<int64_t> dims, void* data,
+                       std::shared_ptr<void> keepalive);
+
+  DataType dtype() const { return dtype_; }
+  const std::vector<int64_t>& dims() const { return dims_; }
+  int rank() const { return static_cast<int>(dims_.size()); }
+  int64_t dim(int i) const { return dims_[i]; }
+  int64_t num_elements() const { return num_elements_; }
+  size_t byte_size() const { return static_cast<size_t>(num_elements_) * DataTypeSize(dtype_); }
+  bool defined() const { return dtype_ != DataType::kUndefined; }
+
+  void* raw_data() { return data_; }
+  const void* raw_data() const { return data_; }
+  template <typename T>
+  T* data() {
+    return static_cast<T*>(data_);
+  }
+  template <typename T>
+  const T* data() const {
+    return static_cast<const T*>(data_);
+  }
+
+  /// A deep copy with its own storage.
+  Tensor Clone() const;
+
+  /// Same storage, new dims with the same element count (caller checks).
+  Tensor Reshaped(std::vector<int64_t> dims) const;
+
+ private:
+  DataType dtype_ = DataType::kUndefined;
+  std::vector<int64_t> dims_;
+  int64_t num_elements_ = 0;
+  void* data_ = nullptr;
+  std::shared_ptr<void> storage_;
+};
+
+/// Reads element `i` of a numeric tensor as double (any dtype but string).
+double ElementAsDouble(const Tensor& t, int64_t i);
+
+/// Reads element `i` of an integer tensor (int32/int64/...) as int64.
+int64_t ElementAsInt64(const Tensor& t, int64_t i);
+
+}  // namespace kiln::ir

@@ -1,0 +1,183 @@
+// Shared helpers of the reference kernels: dtype dispatch, the fp16/bf16 compute rule, broadcast
+// indexing, axis normalisation and reading small integer tensors (shapes, axes, pads).
+//
+// Precision rule (DESIGN.md §5): a kernel on fp16/bf16 data converts inputs to fp32, computes in
+// fp32 and rounds each output once. `Compute<T>` is the arithmetic type for storage type T.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "engine/common/half.h"
+#include "engine/common/status.h"
+#include "engine/ir/graph.h"
+#include "engine/ir/tensor.h"
+#include "engine/kernels/kernel.h"
+
+namespace kiln::kernels::cpu::ref {
+
+/// Arithmetic type for storage type T: double stays double, fp16/bf16 compute in float,
+/// integers compute in themselves.
+template <typename T>
+struct ComputeType {
+  using type = T;
+};
+template <>
+struct ComputeType<Float16> {
+  using type = float;
+};
+template <>
+struct ComputeType<BFloat16> {
+  using type = float;
+};
+template <typename T>
+using Compute = typename ComputeType<T>::type;
+
+/// Storage -> compute value.
+template <typename T>
+inline Compute<T> Load(T v) {
+  return static_cast<Compute<T>>(v);
+}
+/// Compute value -> storage (rounds to nearest even for fp16/bf16).
+template <typename T, typename C>
+inline T Store(C v) {
+  if constexpr (std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>) {
+    return T(static_cast<float>(v));
+  } else {
+    return static_cast<T>(v);
+  }
+}
+
+template <typename T>
+constexpr DataType DataTypeOf() {
+  if constexpr (std::is_same_v<T, float>) return DataType::kF32;
+  else if constexpr (std::is_same_v<T, double>) return DataType::kF64;
+  else if constexpr (std::is_same_v<T, Float16>) return DataType::kF16;
+  else if constexpr (std::is_same_v<T, BFloat16>) return DataType::kBF16;
+  else if constexpr (std::is_same_v<T, int8_t>) return DataType::kI8;
+  else if constexpr (std::is_same_v<T, uint8_t>) return DataType::kU8;
+  else if constexpr (std::is_same_v<T, int16_t>) return DataType::kI16;
+  else if constexpr (std::is_same_v<T, uint16_t>) return DataType::kU16;
+  else if constexpr (std::is_same_v<T, int32_t>) return DataType::kI32;
+  else if constexpr (std::is_same_v<T, uint32_t>) return DataType::kU32;
+  else if constexpr (std::is_same_v<T, int64_t>) return DataType::kI64;
+  else if constexpr (std::is_same_v<T, uint64_t>) return DataType::kU64;
+  else if constexpr (std::is_same_v<T, bool>) return DataType::kBool;
+  else return DataType::kUndefined;
+}
+
+/// Tag carrying a storage type through a generic lambda: `[&](auto tag) { using T =
+/// typename decltype(tag)::type; ... }`.
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+
+/// Calls `f(TypeTag<T>{})` for the storage type of `dt` among the floating types.
+template <typename F>
+absl::Status DispatchFloat(DataType dt, F&& f) {
+  switch (dt) {
+    case DataType::kF32: return f(TypeTag<float>{});
+    case DataType::kF64: return f(TypeTag<double>{});
+    case DataType::kF16: return f(TypeTag<Float16>{});
+    case DataType::kBF16: return f(TypeTag<BFloat16>{});
+    default:
+      return absl::UnimplementedError(
+          absl::StrCat("unsupported dtype ", DataTypeOnnxName(dt)));
+  }
+}
+
+/// Calls `f(TypeTag<T>{})` for any numeric type (floating, integer; bool maps to bool).
+template <typename F>
+absl::Status DispatchAll(DataType dt, F&& f) {
+  switch (dt) {
+    case DataType::kF32: return f(TypeTag<float>{});
+    case DataType::kF64: return f(TypeTag<double>{});
+    case DataType::kF16: return f(TypeTag<Float16>{});
+    case DataType::kBF16: return f(TypeTag<BFloat16>{});
+    case DataType::kI8: return f(TypeTag<int8_t>{});
+    case DataType::kU8: return f(TypeTag<uint8_t>{});
+    case DataType::kI16: return f(TypeTag<int16_t>{});
+    case DataType::kU16: return f(TypeTag<uint16_t>{});
+    case DataType::kI32: return f(TypeTag<int32_t>{});
+    case DataType::kU32: return f(TypeTag<uint32_t>{});
+    case DataType::kI64: return f(TypeTag<int64_t>{});
+    case DataType::kU64: return f(TypeTag<uint64_t>{});
+    case DataType::kBool: return f(TypeTag<bool>{});
+    default:
+      return absl::UnimplementedError(
+          absl::StrCat("unsupported dtype ", DataTypeOnnxName(dt)));
+  }
+}
+
+/// Dispatch over every dtype by element size only (for pure data movement).
+template <typename F>
+absl::Status DispatchBySize(DataType dt, F&& f) {
+  switch (DataTypeSize(dt)) {
+    case 1: return f(TypeTag<uint8_t>{});
+    case 2: return f(TypeTag<uint16_t>{});
+    case 4: return f(TypeTag<uint32_t>{});
+    case 8: return f(TypeTag<uint64_t>{});
+    default:
+      return absl::UnimplementedError(
+          absl::StrCat("unsupported dtype ", DataTypeOnnxName(dt)));
+  }
+}
+
+/// Floating dtypes every float kernel registers.
+inline std::vector<DataType> FloatTypes() {
+  return {DataType::kF32, DataType::kF16, DataType::kBF16, DataType::kF64};
+}
+/// Integer dtypes of arithmetic kernels.
+inline std::vector<DataType> IntTypes() {
+  return {DataType::kI8,  DataType::kU8,  DataType::kI16, DataType::kU16,
+          DataType::kI32, DataType::kU32, DataType::kI64, DataType::kU64};
+}
+/// Floating + integer.
+inline std::vector<DataType> NumericTypes() {
+  auto v = FloatTypes();
+  auto i = IntTypes();
+  v.insert(v.end(), i.begin(), i.end());
+  return v;
+}
+/// Every fixed-size dtype (data movement ops).
+inline std::vector<DataType> AllTypes() {
+  auto v = NumericTypes();
+  v.push_back(DataType::kBool);
+  return v;
+}
+
+/// Error with the node's label: `NodeError(node, absl::InvalidArgumentError, "...")`.
+template <typename... Args>
+absl::Status InvalidNode(const ir::Node& node, const Args&... args) {
+  return absl::InvalidArgumentError(absl::StrCat(node.Label(), " ", args...));
+}
+
+/// Normalises a possibly negative axis into [0, rank); error names the node.
+absl::StatusOr<int> NormalizeAxis(const ir::Node& node, int64_t axis, int rank);
+
+/// Reads a 0-D or 1-D integer tensor (int32/int64) into int64s.
+absl::StatusOr<std::vector<int64_t>> ReadInts(const ir::Node& node, const ir::Tensor& t,
+                                              const char* what);
+
+/// Numpy-style broadcast of two shapes; error names the node.
+absl::StatusOr<std::vector<int64_t>> BroadcastShapes(const ir::Node& node,
+                                                     const std::vector<int64_t>& a,
+                                                     const std::vector<int64_t>& b);
+
+/// Row-major strides of `dims`.
+std::vector<int64_t> Strides(const std::vector<int64_t>& dims);
+
+/// Strides of `in` broadcast to `out` (0 on broadcast dims), right-aligned.
+std::vector<int64_t> BroadcastStrides(const std::vector<int64_t>& in,
+                                      const std::vector<int64_t>& out);
+
+/// Requires input `i` to be present; error names the node and the input index.
+absl::StatusOr<const ir::Tensor*> RequireInput(const ir::Node& node, KernelContext& ctx, int i);
+
+}  // namespace kiln::kernels::cpu::ref

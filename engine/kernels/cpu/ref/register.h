@@ -1,0 +1,27 @@
+// The explicit list of reference kernel families. Each family file defines one RegisterXxx.
+#pragma once
+
+#include "engine/kernels/registry.h"
+
+namespace kiln::kernels::cpu::ref {
+
+void RegisterElementwise(Registry& r);  // elementwise.cc: unary, binary, logical, activations
+void RegisterCast(Registry& r);         // cast.cc: Cast, CastLike
+void RegisterReduce(Registry& r);       // reduce.cc: Reduce*, ArgMax/Min, Softmax family, ...
+void RegisterNormalization(Registry& r);  // normalization.cc: Batch/Instance/Layer/Group/RMS
+void RegisterNn(Registry& r);           // nn.cc: Conv, ConvTranspose, pools, Gemm, MatMul, ...
+void RegisterLayout(Registry& r);       // layout.cc: Reshape, Transpose, Concat, Slice, Pad, ...
+void RegisterIndexing(Registry& r);     // indexing.cc: Gather*, Scatter*, generators, quant
+
+/// Registers every reference kernel.
+inline void RegisterAll(Registry& r) {
+  RegisterElementwise(r);
+  RegisterCast(r);
+  RegisterReduce(r);
+  RegisterNormalization(r);
+  RegisterNn(r);
+  RegisterLayout(r);
+  RegisterIndexing(r);
+}
+
+}  // namespace kiln::kernels::cpu::ref

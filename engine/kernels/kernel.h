@@ -1,0 +1,57 @@
+// The kernel interface. A kernel is created once per node (attributes parsed and checked then)
+// and run many times. It computes its output shapes from the actual inputs and asks the context
+// for output buffers, so the same kernel serves static and symbolic shapes.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/common/status.h"
+#include "engine/ir/graph.h"
+#include "engine/ir/tensor.h"
+
+namespace kiln::kernels {
+
+/// What a kernel run sees: its input tensors and a way to get its output tensors.
+class KernelContext {
+ public:
+  virtual ~KernelContext() = default;
+  virtual int num_inputs() const = 0;
+  /// Input `i`, or nullptr if the optional input is omitted or `i` is past the end.
+  virtual const ir::Tensor* input(int i) const = 0;
+  virtual int num_outputs() const = 0;
+  /// Returns output `i` with the given dtype and dims; the buffer is zero-filled only when
+  /// freshly allocated (kernels must write every element).
+  virtual absl::StatusOr<ir::Tensor*> output(int i, DataType dtype, std::vector<int64_t> dims) = 0;
+  /// False when output `i` is omitted in the graph (optional output nobody asked for).
+  virtual bool output_requested(int i) const = 0;
+};
+
+/// A compiled node.
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+  virtual absl::Status Run(KernelContext& ctx) = 0;
+};
+
+/// Signature of a kernel factory: checks the node's attributes and builds the kernel.
+using KernelFactory = absl::StatusOr<std::unique_ptr<Kernel>> (*)(const ir::Node& node);
+
+/// A kernel that is a plain function of the node and the context: for ops whose attributes are
+/// cheap to read on each run. `Fn` is `absl::Status(const ir::Node&, KernelContext&)`.
+template <absl::Status (*Fn)(const ir::Node&, KernelContext&)>
+class FunctionKernel final : public Kernel {
+ public:
+  explicit FunctionKernel(const ir::Node& node) : node_(node) {}
+  absl::Status Run(KernelContext& ctx) override { return Fn(node_, ctx); }
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const ir::Node& node) {
+    return std::unique_ptr<Kernel>(new FunctionKernel(node));
+  }
+
+ private:
+  const ir::Node& node_;
+};
+
+}  // namespace kiln::kernels

@@ -1,0 +1,58 @@
+// Kernel registry. Kernels are keyed {op, dtype, backend, isa}; families register through
+// explicit RegisterXxx(Registry&) calls listed in one place (register_all.cc), never through
+// static initialisers.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/kernels/kernel.h"
+
+namespace kiln::kernels {
+
+enum class Backend { kCpu };
+enum class Isa { kRef };
+
+const char* BackendName(Backend b);
+const char* IsaName(Isa i);
+
+/// Which tensor's dtype selects the kernel: an input index, or `kOutputType` for output 0
+/// (ops whose dtype comes from an attribute, like Constant or Cast's target).
+constexpr int kOutputType = -1;
+
+/// One registered kernel.
+struct KernelDef {
+  ir::OpType op;
+  std::vector<DataType> dtypes;  // the dtype of `type_source` must be one of these
+  int type_source = 0;
+  Backend backend = Backend::kCpu;
+  Isa isa = Isa::kRef;
+  KernelFactory factory = nullptr;
+};
+
+/// The registry; `Default()` holds every kernel of the build.
+class Registry {
+ public:
+  void Add(KernelDef def);
+  /// Convenience: a reference CPU kernel for `op` over `dtypes`, keyed by input `type_source`.
+  void AddRef(ir::OpType op, std::vector<DataType> dtypes, KernelFactory factory,
+              int type_source = 0);
+
+  /// The kernel for `node` given its value dtypes. Errors: Unimplemented "unsupported op" when the
+  /// op has no kernel at all, Unimplemented "unsupported dtype" when none takes the dtype.
+  absl::StatusOr<const KernelDef*> Find(const ir::Node& node) const;
+
+  const std::vector<KernelDef>& defs() const { return defs_; }
+
+  /// The registry with every kernel family of this build.
+  static const Registry& Default();
+
+ private:
+  std::vector<KernelDef> defs_;
+};
+
+/// The dtype that keys `node`'s kernel under `type_source` (kUndefined when not known).
+DataType KernelKeyType(const ir::Node& node, int type_source);
+
+}  // namespace kiln::kernels

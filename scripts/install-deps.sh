@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs every Debian package Kiln's build and tests need. Idempotent: prints nothing and
+# touches nothing when all are present; otherwise runs apt-get update once and installs the rest.
+set -euo pipefail
+
+packages=(
+  g++ cmake make pkg-config
+  libabsl-dev
+  libprotobuf-dev protobuf-compiler
+  libonnx-dev
+  libssl-dev
+  libspdlog-dev
+  libgtest-dev libgmock-dev
+  libonnx-testdata
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "install-deps: installing ${missing[*]}"
+sudo_cmd=()
+[ "$(id -u)" -ne 0 ] && sudo_cmd=(sudo)
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done"
