@@ -200,6 +200,15 @@ TEST(LayerNormTest, Bf16StashTypesStatistics) {
   EXPECT_THAT(ToFloats(out[0]), ElementsAre(-1, 1));
 }
 
+TEST(LayerNormTest, EmptyRowsGiveNanStatistics) {
+  auto out =
+      RunAll({OpType::kLayerNormalization, {}, {MakeFloat({2, 0}, {}), MakeFloat({0}, {})}, 3, 17});
+  EXPECT_EQ(out[0].num_elements(), 0);
+  EXPECT_THAT(out[1].dims(), ElementsAre(2, 1));
+  EXPECT_THAT(ToFloats(out[1]), ::testing::Each(::testing::IsNan()));
+  EXPECT_THAT(ToFloats(out[2]), ::testing::Each(::testing::IsNan()));
+}
+
 TEST(LayerNormTest, Errors) {
   const ir::Tensor x = MakeFloat({2, 2}, {1, 3, 2, 6});
   auto st =

@@ -7,6 +7,8 @@
 //   - 14, 15: training_mode=1. Outputs are Y and the running mean and variance.
 // In training mode Y is normalized with the batch statistics (population variance, as the
 // opset-14 spec writes out), and running = input * momentum + batch * (1 - momentum).
+// saved_var (opsets 6-9) is the batch variance, as its name and the ONNX reference evaluator
+// say; ONNX Runtime's CPU kernel returns 1 / sqrt(var + epsilon) there instead.
 // Opsets before 9 also have `spatial`: with spatial=0 the statistics and parameters are per
 // activation (C x D1 x ... x Dn) rather than per channel.
 #include <cmath>

@@ -10,6 +10,7 @@
 // and bias) computes in Compute<T> and rounds each output once; the normalized value is not
 // rounded to T first (higher precision is allowed, DESIGN.md §5).
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <type_traits>
 #include <vector>
@@ -175,7 +176,15 @@ class RowNormKernel final : public Kernel {
     const C eps = static_cast<C>(epsilon_);
     const C count = static_cast<C>(inner);
     std::vector<C> xs(inner);  // the row cast to the stash type
-    for (int64_t r = 0; r < rows && inner > 0; ++r) {
+    if (inner == 0) {
+      // Empty rows: Y is empty, the statistics of nothing are NaN (0 / 0), as numpy gives.
+      for (int64_t r = 0; r < rows; ++r) {
+        if (mean_out) mean_out->data<S>()[r] = Store<S>(std::numeric_limits<C>::quiet_NaN());
+        if (inv_out) inv_out->data<S>()[r] = Store<S>(std::numeric_limits<C>::quiet_NaN());
+      }
+      return;
+    }
+    for (int64_t r = 0; r < rows; ++r) {
       const T* xr = x + r * inner;
       T* yr = y + r * inner;
       const int64_t* so = smap.offsets.data() + (r * inner) % smap.period;
