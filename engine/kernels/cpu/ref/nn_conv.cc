@@ -155,9 +155,18 @@ class ConvKernel final : public Kernel {
       pointwise &=
           win.kernel[d] == 1 && win.strides[d] == 1 && win.pad_begin[d] == 0 && win.pad_end[d] == 0;
     }
-    const int64_t chunk = std::clamp<int64_t>(kColumnElements / std::max<int64_t>(kdim, 1), 1,
-                                              std::max<int64_t>(out_sp, 1));
-    std::vector<A> col(pointwise ? 0 : kdim * chunk);
+    // im2col works on whole rows of the last spatial dim: the outer coordinates are checked
+    // once per row and the last dim is a strided copy between two precomputed bounds.
+    const int64_t out_last = win.out[nd - 1], in_last = win.in[nd - 1];
+    const int64_t s_last = win.strides[nd - 1], p_last = win.pad_begin[nd - 1];
+    const std::vector<int64_t> outer_out(win.out.begin(), win.out.end() - 1);
+    const std::vector<int64_t> outer_in(win.in.begin(), win.in.end() - 1);
+    const std::vector<int64_t> outer_strides(win.strides.begin(), win.strides.end() - 1);
+    const std::vector<int64_t> outer_pads(win.pad_begin.begin(), win.pad_begin.end() - 1);
+    const int64_t n_outer = out_last == 0 ? 0 : out_sp / out_last;
+    const int64_t rows_per_chunk = std::clamp<int64_t>(
+        kColumnElements / std::max<int64_t>(kdim * out_last, 1), 1, std::max<int64_t>(n_outer, 1));
+    std::vector<A> col(pointwise ? 0 : kdim * rows_per_chunk * out_last);
     std::vector<int64_t> origin;
     OutputAcc<T> yacc(y, y_size);
     for (int64_t n = 0; n < n_batch; ++n) {
@@ -172,21 +181,35 @@ class ConvKernel final : public Kernel {
           GemmAccumulate(mg, out_sp, kdim, wv, MatView<A>{xg, in_sp, 1}, yg, out_sp);
           continue;
         }
-        for (int64_t p0 = 0; p0 < out_sp; p0 += chunk) {
-          const int64_t cn = std::min(chunk, out_sp - p0);
-          Origins(p0, cn, win.out, win.strides, win.pad_begin, origin);
+        for (int64_t u0 = 0; u0 < n_outer; u0 += rows_per_chunk) {
+          const int64_t un = std::min(rows_per_chunk, n_outer - u0);
+          const int64_t cn = un * out_last;
+          Origins(u0, un, outer_out, outer_strides, outer_pads, origin);
 #pragma omp parallel for schedule(static) if (kdim * cn >= (int64_t{1} << 16))
           for (int64_t r = 0; r < kdim; ++r) {
             int64_t off[kMaxSpatial];
             KernelOffsets(r % ksp, win.kernel, win.dilations, off);
+            const int64_t koff = off[nd - 1];
+            // Output columns [lo, hi) read inside the input row; the rest is padding.
+            const int64_t lo = std::clamp<int64_t>(-FloorDiv(koff - p_last, s_last), 0, out_last);
+            const int64_t hi = std::clamp<int64_t>(
+                FloorDiv(in_last - 1 + p_last - koff, s_last) + 1, lo, out_last);
             const A* xc = xg + (r / ksp) * in_sp;
-            A* dst = col.data() + r * cn;
-            for (int64_t q = 0; q < cn; ++q) {
-              const int64_t idx = Locate(&origin[q * nd], off, win.in);
-              dst[q] = idx >= 0 ? xc[idx] : A(0);
+            for (int64_t u = 0; u < un; ++u) {
+              A* dst = col.data() + r * cn + u * out_last;
+              const int64_t outer = Locate(origin.data() + u * (nd - 1), off, outer_in);
+              if (outer < 0) {
+                std::fill(dst, dst + out_last, A(0));
+                continue;
+              }
+              const A* src = xc + outer * in_last + koff - p_last;
+              std::fill(dst, dst + lo, A(0));
+              for (int64_t ow = lo; ow < hi; ++ow) dst[ow] = src[ow * s_last];
+              std::fill(dst + hi, dst + out_last, A(0));
             }
           }
-          GemmAccumulate(mg, cn, kdim, wv, MatView<A>{col.data(), cn, 1}, yg + p0, out_sp);
+          GemmAccumulate(mg, cn, kdim, wv, MatView<A>{col.data(), cn, 1}, yg + u0 * out_last,
+                         out_sp);
         }
       }
     }

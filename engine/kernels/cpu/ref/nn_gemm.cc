@@ -30,7 +30,20 @@ void GemmAccumulate(int64_t m, int64_t n, int64_t k, MatView<A> a, MatView<A> b,
         for (int64_t i = i0; i < i1; ++i) {
           A* __restrict crow = c + i * ldc + j0;
           const A* arow = a.p + i * a.rs;
-          for (int64_t kk = k0; kk < k1; ++kk) {
+          int64_t kk = k0;
+          // Four B rows per pass halve the loads and stores of the C row.
+          for (; kk + 4 <= k1; kk += 4) {
+            const A a0 = arow[kk * a.cs], a1 = arow[(kk + 1) * a.cs];
+            const A a2 = arow[(kk + 2) * a.cs], a3 = arow[(kk + 3) * a.cs];
+            const A* __restrict b0 = b.p + kk * b.rs + j0;
+            const A* __restrict b1 = b0 + b.rs;
+            const A* __restrict b2 = b1 + b.rs;
+            const A* __restrict b3 = b2 + b.rs;
+            for (int64_t j = 0; j < jn; ++j) {
+              crow[j] += a0 * b0[j] + a1 * b1[j] + a2 * b2[j] + a3 * b3[j];
+            }
+          }
+          for (; kk < k1; ++kk) {
             const A av = arow[kk * a.cs];
             const A* __restrict brow = b.p + kk * b.rs + j0;
             for (int64_t j = 0; j < jn; ++j) crow[j] += av * brow[j];
