@@ -281,6 +281,9 @@ TEST(MaxPoolTest, CeilModeDilationsAndInt8) {
   ExpectNear(RunFloats(OpType::kMaxPool, {x}, a), {2, 4});
   a.push_back({"ceil_mode", IntAttr(1)});
   ExpectNear(RunFloats(OpType::kMaxPool, {x}, a), {2, 4, 5});
+  // VALID keeps the floor size even with ceil_mode (spec: ceil((5 - 2 + 1) / 2) = 2).
+  a.push_back({"auto_pad", StringAttr("VALID")});
+  ExpectNear(RunFloats(OpType::kMaxPool, {x}, a), {2, 4});
   ExpectNear(RunFloats(OpType::kMaxPool, {x},
                        {{"kernel_shape", IntsAttr({2})}, {"dilations", IntsAttr({3})}}),
              {4, 5});

@@ -88,7 +88,9 @@ absl::StatusOr<Window> ResolveWindow(const ir::Node& node, const WindowAttrs& at
           return InvalidNode(node, "window of extent ", eff, " does not fit input size ", in[d],
                              " with pads on spatial axis ", d);
         }
-        if (attrs.ceil_mode) {
+        // ceil_mode only affects explicit padding: the spec's VALID size with ceil_mode,
+        // ceil((in - eff + 1) / s), equals the floor formula.
+        if (attrs.ceil_mode && attrs.auto_pad == AutoPad::kNotSet) {
           w.out[d] = (span + s - 1) / s + 1;
           // A window that would start entirely inside the end padding is dropped.
           if ((w.out[d] - 1) * s >= in[d] + w.pad_begin[d]) --w.out[d];
