@@ -30,6 +30,61 @@ TEST(ElementwiseBinary, AddBroadcastsBothWays) {
   EXPECT_EQ(Values<float>(*sc), (std::vector<float>{-2, -4}));
 }
 
+/// Element of `in` (row-major, numpy-broadcast to `out`) for output flat index `flat`, computed
+/// the slow obvious way, to check the coalescing broadcast iterator against.
+int64_t NaiveOffset(const std::vector<int64_t>& in, const std::vector<int64_t>& out, int64_t flat) {
+  int64_t off = 0, stride = 1;
+  for (int d = static_cast<int>(out.size()) - 1; d >= 0; --d) {
+    int64_t idx = flat % out[d];
+    flat /= out[d];
+    int in_d = d - static_cast<int>(out.size() - in.size());
+    if (in_d >= 0) {
+      if (in[in_d] != 1) off += idx * stride;
+      stride *= in[in_d];
+    }
+  }
+  return off;
+}
+
+// Double keeps every sum below exact, so each output identifies its three source elements.
+std::vector<double> Iota(const std::vector<int64_t>& dims, double scale) {
+  std::vector<double> v(ir::NumElementsOf(dims));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(i) * scale;
+  return v;
+}
+
+TEST(ElementwiseBinary, BroadcastMatchesNaiveIndexing) {
+  struct Case {
+    std::vector<int64_t> a, b, c, out;
+  };
+  const std::vector<Case> cases = {
+      {{2, 3, 4}, {2, 3, 4}, {1}, {2, 3, 4}},
+      {{2, 3, 4}, {4}, {3, 1}, {2, 3, 4}},
+      {{2, 1, 4}, {1, 3, 1}, {}, {2, 3, 4}},
+      {{1, 1, 5}, {3, 1, 1}, {1, 5}, {3, 1, 5}},
+      {{4, 1, 3, 1}, {2, 1, 5}, {1, 1}, {4, 2, 3, 5}},
+      {{2, 0, 3}, {3}, {1, 1, 1}, {2, 0, 3}},
+      {{}, {}, {}, {}},
+      {{1, 2, 1, 2}, {2, 1, 2, 1}, {2}, {2, 2, 2, 2}},
+      {{3, 1, 1, 2}, {1, 4, 1, 1}, {1, 1, 5, 1}, {3, 4, 5, 2}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << ir::DimsToString(c.a) << " " << ir::DimsToString(c.b)
+                                      << " " << ir::DimsToString(c.c));
+    auto va = Iota(c.a, 1), vb = Iota(c.b, 1000), vc = Iota(c.c, 1e6);
+    auto add = RunOp(OpType::kAdd, {F64(c.a, va), F64(c.b, vb)});
+    auto sum = RunOp(OpType::kSum, {F64(c.a, va), F64(c.b, vb), F64(c.c, vc)});
+    ASSERT_TRUE(add.ok() && sum.ok()) << add.status() << sum.status();
+    ASSERT_EQ(sum->dims(), c.out);
+    const int64_t n = ir::NumElementsOf(c.out);
+    for (int64_t i = 0; i < n; ++i) {
+      double ab = va[NaiveOffset(c.a, c.out, i)] + vb[NaiveOffset(c.b, c.out, i)];
+      EXPECT_EQ(Values<double>(*sum)[i], ab + vc[NaiveOffset(c.c, c.out, i)]) << "element " << i;
+      if (add->dims() == c.out) EXPECT_EQ(Values<double>(*add)[i], ab) << "element " << i;
+    }
+  }
+}
+
 TEST(ElementwiseBinary, IntegerArithmeticWraps) {
   auto mul = RunOp(OpType::kMul, {I8({2}, {100, -100}), I8({2}, {2, 2})});
   ASSERT_TRUE(mul.ok()) << mul.status();
