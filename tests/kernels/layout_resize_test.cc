@@ -298,6 +298,7 @@ TEST(Resize, Errors) {
   };
   expect_invalid(WithScales({}, x, {1, 2}), "scales has 2 entries");
   expect_invalid(WithScales({}, x, {1, 1, -2, 2}), "positive");
+  expect_invalid(WithScales({}, x, {1, 1, 1e30f, 1}), "too large");
   expect_invalid(WithScales({{"mode", StringAttr("area")}}, x, {1, 1, 2, 2}), "mode");
   expect_invalid(WithScales({{"nearest_mode", StringAttr("up")}}, x, {1, 1, 2, 2}), "nearest_mode");
   expect_invalid(WithScales({{"axes", IntsAttr({2, 2})}}, x, {2, 2}), "repeated");

@@ -193,6 +193,12 @@ TEST(Split, Errors) {
   ExpectInvalid({OpType::kSplit, {}, {MakeFloat({7}, Iota(7))}, 2, 13}, "evenly");
   ExpectInvalid({OpType::kSplit, {{"num_outputs", IntAttr(2)}}, {MakeFloat({7}, Iota(7))}, 3, 18},
                 "num_outputs");
+  ExpectInvalid({OpType::kSplit,
+                 {{"num_outputs", IntAttr(2)}},
+                 {MakeFloat({7}, Iota(7)), MakeInt64({2}, {3, 4})},
+                 2,
+                 18},
+                "both");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -271,6 +277,8 @@ TEST(Squeeze, AttributeInputAndDefault) {
   EXPECT_EQ(ToFloats(b[0]), Iota(6));
   auto c = RunOk({OpType::kSqueeze, {}, {x}, 1, 13});
   EXPECT_THAT(c[0].dims(), ElementsAre(3, 2));
+  auto e = RunOk({OpType::kSqueeze, {}, {x, MakeInt64({0}, {})}, 1, 13});  // empty = not given
+  EXPECT_THAT(e[0].dims(), ElementsAre(3, 2));
   ExpectInvalid({OpType::kSqueeze, {}, {x, MakeInt64({1}, {1})}, 1, 13}, "size 3");
   ExpectInvalid({OpType::kSqueeze, {}, {x, MakeInt64({1}, {4})}, 1, 13}, "out of range");
 }

@@ -67,6 +67,9 @@ absl::StatusOr<std::vector<int64_t>> SplitSizes(const ir::Node& node, KernelCont
     given = true;
     ASSIGN_OR_RETURN(sizes, ReadInts(node, *s, "split"));
   }
+  if (given && node.since_version >= 18 && node.has_attr("num_outputs")) {
+    return InvalidNode(node, "split and num_outputs must not both be given");
+  }
   if (given) {
     if (static_cast<int>(sizes.size()) != n) {
       return InvalidNode(node, "split has ", sizes.size(), " entries for ", n, " outputs");

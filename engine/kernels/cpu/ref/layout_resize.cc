@@ -327,6 +327,9 @@ class ResizeKernel final : public Kernel {
   ResizeAttrs attrs_;
 };
 
+// Output lengths from scales must convert to int64 exactly; far beyond any allocatable size.
+constexpr double kMaxDim = 9007199254740992.0;  // 2^53
+
 // Reads an optional float tensor input; absent and empty are the same ("not given").
 std::vector<double> ReadFloats(KernelContext& ctx, int i) {
   std::vector<double> v;
@@ -401,6 +404,7 @@ absl::StatusOr<std::vector<AxisSpec>> ResizeKernel::Specs(KernelContext& ctx,
       AxisSpec& s = specs[axes[i]];
       s.scale = scales[i];
       s.out_width = scales[i] * static_cast<double>(s.in);
+      if (s.out_width >= kMaxDim) return InvalidNode(node, "scale ", scales[i], " is too large");
       s.out = static_cast<int64_t>(std::floor(s.out_width));
     }
     return specs;
@@ -437,6 +441,7 @@ absl::StatusOr<std::vector<AxisSpec>> ResizeKernel::Specs(KernelContext& ctx,
     AxisSpec& s = specs[d];
     s.scale = scale;
     s.out_width = scale * static_cast<double>(s.in);
+    if (s.out_width >= kMaxDim) return InvalidNode(node, "sizes give a too large output");
     s.out = static_cast<int64_t>(std::floor(s.out_width + 0.5));
   }
   return specs;

@@ -101,7 +101,8 @@ absl::Status RunSqueeze(const ir::Node& node, KernelContext& ctx) {
   ASSIGN_OR_RETURN(std::vector<int64_t> axes, ReadAxes(node, ctx, 13, &present));
   const int rank = x->rank();
   std::vector<bool> drop(rank, false);
-  if (!present) {
+  // An empty axes list means "not given" (ONNX Runtime does the same).
+  if (!present || axes.empty()) {
     for (int a = 0; a < rank; ++a) drop[a] = x->dim(a) == 1;
   }
   for (int64_t ax : axes) {
