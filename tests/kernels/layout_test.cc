@@ -244,6 +244,16 @@ TEST(Slice, NegativeStepsAndClamping) {
                     {},
                     MakeInt64({1}, {kMax})}});
   EXPECT_THAT(ToFloats(s3[0]), ElementsAre(11));
+  // Negative step with an adjusted start before the axis: the spec (and ONNX Runtime) clamp the
+  // start to 0 and the end to -1, which keeps element 0 (numpy would give an empty slice).
+  auto s5 = RunOk({OpType::kSlice,
+                   {},
+                   {MakeFloat({4}, {10, 11, 12, 13}),
+                    MakeInt64({1}, {-6}),
+                    MakeInt64({1}, {-6}),
+                    {},
+                    MakeInt64({1}, {-2})}});
+  EXPECT_THAT(ToFloats(s5[0]), ElementsAre(10));
   // Empty when start >= end for a positive step.
   auto s4 = RunOk({OpType::kSlice,
                    {},

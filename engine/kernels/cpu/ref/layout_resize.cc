@@ -8,9 +8,9 @@
 //
 // Precision: nearest moves bytes (exact for every dtype). Linear/cubic convert the input to the
 // compute type once, keep every intermediate pass there and round once at the end: fp16/bf16/
-// float compute in float (the fp16/bf16 rule), double and 32/64-bit integers in double (float
-// would lose integer digits); integer outputs round half to even and saturate, as the ONNX
-// reference does.
+// float compute in float (the fp16/bf16 rule); double and integers compute in double (float
+// would lose digits of large integers and misplace values near the .5 rounding boundary);
+// integer outputs round half to even and saturate, as the ONNX reference does.
 //
 // Source coordinates follow the ONNX reference evaluator (which produced the conformance data),
 // including its use of the fractional output width `scale * in` in align_corners and
@@ -296,8 +296,7 @@ std::vector<V> ResizeSeparable(std::vector<V> data, std::vector<int64_t> dims,
 // Compute type of linear/cubic for storage type T (see the file comment).
 template <typename T>
 using ResizeCompute =
-    std::conditional_t<std::is_same_v<T, double> || (std::is_integral_v<T> && sizeof(T) >= 4),
-                       double, float>;
+    std::conditional_t<std::is_same_v<T, double> || std::is_integral_v<T>, double, float>;
 
 // Compute value -> storage: floats round once; integers round half to even and saturate.
 template <typename T, typename C>
