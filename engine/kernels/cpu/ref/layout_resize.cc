@@ -206,10 +206,14 @@ AxisPlan BuildPlan(const ResizeAttrs& a, const AxisSpec& s) {
   p.extrapolate.assign(s.out, 0);
   const int64_t last = s.in - 1;
   for (int64_t y = 0; y < s.out; ++y) {
-    const double x = SourceCoord(a.coord, static_cast<double>(y), s);
+    double x = SourceCoord(a.coord, static_cast<double>(y), s);
     if (a.coord == CoordMode::kTfCropAndResize && (x < 0 || x > static_cast<double>(last))) {
       p.extrapolate[y] = 1;
     }
+    // A far-away x (a huge roi) reads only clamped edge taps; bringing it within a window of
+    // the axis keeps that result and keeps the integer conversions below in range.
+    const double margin = p.taps + 2.0;
+    x = std::clamp(x, -margin, static_cast<double>(s.in) + margin);
     int64_t* idx = &p.index[y * p.taps];
     double* w = &p.weight[y * p.taps];
     if (a.interp == Interp::kNearest) {
@@ -390,6 +394,9 @@ absl::StatusOr<std::vector<AxisSpec>> ResizeKernel::Specs(KernelContext& ctx,
       return InvalidNode(node, "roi has ", roi.size(), " entries, expected ", 2 * n);
     }
     for (size_t i = 0; i < n; ++i) {
+      if (!std::isfinite(roi[i]) || !std::isfinite(roi[n + i])) {
+        return InvalidNode(node, "roi values must be finite");
+      }
       specs[axes[i]].roi_start = roi[i];
       specs[axes[i]].roi_end = roi[n + i];
     }
