@@ -90,7 +90,7 @@ std::vector<int64_t> MakeMap(int64_t n, int64_t stride, F coord) {
 }
 
 // Output = `in` viewed with `view_dims`, transposed by `perm`, stored with `out_dims`.
-absl::Status PermuteView(const ir::Node& node, KernelContext& ctx, const ir::Tensor& in,
+absl::Status PermuteView(KernelContext& ctx, const ir::Tensor& in,
                          const std::vector<int64_t>& view_dims, const std::vector<int64_t>& perm,
                          std::vector<int64_t> out_dims) {
   ASSIGN_OR_RETURN(ir::Tensor * out, ctx.output(0, in.dtype(), std::move(out_dims)));
@@ -129,7 +129,7 @@ absl::Status RunTranspose(const ir::Node& node, KernelContext& ctx) {
   }
   std::vector<int64_t> out_dims(rank);
   for (int i = 0; i < rank; ++i) out_dims[i] = x->dim(perm[i]);
-  return PermuteView(node, ctx, *x, x->dims(), perm, out_dims);
+  return PermuteView(ctx, *x, x->dims(), perm, out_dims);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -161,9 +161,9 @@ absl::Status RunDepthToSpace(const ir::Node& node, KernelContext& ctx) {
   const int64_t oc = c / (b * b);
   std::vector<int64_t> out_dims = {n, oc, h * b, w * b};
   if (node.GetString("mode", "DCR") == "CRD") {
-    return PermuteView(node, ctx, *x, {n, oc, b, b, h, w}, {0, 1, 4, 2, 5, 3}, out_dims);
+    return PermuteView(ctx, *x, {n, oc, b, b, h, w}, {0, 1, 4, 2, 5, 3}, out_dims);
   }
-  return PermuteView(node, ctx, *x, {n, b, b, oc, h, w}, {0, 3, 4, 1, 5, 2}, out_dims);
+  return PermuteView(ctx, *x, {n, b, b, oc, h, w}, {0, 3, 4, 1, 5, 2}, out_dims);
 }
 
 absl::Status RunSpaceToDepth(const ir::Node& node, KernelContext& ctx) {
@@ -174,7 +174,7 @@ absl::Status RunSpaceToDepth(const ir::Node& node, KernelContext& ctx) {
   if (h % b != 0 || w % b != 0) {
     return InvalidNode(node, "spatial dims ", h, "x", w, " are not divisible by blocksize ", b);
   }
-  return PermuteView(node, ctx, *x, {n, c, h / b, b, w / b, b}, {0, 3, 5, 1, 2, 4},
+  return PermuteView(ctx, *x, {n, c, h / b, b, w / b, b}, {0, 3, 5, 1, 2, 4},
                      {n, c * b * b, h / b, w / b});
 }
 
@@ -360,6 +360,11 @@ absl::Status RunPad(const ir::Node& node, KernelContext& ctx) {
   }
   std::vector<int64_t> begin(rank, 0), end(rank, 0);
   std::vector<bool> seen(rank, false);
+  // Far beyond any allocatable size, small enough that dim + begin + end cannot overflow.
+  constexpr int64_t kMaxPad = int64_t{1} << 60;
+  for (int64_t p : pads) {
+    if (p > kMaxPad || p < -kMaxPad) return InvalidNode(node, "pad ", p, " is too large");
+  }
   for (size_t i = 0; i < na; ++i) {
     ASSIGN_OR_RETURN(int a, NormalizeAxis(node, axes[i], rank));
     if (seen[a]) return InvalidNode(node, "axis ", axes[i], " is repeated");
@@ -413,6 +418,9 @@ absl::Status RunTile(const ir::Node& node, KernelContext& ctx) {
   std::vector<int64_t> out_dims(rank);
   for (int a = 0; a < rank; ++a) {
     if (repeats[a] < 0) return InvalidNode(node, "repeats must be >= 0, got ", repeats[a]);
+    if (repeats[a] > 0 && x->dim(a) > std::numeric_limits<int64_t>::max() / repeats[a]) {
+      return InvalidNode(node, "repeats ", repeats[a], " overflow axis ", a);
+    }
     out_dims[a] = x->dim(a) * repeats[a];
   }
   if (ir::NumElementsOf(out_dims) < 0) {
