@@ -215,6 +215,7 @@ Shape InferShape(const Node& n, int k) {
     case OpType::kGroupNormalization: case OpType::kRMSNormalization: case OpType::kTrilu:
     case OpType::kQuantizeLinear: case OpType::kDequantizeLinear: case OpType::kEyeLike:
     case OpType::kScatterElements: case OpType::kScatterND: case OpType::kPRelu:
+    case OpType::kLRN:
       return k == 0 ? SameShape(n, 0) : Shape::Unknown();
     case OpType::kDropout:
     case OpType::kBatchNormalization:

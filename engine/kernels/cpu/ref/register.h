@@ -12,6 +12,7 @@ void RegisterNormalization(Registry& r);  // normalization.cc: Batch/Instance/La
 void RegisterNn(Registry& r);           // nn.cc: Conv, ConvTranspose, pools, Gemm, MatMul, ...
 void RegisterLayout(Registry& r);       // layout.cc: Reshape, Transpose, Concat, Slice, Pad, ...
 void RegisterIndexing(Registry& r);     // indexing.cc: Gather*, Scatter*, generators, quant
+void RegisterLrn(Registry& r);          // normalization_lrn.cc: LRN
 
 /// Registers every reference kernel.
 inline void RegisterAll(Registry& r) {
@@ -22,6 +23,7 @@ inline void RegisterAll(Registry& r) {
   RegisterNn(r);
   RegisterLayout(r);
   RegisterIndexing(r);
+  RegisterLrn(r);
 }
 
 }  // namespace kiln::kernels::cpu::ref
