@@ -586,5 +586,181 @@ TEST(Trilu, Errors) {
   ExpectError(s, absl::StatusCode::kInvalidArgument, "scalar");
 }
 
+// ---- QuantizeLinear ------------------------------------------------------------------------
+
+ir::Tensor U8(std::vector<int64_t> dims, const std::vector<uint8_t>& v) {
+  return testing::MakeTensor<uint8_t>(std::move(dims), v, DataType::kU8);
+}
+ir::Tensor I8(std::vector<int64_t> dims, const std::vector<int8_t>& v) {
+  return testing::MakeTensor<int8_t>(std::move(dims), v, DataType::kI8);
+}
+ir::Tensor I16(std::vector<int64_t> dims, const std::vector<int16_t>& v) {
+  ir::Tensor t = *ir::Tensor::Allocate(DataType::kI16, std::move(dims));
+  for (size_t i = 0; i < v.size(); ++i) t.data<int16_t>()[i] = v[i];
+  return t;
+}
+
+TEST(QuantizeLinear, OnnxExampleSaturatesAndRoundsHalfEven) {
+  NodeSpec s{ir::OpType::kQuantizeLinear};
+  s.since_version = 10;
+  s.inputs = {MakeFloat({6}, {0, 2, 3, 1000, -254, -1000}), MakeFloat({}, {2}), U8({}, {128})};
+  ir::Tensor out = RunOk(s);
+  ASSERT_EQ(out.dtype(), DataType::kU8);
+  EXPECT_THAT(Int64sOf(out), ElementsAre(128, 129, 130, 255, 1, 0));
+  // Halves go to even: 0.5 -> 0, 1.5 -> 2, 2.5 -> 2, -0.5 -> 0, -1.5 -> -2; int8 saturates.
+  s.inputs = {MakeFloat({7}, {1, 3, 5, -1, -3, -300, 300}), MakeFloat({}, {2}), I8({}, {0})};
+  out = RunOk(s);
+  ASSERT_EQ(out.dtype(), DataType::kI8);
+  EXPECT_THAT(Int64sOf(out), ElementsAre(0, 2, 2, 0, -2, -128, 127));
+  // No zero point: uint8.
+  s.inputs = {MakeFloat({2}, {-5, 7}), MakeFloat({}, {1})};
+  out = RunOk(s);
+  ASSERT_EQ(out.dtype(), DataType::kU8);
+  EXPECT_THAT(Int64sOf(out), ElementsAre(0, 7));
+}
+
+TEST(QuantizeLinear, OutputDtypeInt16) {
+  NodeSpec s{ir::OpType::kQuantizeLinear,
+             {{"output_dtype", IntAttr(static_cast<int>(DataType::kI16))}}};
+  s.since_version = 21;
+  s.inputs = {MakeFloat({3}, {40000, -1234.5f, -40000}), MakeFloat({}, {1})};
+  ir::Tensor out = RunOk(s);
+  ASSERT_EQ(out.dtype(), DataType::kI16);
+  EXPECT_THAT(Int64sOf(out), ElementsAre(32767, -1234, -32768));
+  s.attrs = {{"output_dtype", IntAttr(static_cast<int>(DataType::kU16))}};
+  out = RunOk(s);
+  ASSERT_EQ(out.dtype(), DataType::kU16);
+  EXPECT_THAT(Int64sOf(out), ElementsAre(40000, 0, 0));
+}
+
+TEST(QuantizeLinear, PerAxis) {
+  NodeSpec s{ir::OpType::kQuantizeLinear};
+  s.since_version = 13;
+  // Default axis 1: scale per column.
+  s.inputs = {MakeFloat({2, 3}, {1, 2, 3, 4, 5, 6}), MakeFloat({3}, {1, 2, 4})};
+  EXPECT_THAT(Int64sOf(RunOk(s)), ElementsAre(1, 1, 1, 4, 2, 2));
+  s.attrs = {{"axis", IntAttr(0)}};
+  s.inputs = {MakeFloat({2, 3}, {1, 2, 3, 4, 5, 6}), MakeFloat({2}, {1, 2}), U8({2}, {0, 10})};
+  EXPECT_THAT(Int64sOf(RunOk(s)), ElementsAre(1, 2, 3, 12, 12, 13));
+}
+
+TEST(QuantizeLinear, Blocked) {
+  NodeSpec s{ir::OpType::kQuantizeLinear, {{"axis", IntAttr(1)}, {"block_size", IntAttr(2)}}};
+  s.since_version = 21;
+  s.inputs = {MakeFloat({2, 4}, {1, 2, 3, 4, 5, 6, 7, 8}), MakeFloat({2, 2}, {1, 2, 4, 8}),
+              I8({2, 2}, {0, 0, 0, 1})};
+  // Row 0: 1, 2, 1.5->2, 2. Row 1: 1.25->1, 1.5->2, 0.875->1 (+1), 1 (+1).
+  EXPECT_THAT(Int64sOf(RunOk(s)), ElementsAre(1, 2, 2, 2, 1, 2, 2, 2));
+  // A remainder block: 5 columns in blocks of 2 -> 3 scales.
+  s.inputs = {MakeFloat({1, 5}, {2, 2, 2, 2, 2}), MakeFloat({1, 3}, {1, 2, 0.5f})};
+  EXPECT_THAT(Int64sOf(RunOk(s)), ElementsAre(2, 2, 1, 1, 4));
+}
+
+TEST(QuantizeLinear, HalfInputsAndPrecision) {
+  NodeSpec s{ir::OpType::kQuantizeLinear};
+  s.since_version = 21;
+  s.inputs = {F16({3}, {3, -3, 100}), F16({}, {2})};
+  EXPECT_THAT(Int64sOf(RunOk(s)), ElementsAre(2, 0, 50));
+  s.inputs = {Bits16({1}, {0x4060}, DataType::kBF16), Bits16({}, {0x3f80}, DataType::kBF16),
+              I8({}, {0})};  // bf16 3.5 / 1 -> 4
+  EXPECT_THAT(Int64sOf(RunOk(s)), ElementsAre(4));
+  // 3.4999 / 1 rounds to 3 in fp32; with precision = float16 the quotient first rounds to
+  // fp16 3.5 and then to even 4.
+  s.since_version = 23;
+  s.inputs = {MakeFloat({1}, {3.4999f}), MakeFloat({}, {1}), I8({}, {0})};
+  EXPECT_THAT(Int64sOf(RunOk(s)), ElementsAre(3));
+  s.attrs = {{"precision", IntAttr(static_cast<int>(DataType::kF16))}};
+  EXPECT_THAT(Int64sOf(RunOk(s)), ElementsAre(4));
+}
+
+TEST(QuantizeLinear, Int32Input) {
+  NodeSpec s{ir::OpType::kQuantizeLinear};
+  s.since_version = 21;
+  s.inputs = {I32({3}, {7, -7, 1000}), I32({}, {2}), I8({}, {0})};
+  EXPECT_THAT(Int64sOf(RunOk(s)), ElementsAre(4, -4, 127));
+}
+
+TEST(QuantizeLinear, Errors) {
+  NodeSpec s{ir::OpType::kQuantizeLinear, {{"block_size", IntAttr(2)}}};
+  s.since_version = 19;
+  s.inputs = {MakeFloat({2, 4}, std::vector<float>(8, 1)), MakeFloat({2, 2}, {1, 1, 1, 1})};
+  ExpectError(s, absl::StatusCode::kInvalidArgument, "opset 21");
+  s.since_version = 21;
+  s.inputs[1] = MakeFloat({2, 3}, std::vector<float>(6, 1));
+  ExpectError(s, absl::StatusCode::kInvalidArgument, "blocked scale shape");
+  s.attrs = {};
+  s.inputs[1] = MakeFloat({3}, {1, 1, 1});
+  ExpectError(s, absl::StatusCode::kInvalidArgument, "per-axis");
+  s.inputs = {MakeFloat({2}, {1, 1}), MakeFloat({2}, {1, 1}), U8({1}, {0})};
+  ExpectError(s, absl::StatusCode::kInvalidArgument, "zero point shape");
+  s.attrs = {{"output_dtype", IntAttr(static_cast<int>(DataType::kI8))}};
+  s.inputs = {MakeFloat({2}, {1, 1}), MakeFloat({}, {1}), U8({}, {0})};
+  ExpectError(s, absl::StatusCode::kInvalidArgument, "differs");
+  s.attrs = {{"output_dtype", IntAttr(static_cast<int>(DataType::kI32))}};
+  s.inputs.pop_back();
+  ExpectError(s, absl::StatusCode::kUnimplemented, "output_dtype");
+}
+
+// ---- DequantizeLinear ----------------------------------------------------------------------
+
+TEST(DequantizeLinear, OnnxExample) {
+  NodeSpec s{ir::OpType::kDequantizeLinear};
+  s.since_version = 10;
+  s.inputs = {U8({4}, {0, 3, 128, 255}), MakeFloat({}, {2}), U8({}, {128})};
+  ir::Tensor out = RunOk(s);
+  ASSERT_EQ(out.dtype(), DataType::kF32);
+  EXPECT_THAT(ToFloats(out), ElementsAre(-256, -250, 0, 254));
+  s.inputs = {I32({2}, {100000, -3}), MakeFloat({}, {0.5f})};
+  EXPECT_THAT(ToFloats(RunOk(s)), ElementsAre(50000, -1.5f));
+}
+
+TEST(DequantizeLinear, PerAxisAndBlocked) {
+  NodeSpec s{ir::OpType::kDequantizeLinear, {{"axis", IntAttr(0)}}};
+  s.since_version = 13;
+  s.inputs = {I8({2, 2}, {1, 2, 3, 4}), MakeFloat({2}, {1, 0.5f}), I8({2}, {0, 2})};
+  EXPECT_THAT(ToFloats(RunOk(s)), ElementsAre(1, 2, 0.5f, 1));
+
+  NodeSpec b{ir::OpType::kDequantizeLinear, {{"axis", IntAttr(-1)}, {"block_size", IntAttr(2)}}};
+  b.since_version = 21;
+  b.inputs = {I16({1, 4}, {10, 20, 30, 40}), MakeFloat({1, 2}, {0.5f, 2}), I16({1, 2}, {0, 10})};
+  EXPECT_THAT(ToFloats(RunOk(b)), ElementsAre(5, 10, 40, 60));
+}
+
+TEST(DequantizeLinear, HalfScalesRoundOnce) {
+  // 2049 is a tie between fp16 neighbours 2048 and 2050: rounds to even 2048. With
+  // output_dtype = float (opset 23) the exact 2049 is kept.
+  NodeSpec s{ir::OpType::kDequantizeLinear};
+  s.since_version = 21;
+  s.inputs = {I16({2}, {2049, -3}), F16({}, {1}), I16({}, {0})};
+  ir::Tensor out = RunOk(s);
+  ASSERT_EQ(out.dtype(), DataType::kF16);
+  EXPECT_THAT(ToFloats(out), ElementsAre(2048, -3));
+  s.since_version = 23;
+  s.attrs = {{"output_dtype", IntAttr(static_cast<int>(DataType::kF32))}};
+  out = RunOk(s);
+  ASSERT_EQ(out.dtype(), DataType::kF32);
+  EXPECT_THAT(ToFloats(out), ElementsAre(2049, -3));
+  // bf16: 257 is a tie between 256 and 258 -> 256.
+  s.attrs = {};
+  s.inputs = {I16({1}, {257}), Bits16({}, {0x3f80}, DataType::kBF16)};
+  EXPECT_THAT(Bits16Of(RunOk(s)), ElementsAre(0x4380));
+}
+
+TEST(DequantizeLinear, Errors) {
+  NodeSpec s{ir::OpType::kDequantizeLinear};
+  s.since_version = 21;
+  s.inputs = {U8({2}, {1, 2}), MakeFloat({}, {1}), I8({}, {0})};
+  ExpectError(s, absl::StatusCode::kInvalidArgument, "differs from x dtype");
+  s.inputs[2] = U8({}, {0});
+  s.attrs = {{"output_dtype", IntAttr(static_cast<int>(DataType::kF32))}};
+  ExpectError(s, absl::StatusCode::kInvalidArgument, "opset 23");
+  s.since_version = 23;
+  s.attrs = {{"output_dtype", IntAttr(static_cast<int>(DataType::kI32))}};
+  ExpectError(s, absl::StatusCode::kInvalidArgument, "output_dtype");
+  s.attrs = {{"axis", IntAttr(3)}};
+  s.inputs = {U8({2}, {1, 2}), MakeFloat({2}, {1, 1})};
+  ExpectError(s, absl::StatusCode::kInvalidArgument, "axis");
+}
+
 }  // namespace
 }  // namespace kiln

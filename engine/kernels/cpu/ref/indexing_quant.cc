@@ -105,8 +105,10 @@ absl::Status CheckCommon(const ir::Node& node) {
   if (node.since_version < 21 && node.GetInt("block_size", 0) != 0) {
     return InvalidNode(node, "block_size is not defined before opset 21");
   }
+  // The default axis (1) is ignored by per-tensor quantization, which also serves rank-1 x;
+  // only an explicit axis is checked here. Run checks it whenever it is used.
   const ir::Value* x = node.input(0);
-  if (x != nullptr && x->shape.rank_known && x->shape.rank() > 0) {
+  if (node.has_attr("axis") && x != nullptr && x->shape.rank_known && x->shape.rank() > 0) {
     RETURN_IF_ERROR(NormalizeAxis(node, node.GetInt("axis", 1), x->shape.rank()).status());
   }
   return absl::OkStatus();
