@@ -1,0 +1,227 @@
+#include "engine/builder/builder.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
+#include "engine/common/sha256.h"
+#include "engine/common/status.h"
+#include "engine/import/shape_inference.h"
+#include "engine/kernels/registry.h"
+#include "engine/plan/engine_blob.h"
+#include "engine/runtime/memory_planner.h"
+#include "spdlog/sinks/null_sink.h"
+
+namespace kiln::builder {
+namespace {
+
+// Evaluates nodes whose inputs are all constants with the reference kernels and turns their
+// outputs into constants. Returns the folded nodes.
+class FoldContext final : public kernels::KernelContext {
+ public:
+  explicit FoldContext(const ir::Node& n) : node_(n), out_(n.num_outputs()) {}
+  int num_inputs() const override { return node_.num_inputs(); }
+  const ir::Tensor* input(int i) const override {
+    const ir::Value* v = node_.input(i);
+    return v && v->constant ? &*v->constant : nullptr;
+  }
+  int num_outputs() const override { return node_.num_outputs(); }
+  bool output_requested(int i) const override { return node_.outputs[i] != nullptr; }
+  absl::StatusOr<ir::Tensor*> output(int i, DataType dtype, std::vector<int64_t> dims) override {
+    ASSIGN_OR_RETURN(out_[i], ir::Tensor::Allocate(dtype, std::move(dims)));
+    return &out_[i];
+  }
+  std::vector<ir::Tensor>& outputs() { return out_; }
+
+ private:
+  const ir::Node& node_;
+  std::vector<ir::Tensor> out_;
+};
+
+bool AllInputsConstant(const ir::Node& n) {
+  for (const ir::Value* v : n.inputs) {
+    if (v && !v->constant) return false;
+  }
+  return true;
+}
+
+// Upper bound of the output bytes of a foldable node, from inferred shapes (unknown = too big).
+bool SmallEnough(const ir::Node& n, int64_t limit) {
+  for (const ir::Value* v : n.outputs) {
+    if (!v) continue;
+    if (!v->shape.is_static()) return false;
+    int64_t e = ir::NumElementsOf(v->shape.StaticDims());
+    if (e < 0 || e * static_cast<int64_t>(DataTypeSize(v->dtype)) > limit) return false;
+  }
+  return true;
+}
+
+v1::NodeProvenance Provenance(const ir::Node& n, const std::string& policy,
+                              const std::string& fusion) {
+  v1::NodeProvenance p;
+  p.set_node_name(n.name);
+  p.set_op_type(ir::OpName(n.op));
+  p.set_node_index(n.id);
+  p.set_assigned_precision("fp32");
+  p.set_effective_precision("fp32");
+  p.set_rule(absl::StrCat("preset ", policy));
+  p.set_fusion(fusion);
+  return p;
+}
+
+}  // namespace
+
+absl::StatusOr<BuildResult> BuildEngine(const std::string& model_bytes, const BuildOptions& options,
+                                        std::shared_ptr<spdlog::logger> logger) {
+  if (!logger) logger = std::make_shared<spdlog::logger>("kiln", std::make_shared<spdlog::sinks::null_sink_mt>());
+  if (options.policy != "fp32") {
+    return absl::UnimplementedError(absl::StrCat(
+        "policy '", options.policy, "' is not supported by this build; only 'fp32' is"));
+  }
+  BuildResult result;
+  BuildSummary& sum = result.summary;
+  sum.model_sha256 = DigestHex(Sha256(model_bytes));
+  logger->info("import: {} bytes, sha256 {}", model_bytes.size(), sum.model_sha256);
+  ASSIGN_OR_RETURN(std::unique_ptr<ir::Graph> graph, import::ImportModel(model_bytes, options.import));
+  ir::Graph& g = *graph;
+  sum.source_nodes = static_cast<int>(g.nodes().size());
+  logger->info("import: {} nodes, {} values, opset {}, ir_version {}", g.nodes().size(),
+               g.values().size(), g.opset(), g.ir_version());
+
+  // Every node needs a kernel: report all that have none at once.
+  const kernels::Registry& reg = kernels::Registry::Default();
+  std::vector<std::string> missing;
+  bool any_op_missing = false;
+  for (const auto& n : g.nodes()) {
+    auto def = reg.Find(*n);
+    if (!def.ok()) {
+      missing.emplace_back(def.status().message());
+      any_op_missing |= absl::StrContains(def.status().message(), "unsupported op");
+    }
+  }
+  if (!missing.empty()) {
+    // Import only lets through ops of the op list, and every one of them must have a kernel: a
+    // missing one is a bug, not an unsupported op.
+    if (any_op_missing) {
+      return absl::InternalError(absl::StrCat("ops of the op list without a kernel: ",
+                                              absl::StrJoin(missing, "; ")));
+    }
+    return absl::UnimplementedError(absl::StrCat("unsupported dtype: ", missing.size(),
+                                                 " node(s) have no kernel for their dtypes: ",
+                                                 absl::StrJoin(missing, "; ")));
+  }
+
+  // Constant folding, in topological order so chains fold completely.
+  ASSIGN_OR_RETURN(std::vector<ir::Node*> order, g.TopologicalOrder());
+  std::vector<bool> removed(g.nodes().size(), false);
+  std::vector<v1::NodeProvenance> removed_prov;
+  for (ir::Node* n : order) {
+    if (!AllInputsConstant(*n) || !SmallEnough(*n, options.max_folded_bytes)) continue;
+    bool feeds_output = false;
+    for (const ir::Value* v : n->outputs) feeds_output |= v && v->is_graph_output;
+    if (feeds_output) continue;  // keep graph outputs computed by a kernel
+    ASSIGN_OR_RETURN(const kernels::KernelDef* def, reg.Find(*n));
+    ASSIGN_OR_RETURN(auto kernel, def->factory(*n));
+    FoldContext ctx(*n);
+    absl::Status st = kernel->Run(ctx);
+    if (!st.ok()) {
+      std::string msg(st.message());
+      if (msg.rfind("[node", 0) != 0) msg = absl::StrCat(n->Label(), " ", msg);
+      return absl::Status(st.code(), absl::StrCat("constant folding: ", msg));
+    }
+    for (int k = 0; k < n->num_outputs(); ++k) {
+      if (ir::Value* v = n->outputs[k]) {
+        v->constant = std::move(ctx.outputs()[k]);
+        v->shape = ir::Shape::Of(v->constant->dims());
+        v->producer = nullptr;
+      }
+    }
+    removed[n->id] = true;
+    removed_prov.push_back(Provenance(*n, options.policy, "constant-folded"));
+    ++sum.folded_nodes;
+  }
+  // Dead code: nodes none of whose outputs reach a graph output.
+  std::vector<int> uses(g.values().size(), 0);
+  for (ir::Node* n : order) {
+    if (removed[n->id]) continue;
+    for (const ir::Value* v : n->inputs) {
+      if (v) ++uses[v->id];
+    }
+  }
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    ir::Node* n = *it;
+    if (removed[n->id]) continue;
+    bool live = false;
+    for (const ir::Value* v : n->outputs) live |= v && (v->is_graph_output || uses[v->id] > 0);
+    if (live) continue;
+    removed[n->id] = true;
+    removed_prov.push_back(Provenance(*n, options.policy, "removed: output unused"));
+    ++sum.dead_nodes;
+    for (const ir::Value* v : n->inputs) {
+      if (v) --uses[v->id];
+    }
+  }
+  std::vector<ir::Node*> live;
+  for (ir::Node* n : order) {
+    if (!removed[n->id]) live.push_back(n);
+  }
+  if (sum.folded_nodes + sum.dead_nodes > 0) {
+    logger->info("passes: {} node(s) folded to constants, {} dead node(s) removed",
+                 sum.folded_nodes, sum.dead_nodes);
+    // Folded constants sharpen shapes downstream (Reshape targets, Shape outputs).
+    RETURN_IF_ERROR(import::InferTypesAndShapes(g, live));
+  }
+
+  runtime::MemoryPlan mp = runtime::PlanMemory(g, live);
+  sum.kernels = static_cast<int>(live.size());
+  sum.arena_bytes = mp.arena_bytes;
+  sum.total_activation_bytes = mp.total_activation_bytes;
+  sum.dynamic_activations = mp.dynamic_values;
+  logger->info("memory plan: arena {} bytes for {} bytes of activations ({} sized at run time)",
+               mp.arena_bytes, mp.total_activation_bytes, mp.dynamic_values);
+
+  std::vector<v1::NodeProvenance> prov(g.nodes().size());
+  for (const auto& n : g.nodes()) prov[n->id] = Provenance(*n, options.policy, "");
+  v1::EngineMetadata meta;
+  meta.set_builder_version(KILN_VERSION);
+  meta.set_model_sha256(sum.model_sha256);
+  meta.set_model_name(g.name());
+  meta.set_opset(g.opset());
+  meta.set_ir_version(g.ir_version());
+  meta.set_policy(options.policy);
+  meta.set_source_node_count(sum.source_nodes);
+  for (auto& p : removed_prov) *meta.add_removed_nodes() = std::move(p);
+  std::vector<int> index = plan::TensorIndexOfValues(g, live);
+  auto* mpp = meta.mutable_memory_plan();
+  mpp->set_arena_bytes(mp.arena_bytes);
+  mpp->set_total_activation_bytes(mp.total_activation_bytes);
+  mpp->set_dynamic_tensors(mp.dynamic_values);
+  for (const auto& s : mp.slots) {
+    if (index[s.value_id] < 0) continue;
+    auto* slot = mpp->add_slots();
+    slot->set_tensor(index[s.value_id]);
+    slot->set_offset(s.offset);
+    slot->set_bytes(s.bytes);
+  }
+  for (const auto& v : g.values()) {
+    if (v->constant && index[v->id] >= 0) sum.weight_bytes += v->constant->byte_size();
+  }
+  ASSIGN_OR_RETURN(result.blob, plan::WriteEngine(g, live, prov, std::move(meta), 0));
+  logger->info("engine: {} kernels, {} bytes of weights, blob {} bytes", sum.kernels,
+               sum.weight_bytes, result.blob.size());
+  return result;
+}
+
+absl::StatusOr<BuildResult> BuildEngineFromFile(const std::string& model_path,
+                                                BuildOptions options,
+                                                std::shared_ptr<spdlog::logger> logger) {
+  ASSIGN_OR_RETURN(std::string bytes, import::ReadFile(model_path, options.import.max_model_bytes));
+  if (options.import.model_dir.empty()) {
+    auto slash = model_path.rfind('/');
+    options.import.model_dir = slash == std::string::npos ? "." : model_path.substr(0, slash);
+    if (options.import.model_dir.empty()) options.import.model_dir = "/";
+  }
+  return BuildEngine(bytes, options, std::move(logger));
+}
+
+}  // namespace kiln::builder

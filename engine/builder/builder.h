@@ -1,0 +1,52 @@
+// The build function (DESIGN.md §2): model bytes + policy + options -> engine blob + summary.
+// The CLI and the server call this same function.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/import/onnx_importer.h"
+#include "spdlog/logger.h"
+
+namespace kiln::builder {
+
+/// Options of one build.
+struct BuildOptions {
+  /// Preset name or policy; this build accepts only "fp32".
+  std::string policy = "fp32";
+  import::ImportOptions import;
+  /// Fold nodes whose inputs are all constant when each folded output is at most this many bytes
+  /// (larger constants are cheaper to compute at run time than to store in the blob).
+  int64_t max_folded_bytes = 1 << 20;
+};
+
+/// What a build did, for logs, `kiln build` and tests.
+struct BuildSummary {
+  int source_nodes = 0;
+  int kernels = 0;
+  int folded_nodes = 0;
+  int dead_nodes = 0;
+  uint64_t arena_bytes = 0;
+  uint64_t total_activation_bytes = 0;
+  int dynamic_activations = 0;
+  uint64_t weight_bytes = 0;
+  std::string model_sha256;
+};
+
+struct BuildResult {
+  std::string blob;
+  BuildSummary summary;
+};
+
+/// Builds an engine from serialized ONNX. `logger` receives the build log (may be null).
+absl::StatusOr<BuildResult> BuildEngine(const std::string& model_bytes, const BuildOptions& options,
+                                        std::shared_ptr<spdlog::logger> logger);
+
+/// Reads MODEL (external data resolved next to it) and builds it.
+absl::StatusOr<BuildResult> BuildEngineFromFile(const std::string& model_path,
+                                                BuildOptions options,
+                                                std::shared_ptr<spdlog::logger> logger);
+
+}  // namespace kiln::builder

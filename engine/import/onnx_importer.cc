@@ -1,0 +1,468 @@
+#include "engine/import/onnx_importer.h"
+
+#include <sys/stat.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "engine/common/status.h"
+#include "engine/import/op_schemas.h"
+#include "engine/import/shape_inference.h"
+#include "engine/import/tensor_proto.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "onnx/checker.h"
+#include "onnx/onnx_pb.h"
+
+namespace kiln::import {
+namespace {
+
+std::string NodeLabel(const onnx::NodeProto& n, int index) {
+  return absl::StrCat("[node '", n.name(), "' (", n.op_type(), ") #", index, "]");
+}
+
+absl::Status Invalid(const std::string& where, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat(where, " ", what));
+}
+
+// Converts a ValueInfo's tensor type into dtype and shape; other types are unimplemented.
+absl::Status ReadValueInfo(const onnx::ValueInfoProto& vi, const std::string& what,
+                           ir::Value* v) {
+  if (!vi.has_type()) return absl::OkStatus();
+  const onnx::TypeProto& tp = vi.type();
+  if (!tp.has_tensor_type()) {
+    return absl::UnimplementedError(absl::StrCat(
+        what, " '", vi.name(), "': unsupported dtype (not a tensor: sequence, map, optional and sparse values are "
+        "not supported)"));
+  }
+  const auto& tt = tp.tensor_type();
+  if (tt.has_elem_type()) {
+    DataType dt = DataTypeFromOnnx(tt.elem_type());
+    if (dt == DataType::kUndefined || dt == DataType::kString) {
+      return absl::UnimplementedError(absl::StrCat(what, " '", vi.name(),
+                                                   "' has unsupported dtype ", tt.elem_type()));
+    }
+    v->dtype = dt;
+  }
+  if (tt.has_shape()) {
+    ir::Shape s;
+    s.rank_known = true;
+    for (int i = 0; i < tt.shape().dim_size(); ++i) {
+      const auto& d = tt.shape().dim(i);
+      if (d.has_dim_value()) {
+        if (d.dim_value() < 0) {
+          return absl::InvalidArgumentError(absl::StrCat(what, " '", vi.name(), "' dim ", i,
+                                                         " is negative (", d.dim_value(), ")"));
+        }
+        s.dims.push_back(ir::Dim::Static(d.dim_value()));
+      } else {
+        s.dims.push_back(ir::Dim::Symbol(d.dim_param()));
+      }
+    }
+    if (s.is_static() && ir::NumElementsOf(s.StaticDims()) < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " '", vi.name(), "' dims ", s.ToString(), " overflow int64 elements"));
+    }
+    v->shape = std::move(s);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ir::Attribute> ConvertAttribute(const onnx::AttributeProto& a,
+                                               const std::string& label,
+                                               const ExternalDataPolicy& ext) {
+  ir::Attribute out;
+  std::string where = absl::StrCat(label, " attribute '", a.name(), "'");
+  if (!a.ref_attr_name().empty()) {
+    return Invalid(where, "refers to a function attribute outside a function");
+  }
+  switch (a.type()) {
+    case onnx::AttributeProto::FLOAT:
+      out.type = ir::Attribute::Type::kFloat;
+      out.f = a.f();
+      break;
+    case onnx::AttributeProto::INT:
+      out.type = ir::Attribute::Type::kInt;
+      out.i = a.i();
+      break;
+    case onnx::AttributeProto::STRING:
+      out.type = ir::Attribute::Type::kString;
+      out.s = a.s();
+      break;
+    case onnx::AttributeProto::TENSOR: {
+      out.type = ir::Attribute::Type::kTensor;
+      ASSIGN_OR_RETURN(out.t, TensorFromProto(a.t(), ext, where));
+      break;
+    }
+    case onnx::AttributeProto::FLOATS:
+      out.type = ir::Attribute::Type::kFloats;
+      out.floats.assign(a.floats().begin(), a.floats().end());
+      break;
+    case onnx::AttributeProto::INTS:
+      out.type = ir::Attribute::Type::kInts;
+      out.ints.assign(a.ints().begin(), a.ints().end());
+      break;
+    case onnx::AttributeProto::STRINGS:
+      out.type = ir::Attribute::Type::kStrings;
+      out.strings.assign(a.strings().begin(), a.strings().end());
+      break;
+    case onnx::AttributeProto::GRAPH:
+    case onnx::AttributeProto::GRAPHS:
+      return absl::UnimplementedError(absl::StrCat(where, " is a subgraph; subgraphs are not supported"));
+    case onnx::AttributeProto::SPARSE_TENSOR:
+    case onnx::AttributeProto::SPARSE_TENSORS:
+      return absl::UnimplementedError(absl::StrCat(where, " is a sparse tensor; not supported"));
+    default:
+      // Older writers leave `type` unset; infer it from the one populated field.
+      if (a.has_f()) {
+        out.type = ir::Attribute::Type::kFloat;
+        out.f = a.f();
+      } else if (a.has_i()) {
+        out.type = ir::Attribute::Type::kInt;
+        out.i = a.i();
+      } else if (a.has_s()) {
+        out.type = ir::Attribute::Type::kString;
+        out.s = a.s();
+      } else if (a.ints_size() > 0) {
+        out.type = ir::Attribute::Type::kInts;
+        out.ints.assign(a.ints().begin(), a.ints().end());
+      } else if (a.floats_size() > 0) {
+        out.type = ir::Attribute::Type::kFloats;
+        out.floats.assign(a.floats().begin(), a.floats().end());
+      } else {
+        return Invalid(where, absl::StrCat("has unknown type ", static_cast<int>(a.type())));
+      }
+  }
+  return out;
+}
+
+// Extra check by Debian's onnx 1.12 checker where it is an authority (never the only check).
+absl::Status RunOnnxChecker(const onnx::ModelProto& model, int opset) {
+  if (model.ir_version() > 8 || opset > 17) return absl::OkStatus();
+  try {
+    onnx::checker::check_model(model);
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("onnx checker: ", e.what()));
+  }
+  return absl::OkStatus();
+}
+
+class Importer {
+ public:
+  Importer(const onnx::ModelProto& model, const ImportOptions& options)
+      : model_(model), options_(options), ext_{options.model_dir} {}
+
+  absl::StatusOr<std::unique_ptr<ir::Graph>> Run() {
+    RETURN_IF_ERROR(CheckVersions());
+    graph_ = std::make_unique<ir::Graph>();
+    graph_->set_opset(opset_);
+    graph_->set_ir_version(model_.ir_version());
+    graph_->set_name(model_.graph().name());
+    RETURN_IF_ERROR(CheckOps());
+    if (options_.use_onnx_checker) RETURN_IF_ERROR(RunOnnxChecker(model_, opset_));
+    RETURN_IF_ERROR(ImportInitializersAndInputs());
+    RETURN_IF_ERROR(ImportNodes());
+    RETURN_IF_ERROR(ImportOutputs());
+    graph_->RebuildEdges();
+    ASSIGN_OR_RETURN(auto order, graph_->TopologicalOrder());
+    RETURN_IF_ERROR(InferTypesAndShapes(*graph_, order));
+    return std::move(graph_);
+  }
+
+ private:
+  absl::Status CheckVersions() {
+    if (!model_.has_ir_version() || model_.ir_version() < kMinIrVersion) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model ir_version ", model_.ir_version(), " is outside the supported range ",
+                       kMinIrVersion, "..", kMaxIrVersion,
+                       model_.has_ir_version() ? "" : " (field missing: is this an ONNX model?)"));
+    }
+    if (model_.ir_version() > kMaxIrVersion) {
+      return absl::UnimplementedError(
+          absl::StrCat("unsupported ir_version: model ir_version ", model_.ir_version(),
+                       " is newer than the supported range ", kMinIrVersion, "..", kMaxIrVersion));
+    }
+    if (!model_.has_graph()) return absl::InvalidArgumentError("model has no graph");
+    bool found = false;
+    for (const auto& imp : model_.opset_import()) {
+      if (imp.domain().empty() || imp.domain() == "ai.onnx") {
+        if (found) {
+          return absl::InvalidArgumentError("opset_import lists the default domain twice");
+        }
+        found = true;
+        if (imp.version() < kMinOpset || imp.version() > kMaxOpset) {
+          return absl::UnimplementedError(absl::StrCat(
+              "unsupported opset: opset_import: default-domain opset ", imp.version(),
+              " is outside the supported range ", kMinOpset, "..", kMaxOpset));
+        }
+        opset_ = static_cast<int>(imp.version());
+      } else {
+        other_domains_[imp.domain()] = imp.version();
+      }
+    }
+    if (model_.opset_import_size() == 0) {
+      return absl::InvalidArgumentError("model has no opset_import");
+    }
+    // Without a default-domain import, nodes of the default domain are an error (CheckOps) and
+    // nodes of other domains are unsupported.
+    return absl::OkStatus();
+  }
+
+  // Lists every node whose op Kiln cannot run, all at once.
+  absl::Status CheckOps() {
+    std::vector<std::string> unknown, unimplemented;
+    const auto& nodes = model_.graph().node();
+    for (int i = 0; i < nodes.size(); ++i) {
+      const auto& n = nodes[i];
+      std::string label = NodeLabel(n, i);
+      if (!n.domain().empty() && n.domain() != "ai.onnx") {
+        if (other_domains_.contains(n.domain())) {
+          unimplemented.push_back(
+              absl::StrCat(label, " op ", n.op_type(), " of domain '", n.domain(), "'"));
+        } else {
+          unknown.push_back(
+              absl::StrCat(label, " domain '", n.domain(), "' is not in opset_import"));
+        }
+        continue;
+      }
+      if (opset_ == 0) {
+        unknown.push_back(absl::StrCat(label, " uses the default domain, which opset_import "
+                                              "does not list"));
+        continue;
+      }
+      auto op = ir::OpFromName(n.op_type());
+      if (!op) {
+        if (IsKnownUnsupportedOp(n.op_type())) {
+          unimplemented.push_back(absl::StrCat(label, " op ", n.op_type()));
+        } else {
+          unknown.push_back(absl::StrCat(label, " op '", n.op_type(), "' is not an ONNX op"));
+        }
+        continue;
+      }
+      if (!ResolveOpVersion(*op, opset_)) {
+        unknown.push_back(absl::StrCat(label, " op ", n.op_type(), " does not exist at opset ",
+                                       opset_));
+      }
+    }
+    if (!unknown.empty()) {
+      std::vector<std::string> all = unknown;
+      all.insert(all.end(), unimplemented.begin(), unimplemented.end());
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unsupported op: ", all.size(), " node(s) use ops Kiln cannot run: ",
+          absl::StrJoin(all, "; ")));
+    }
+    if (!unimplemented.empty()) {
+      return absl::UnimplementedError(absl::StrCat(
+          "unsupported op: ", unimplemented.size(),
+          " node(s) use ops Kiln does not implement (control flow and RNN ops are not "
+          "supported yet): ",
+          absl::StrJoin(unimplemented, "; ")));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ImportInitializersAndInputs() {
+    const auto& g = model_.graph();
+    if (g.sparse_initializer_size() > 0) {
+      return absl::UnimplementedError("graph.sparse_initializer is not supported");
+    }
+    for (int i = 0; i < g.initializer_size(); ++i) {
+      const auto& t = g.initializer(i);
+      std::string what = absl::StrCat("initializer #", i, " '", t.name(), "'");
+      if (t.name().empty()) return absl::InvalidArgumentError(absl::StrCat(what, " has no name"));
+      auto v = graph_->AddValue(t.name());
+      if (!v.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": duplicate name"));
+      ASSIGN_OR_RETURN(ir::Tensor tensor, TensorFromProto(t, ext_, what));
+      (*v)->dtype = tensor.dtype();
+      (*v)->shape = ir::Shape::Of(tensor.dims());
+      (*v)->constant = std::move(tensor);
+    }
+    for (int i = 0; i < g.input_size(); ++i) {
+      const auto& in = g.input(i);
+      std::string what = absl::StrCat("graph input #", i);
+      if (in.name().empty()) return absl::InvalidArgumentError(absl::StrCat(what, " has no name"));
+      if (ir::Value* existing = graph_->FindValue(in.name())) {
+        // IR < 4 lists initializers among the inputs; they stay constants (weights).
+        if (existing->constant) continue;
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, " '", in.name(), "': duplicate name"));
+      }
+      ASSIGN_OR_RETURN(ir::Value * v, graph_->AddValue(in.name()));
+      RETURN_IF_ERROR(ReadValueInfo(in, what, v));
+      if (v->dtype == DataType::kUndefined) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, " '", in.name(), "' has no tensor element type"));
+      }
+      graph_->inputs().push_back(v);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ImportNodes() {
+    const auto& nodes = model_.graph().node();
+    // Pass 1: every node output becomes a value, so inputs may refer to outputs of nodes that
+    // come later in the list (a cycle is then caught by the topological sort).
+    std::vector<ir::Node*> made;
+    made.reserve(nodes.size());
+    for (int i = 0; i < nodes.size(); ++i) {
+      const auto& n = nodes[i];
+      ir::OpType op = *ir::OpFromName(n.op_type());
+      std::string name = n.name().empty() ? absl::StrCat(n.op_type(), "_", i) : n.name();
+      ir::Node* node = graph_->AddNode(op, name);
+      std::string label = node->Label();
+      OpVersion ver = *ResolveOpVersion(op, opset_);
+      node->since_version = ver.since_version;
+      if (n.input_size() < ver.min_inputs || n.input_size() > ver.max_inputs) {
+        return Invalid(label, absl::StrCat("has ", n.input_size(), " inputs; ", n.op_type(), "-",
+                                           ver.since_version, " takes ", ver.min_inputs, "..",
+                                           ver.max_inputs));
+      }
+      if (n.output_size() < ver.min_outputs || n.output_size() > ver.max_outputs) {
+        return Invalid(label, absl::StrCat("has ", n.output_size(), " outputs; ", n.op_type(), "-",
+                                           ver.since_version, " gives ", ver.min_outputs, "..",
+                                           ver.max_outputs));
+      }
+      for (int o = 0; o < n.output_size(); ++o) {
+        if (n.output(o).empty()) {
+          node->outputs.push_back(nullptr);
+          continue;
+        }
+        auto v = graph_->AddValue(n.output(o));
+        if (!v.ok()) {
+          return Invalid(label, absl::StrCat("output ", o, " '", n.output(o),
+                                             "' is already defined (duplicate name)"));
+        }
+        node->outputs.push_back(*v);
+      }
+      for (const auto& a : n.attribute()) {
+        if (node->attrs.contains(a.name())) {
+          return Invalid(label, absl::StrCat("attribute '", a.name(), "' is given twice"));
+        }
+        ASSIGN_OR_RETURN(node->attrs[a.name()], ConvertAttribute(a, label, ext_));
+      }
+      made.push_back(node);
+    }
+    // Pass 2: resolve inputs.
+    for (int i = 0; i < nodes.size(); ++i) {
+      const auto& n = nodes[i];
+      ir::Node* node = made[i];
+      for (int k = 0; k < n.input_size(); ++k) {
+        if (n.input(k).empty()) {
+          node->inputs.push_back(nullptr);
+          continue;
+        }
+        ir::Value* v = graph_->FindValue(n.input(k));
+        if (v == nullptr) {
+          return Invalid(node->Label(), absl::StrCat("input ", k, " '", n.input(k),
+                                                     "' is not defined by any node, input or "
+                                                     "initializer"));
+        }
+        node->inputs.push_back(v);
+      }
+      // Trailing omitted inputs carry no information; dropping them keeps num_inputs() honest.
+      while (!node->inputs.empty() && node->inputs.back() == nullptr) node->inputs.pop_back();
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ImportOutputs() {
+    const auto& g = model_.graph();
+    if (g.output_size() == 0) return absl::InvalidArgumentError("graph has no outputs");
+    for (int i = 0; i < g.output_size(); ++i) {
+      const auto& out = g.output(i);
+      std::string what = absl::StrCat("graph output #", i, " '", out.name(), "'");
+      ir::Value* v = graph_->FindValue(out.name());
+      if (v == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(what, " is not produced by any node"));
+      }
+      ir::Value declared;
+      RETURN_IF_ERROR(ReadValueInfo(out, "graph output", &declared));
+      // Declared output types are checked against inference later; keep the declared shape as
+      // a hint where inference gives none.
+      declared_outputs_.emplace_back(v, std::move(declared));
+      graph_->outputs().push_back(v);
+    }
+    for (int i = 0; i < g.value_info_size(); ++i) {
+      ir::Value* v = graph_->FindValue(g.value_info(i).name());
+      if (v == nullptr || v->constant) continue;
+      ir::Value declared;
+      RETURN_IF_ERROR(ReadValueInfo(g.value_info(i), "value_info", &declared));
+      if (v->dtype == DataType::kUndefined) v->dtype = declared.dtype;
+      if (!v->shape.rank_known) v->shape = declared.shape;
+    }
+    for (auto& [v, declared] : declared_outputs_) {
+      if (v->dtype == DataType::kUndefined) v->dtype = declared.dtype;
+      if (!v->shape.rank_known) v->shape = declared.shape;
+    }
+    return absl::OkStatus();
+  }
+
+  const onnx::ModelProto& model_;
+  const ImportOptions& options_;
+  ExternalDataPolicy ext_;
+  int opset_ = 0;
+  absl::flat_hash_map<std::string, int64_t> other_domains_;
+  std::unique_ptr<ir::Graph> graph_;
+  std::vector<std::pair<ir::Value*, ir::Value>> declared_outputs_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ir::Graph>> ImportModel(absl::string_view bytes,
+                                                       const ImportOptions& options) {
+  if (static_cast<int64_t>(bytes.size()) > options.max_model_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("model is ", bytes.size(),
+                                                   " bytes; the limit is ",
+                                                   options.max_model_bytes));
+  }
+  if (bytes.empty()) return absl::InvalidArgumentError("model is empty (0 bytes)");
+  onnx::ModelProto model;
+  google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                            static_cast<int>(bytes.size()));
+  in.SetTotalBytesLimit(static_cast<int>(std::min<int64_t>(options.max_model_bytes, INT32_MAX)));
+  in.SetRecursionLimit(options.max_recursion_depth);
+  if (!model.ParseFromCodedStream(&in) || !in.ConsumedEntireMessage()) {
+    return absl::InvalidArgumentError(
+        "model is not a valid ONNX ModelProto (protobuf parse failed: truncated, corrupted, not "
+        "an ONNX file, or nested deeper than the recursion limit)");
+  }
+  return Importer(model, options).Run();
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, int64_t max_bytes) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    return absl::NotFoundError(absl::StrCat("cannot open '", path, "': no such file"));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat("'", path, "' is not a regular file"));
+  }
+  if (st.st_size > max_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", path, "' is ", st.st_size, " bytes; the limit is ", max_bytes));
+  }
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
+  std::string data(static_cast<size_t>(st.st_size), '\0');
+  f.read(data.data(), st.st_size);
+  if (f.gcount() != st.st_size) {
+    return absl::DataLossError(absl::StrCat("short read on '", path, "'"));
+  }
+  return data;
+}
+
+absl::StatusOr<std::unique_ptr<ir::Graph>> ImportModelFile(const std::string& path,
+                                                           ImportOptions options) {
+  ASSIGN_OR_RETURN(std::string bytes, ReadFile(path, options.max_model_bytes));
+  if (options.model_dir.empty()) {
+    auto slash = path.rfind('/');
+    options.model_dir = slash == std::string::npos ? "." : path.substr(0, slash);
+    if (options.model_dir.empty()) options.model_dir = "/";
+  }
+  return ImportModel(bytes, options);
+}
+
+}  // namespace kiln::import

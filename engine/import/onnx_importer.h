@@ -1,0 +1,45 @@
+// ONNX ModelProto -> IR. Parses with explicit limits, checks versions, resolves every node
+// against Kiln's own op schemas, validates names, dims, payloads and the DAG, and infers dtypes
+// and (where it can) shapes. Every error names the node ("[node 'x' (Op) #i]") or the field.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "engine/ir/graph.h"
+
+namespace kiln::import {
+
+/// Limits and context for one import.
+struct ImportOptions {
+  /// Largest serialized model accepted (protobuf's own hard limit is 2 GiB).
+  int64_t max_model_bytes = int64_t{2} * 1024 * 1024 * 1024 - 1;
+  /// Deepest message nesting accepted by the parser.
+  int max_recursion_depth = 64;
+  /// Folder of the model file, for external data; empty refuses external data.
+  std::string model_dir;
+  /// Run Debian's onnx 1.12 checker as an extra check where it is an authority (IR <= 8 and
+  /// opset <= 17). Kiln's own checks run always.
+  bool use_onnx_checker = true;
+};
+
+/// Supported IR versions. IR 11 is accepted because it is what ONNX writes for opset-23 models
+/// (its only additions, float4 and multi-device configuration, are rejected where they appear).
+constexpr int64_t kMinIrVersion = 3;
+constexpr int64_t kMaxIrVersion = 11;
+
+/// Imports a serialized ModelProto.
+absl::StatusOr<std::unique_ptr<ir::Graph>> ImportModel(absl::string_view bytes,
+                                                       const ImportOptions& options);
+
+/// Reads and imports a model file; external data is resolved against the file's folder.
+absl::StatusOr<std::unique_ptr<ir::Graph>> ImportModelFile(const std::string& path,
+                                                           ImportOptions options);
+
+/// Reads a whole file (errors name the path).
+absl::StatusOr<std::string> ReadFile(const std::string& path, int64_t max_bytes);
+
+}  // namespace kiln::import

@@ -1,0 +1,502 @@
+#include "engine/import/shape_inference.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "engine/common/status.h"
+
+namespace kiln::import {
+namespace {
+
+using ir::Dim;
+using ir::Node;
+using ir::OpType;
+using ir::Shape;
+using ir::Value;
+
+const Value* In(const Node& n, int i) { return n.input(i); }
+
+DataType InType(const Node& n, int i) {
+  const Value* v = n.input(i);
+  return v ? v->dtype : DataType::kUndefined;
+}
+
+// The constant integer contents of input `i`, if it is a small constant.
+std::optional<std::vector<int64_t>> ConstInts(const Node& n, int i) {
+  const Value* v = n.input(i);
+  if (!v || !v->constant) return std::nullopt;
+  const ir::Tensor& t = *v->constant;
+  if (t.dtype() != DataType::kI64 && t.dtype() != DataType::kI32) return std::nullopt;
+  std::vector<int64_t> out(t.num_elements());
+  for (int64_t k = 0; k < t.num_elements(); ++k) out[k] = ir::ElementAsInt64(t, k);
+  return out;
+}
+
+// Axes from the attribute (older versions) or the constant input `input_index` (newer ones).
+std::optional<std::vector<int64_t>> AxesOf(const Node& n, int input_index, int since_input) {
+  if (n.since_version >= since_input) {
+    if (!n.input(input_index)) return std::vector<int64_t>{};
+    return ConstInts(n, input_index);
+  }
+  return n.GetInts("axes");
+}
+
+Shape SameShape(const Node& n, int i) {
+  const Value* v = n.input(i);
+  return v ? v->shape : Shape::Unknown();
+}
+
+// Numpy broadcast of known-rank shapes; a dim is unknown unless it follows from the inputs.
+Shape Broadcast(const std::vector<const Shape*>& shapes) {
+  Shape out;
+  size_t rank = 0;
+  for (const Shape* s : shapes) {
+    if (!s->rank_known) return Shape::Unknown();
+    rank = std::max(rank, s->dims.size());
+  }
+  out.rank_known = true;
+  out.dims.assign(rank, Dim::Static(1));
+  for (size_t i = 0; i < rank; ++i) {
+    std::optional<Dim> d;
+    bool unknown = false;
+    for (const Shape* s : shapes) {
+      size_t off = rank - s->dims.size();
+      if (i < off) continue;
+      const Dim& x = s->dims[i - off];
+      if (x.is_static() && x.value == 1) continue;
+      if (!d) {
+        d = x;
+      } else if (!(*d == x)) {
+        if (d->is_static() && x.is_static()) unknown = true;  // a real mismatch: kernel reports it
+        else if (!d->is_static() && x.is_static()) d = x;  // the symbol must equal the number
+        else if (!d->is_static() && !x.is_static()) unknown = true;
+      }
+    }
+    out.dims[i] = unknown ? Dim{} : (d ? *d : Dim::Static(1));
+  }
+  return out;
+}
+
+Shape RankOnly(int rank) {
+  Shape s;
+  s.rank_known = true;
+  s.dims.assign(rank, Dim{});
+  return s;
+}
+
+std::optional<int> NormAxis(int64_t axis, int rank) {
+  int64_t a = axis < 0 ? axis + rank : axis;
+  if (a < 0 || a >= rank) return std::nullopt;
+  return static_cast<int>(a);
+}
+
+// Output shape of a convolution-like op along the spatial dims (NCHW...).
+Shape ConvLikeShape(const Node& n, const Shape& x, int64_t out_channels,
+                    const std::vector<int64_t>& kernel) {
+  if (!x.rank_known || x.rank() < 3) return Shape::Unknown();
+  int sp = x.rank() - 2;
+  Shape out = RankOnly(x.rank());
+  out.dims[0] = x.dims[0];
+  out.dims[1] = out_channels >= 0 ? Dim::Static(out_channels) : Dim{};
+  if (static_cast<int>(kernel.size()) != sp) return out;
+  auto strides = n.GetInts("strides", std::vector<int64_t>(sp, 1));
+  auto dil = n.GetInts("dilations", std::vector<int64_t>(sp, 1));
+  auto pads = n.GetInts("pads", std::vector<int64_t>(2 * sp, 0));
+  std::string auto_pad = n.GetString("auto_pad", "NOTSET");
+  bool ceil_mode = n.GetInt("ceil_mode", 0) != 0;
+  if (static_cast<int>(strides.size()) != sp || static_cast<int>(dil.size()) != sp ||
+      static_cast<int>(pads.size()) != 2 * sp) {
+    return out;
+  }
+  for (int i = 0; i < sp; ++i) {
+    const Dim& d = x.dims[2 + i];
+    if (!d.is_static() || strides[i] <= 0 || dil[i] <= 0) continue;
+    int64_t eff = (kernel[i] - 1) * dil[i] + 1;
+    int64_t o;
+    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      o = (d.value + strides[i] - 1) / strides[i];
+    } else if (auto_pad == "VALID") {
+      o = (d.value - eff) / strides[i] + 1;
+    } else {
+      int64_t span = d.value + pads[i] + pads[i + sp] - eff;
+      if (span < 0) continue;
+      o = ceil_mode ? (span + strides[i] - 1) / strides[i] + 1 : span / strides[i] + 1;
+      if (ceil_mode && (o - 1) * strides[i] >= d.value + pads[i]) --o;
+    }
+    if (o >= 0) out.dims[2 + i] = Dim::Static(o);
+  }
+  return out;
+}
+
+std::optional<std::vector<int64_t>> StaticDimsOf(const Value* v) {
+  if (!v || !v->shape.is_static()) return std::nullopt;
+  return v->shape.StaticDims();
+}
+
+// Output dtype of output `k` of node `n`.
+absl::StatusOr<DataType> OutputType(const Node& n, int k) {
+  DataType t0 = InType(n, 0);
+  switch (n.op) {
+    case OpType::kEqual: case OpType::kGreater: case OpType::kGreaterOrEqual:
+    case OpType::kLess: case OpType::kLessOrEqual: case OpType::kAnd: case OpType::kOr:
+    case OpType::kXor: case OpType::kNot: case OpType::kIsInf: case OpType::kIsNaN:
+      return DataType::kBool;
+    case OpType::kShape: case OpType::kSize: case OpType::kArgMax: case OpType::kArgMin:
+    case OpType::kNonZero:
+      return DataType::kI64;
+    case OpType::kTopK: case OpType::kMaxPool:
+      return k == 1 ? DataType::kI64 : t0;
+    case OpType::kDropout:
+      return k == 1 ? DataType::kBool : t0;
+    case OpType::kLayerNormalization:
+      return k == 0 ? t0 : DataType::kF32;  // Mean/InvStdDev follow stash_type (float)
+    case OpType::kCast: {
+      DataType t = DataTypeFromOnnx(static_cast<int32_t>(n.GetInt("to", 0)));
+      if (t == DataType::kUndefined || t == DataType::kString) {
+        return absl::UnimplementedError(absl::StrCat(
+            n.Label(), " unsupported dtype: attribute 'to' = ", n.GetInt("to", 0)));
+      }
+      return t;
+    }
+    case OpType::kCastLike: return InType(n, 1);
+    case OpType::kConstant: {
+      const ir::Attribute* a = n.attr("value");
+      if (a && a->type == ir::Attribute::Type::kTensor) return a->t.dtype();
+      if (n.has_attr("value_float") || n.has_attr("value_floats")) return DataType::kF32;
+      if (n.has_attr("value_int") || n.has_attr("value_ints")) return DataType::kI64;
+      if (n.has_attr("value_string") || n.has_attr("value_strings")) {
+        return absl::UnimplementedError(absl::StrCat(n.Label(), " unsupported dtype string"));
+      }
+      return absl::InvalidArgumentError(absl::StrCat(n.Label(), " has no value attribute"));
+    }
+    case OpType::kConstantOfShape: {
+      const ir::Attribute* a = n.attr("value");
+      return a && a->type == ir::Attribute::Type::kTensor ? a->t.dtype() : DataType::kF32;
+    }
+    case OpType::kEyeLike: {
+      if (n.has_attr("dtype")) return DataTypeFromOnnx(static_cast<int32_t>(n.GetInt("dtype", 1)));
+      return t0;
+    }
+    case OpType::kQuantizeLinear: {
+      if (n.input(2)) return InType(n, 2);
+      if (n.has_attr("output_dtype") && n.GetInt("output_dtype", 0) != 0) {
+        return DataTypeFromOnnx(static_cast<int32_t>(n.GetInt("output_dtype", 0)));
+      }
+      return DataType::kU8;
+    }
+    case OpType::kDequantizeLinear:
+      return n.since_version >= 19 ? InType(n, 1) : DataType::kF32;
+    case OpType::kWhere: return InType(n, 1);
+    case OpType::kOneHot: return InType(n, 2);
+    default: return t0;
+  }
+}
+
+Shape InferShape(const Node& n, int k) {
+  const Value* x = In(n, 0);
+  switch (n.op) {
+    // Same shape as input 0.
+    case OpType::kAbs: case OpType::kAcos: case OpType::kAcosh: case OpType::kAsin:
+    case OpType::kAsinh: case OpType::kAtan: case OpType::kAtanh: case OpType::kCeil:
+    case OpType::kCos: case OpType::kCosh: case OpType::kErf: case OpType::kExp:
+    case OpType::kFloor: case OpType::kLog: case OpType::kNeg: case OpType::kReciprocal:
+    case OpType::kRound: case OpType::kSign: case OpType::kSin: case OpType::kSinh:
+    case OpType::kSqrt: case OpType::kTan: case OpType::kTanh: case OpType::kNot:
+    case OpType::kIsInf: case OpType::kIsNaN: case OpType::kRelu: case OpType::kLeakyRelu:
+    case OpType::kElu: case OpType::kSelu: case OpType::kCelu: case OpType::kSigmoid:
+    case OpType::kHardSigmoid: case OpType::kHardSwish: case OpType::kSoftplus:
+    case OpType::kSoftsign: case OpType::kMish: case OpType::kGelu:
+    case OpType::kThresholdedRelu: case OpType::kShrink: case OpType::kClip:
+    case OpType::kCast: case OpType::kCastLike: case OpType::kIdentity:
+    case OpType::kSoftmax: case OpType::kLogSoftmax: case OpType::kHardmax:
+    case OpType::kCumSum: case OpType::kLpNormalization: case OpType::kInstanceNormalization:
+    case OpType::kGroupNormalization: case OpType::kRMSNormalization: case OpType::kTrilu:
+    case OpType::kQuantizeLinear: case OpType::kDequantizeLinear: case OpType::kEyeLike:
+    case OpType::kScatterElements: case OpType::kScatterND: case OpType::kPRelu:
+      return k == 0 ? SameShape(n, 0) : Shape::Unknown();
+    case OpType::kDropout:
+    case OpType::kBatchNormalization:
+      return k == 0 || n.op == OpType::kDropout ? SameShape(n, 0) : Shape::Unknown();
+    case OpType::kLayerNormalization:
+      return k == 0 ? SameShape(n, 0) : Shape::Unknown();
+    case OpType::kAdd: case OpType::kSub: case OpType::kMul: case OpType::kDiv:
+    case OpType::kPow: case OpType::kMod: case OpType::kAnd: case OpType::kOr:
+    case OpType::kXor: case OpType::kEqual: case OpType::kGreater:
+    case OpType::kGreaterOrEqual: case OpType::kLess: case OpType::kLessOrEqual:
+    case OpType::kMax: case OpType::kMin: case OpType::kMean: case OpType::kSum:
+    case OpType::kWhere: {
+      std::vector<const Shape*> shapes;
+      for (const Value* v : n.inputs) {
+        if (!v) return Shape::Unknown();
+        shapes.push_back(&v->shape);
+      }
+      return Broadcast(shapes);
+    }
+    case OpType::kShape: {
+      if (!x || !x->shape.rank_known) return RankOnly(1);
+      int r = x->shape.rank();
+      int64_t start = n.GetInt("start", 0), end = n.GetInt("end", r);
+      start = std::clamp<int64_t>(start < 0 ? start + r : start, 0, r);
+      end = std::clamp<int64_t>(end < 0 ? end + r : end, 0, r);
+      return Shape::Of({std::max<int64_t>(0, end - start)});
+    }
+    case OpType::kSize: return Shape::Of({});
+    case OpType::kConstant: {
+      const ir::Attribute* a = n.attr("value");
+      if (a && a->type == ir::Attribute::Type::kTensor) return Shape::Of(a->t.dims());
+      if (n.has_attr("value_float") || n.has_attr("value_int")) return Shape::Of({});
+      if (const ir::Attribute* b = n.attr("value_floats")) {
+        return Shape::Of({static_cast<int64_t>(b->floats.size())});
+      }
+      if (const ir::Attribute* b = n.attr("value_ints")) {
+        return Shape::Of({static_cast<int64_t>(b->ints.size())});
+      }
+      return Shape::Unknown();
+    }
+    case OpType::kConstantOfShape: {
+      auto dims = ConstInts(n, 0);
+      return dims ? Shape::Of(*dims) : Shape::Unknown();
+    }
+    case OpType::kReshape: {
+      auto target = ConstInts(n, 1);
+      auto in = StaticDimsOf(x);
+      if (!target) return Shape::Unknown();
+      bool allowzero = n.GetInt("allowzero", 0) != 0;
+      Shape out = RankOnly(static_cast<int>(target->size()));
+      int64_t known = 1;
+      int infer = -1;
+      for (size_t i = 0; i < target->size(); ++i) {
+        int64_t d = (*target)[i];
+        if (d == 0 && !allowzero) {
+          if (x && x->shape.rank_known && i < x->shape.dims.size()) out.dims[i] = x->shape.dims[i];
+        } else if (d == -1) {
+          infer = static_cast<int>(i);
+          continue;
+        } else if (d >= 0) {
+          out.dims[i] = Dim::Static(d);
+        }
+        if (out.dims[i].is_static()) known *= out.dims[i].value;
+        else known = -1;
+      }
+      if (infer >= 0 && in && known > 0) {
+        int64_t total = ir::NumElementsOf(*in);
+        if (total >= 0 && total % known == 0) out.dims[infer] = Dim::Static(total / known);
+      }
+      return out;
+    }
+    case OpType::kFlatten: {
+      if (!x || !x->shape.rank_known) return RankOnly(2);
+      int r = x->shape.rank();
+      auto axis = NormAxis(n.GetInt("axis", 1), r + 1);
+      if (!axis) return RankOnly(2);
+      int64_t a = 1, b = 1;
+      for (int i = 0; i < r; ++i) {
+        int64_t& p = i < *axis ? a : b;
+        if (p < 0) continue;
+        p = x->shape.dims[i].is_static() ? p * x->shape.dims[i].value : -1;
+      }
+      Shape s = RankOnly(2);
+      if (a >= 0) s.dims[0] = Dim::Static(a);
+      if (b >= 0) s.dims[1] = Dim::Static(b);
+      return s;
+    }
+    case OpType::kTranspose: {
+      if (!x || !x->shape.rank_known) return Shape::Unknown();
+      int r = x->shape.rank();
+      std::vector<int64_t> perm = n.GetInts("perm");
+      if (perm.empty()) {
+        for (int i = r - 1; i >= 0; --i) perm.push_back(i);
+      }
+      if (static_cast<int>(perm.size()) != r) return Shape::Unknown();
+      Shape s = RankOnly(r);
+      for (int i = 0; i < r; ++i) {
+        auto a = NormAxis(perm[i], r);
+        if (!a) return Shape::Unknown();
+        s.dims[i] = x->shape.dims[*a];
+      }
+      return s;
+    }
+    case OpType::kSqueeze: case OpType::kUnsqueeze: {
+      if (!x || !x->shape.rank_known) return Shape::Unknown();
+      auto axes = AxesOf(n, 1, 13);
+      if (!axes) return Shape::Unknown();
+      int r = x->shape.rank();
+      if (n.op == OpType::kSqueeze) {
+        Shape s;
+        s.rank_known = true;
+        for (int i = 0; i < r; ++i) {
+          bool drop = false;
+          if (axes->empty()) {
+            if (!x->shape.dims[i].is_static()) return Shape::Unknown();
+            drop = x->shape.dims[i].value == 1;
+          } else {
+            for (int64_t a : *axes) drop |= NormAxis(a, r) == i;
+          }
+          if (!drop) s.dims.push_back(x->shape.dims[i]);
+        }
+        return s;
+      }
+      int out_rank = r + static_cast<int>(axes->size());
+      std::vector<bool> inserted(out_rank, false);
+      for (int64_t a : *axes) {
+        auto na = NormAxis(a, out_rank);
+        if (!na) return Shape::Unknown();
+        inserted[*na] = true;
+      }
+      Shape s;
+      s.rank_known = true;
+      int j = 0;
+      for (int i = 0; i < out_rank; ++i) {
+        if (inserted[i]) s.dims.push_back(Dim::Static(1));
+        else if (j < r) s.dims.push_back(x->shape.dims[j++]);
+        else return Shape::Unknown();
+      }
+      return s;
+    }
+    case OpType::kConcat: {
+      if (!x || !x->shape.rank_known) return Shape::Unknown();
+      int r = x->shape.rank();
+      auto axis = NormAxis(n.GetInt("axis", 0), r);
+      if (!axis) return Shape::Unknown();
+      Shape s = x->shape;
+      int64_t total = 0;
+      for (const Value* v : n.inputs) {
+        if (!v || !v->shape.rank_known || v->shape.rank() != r) return RankOnly(r);
+        const Dim& d = v->shape.dims[*axis];
+        total = (total >= 0 && d.is_static()) ? total + d.value : -1;
+        for (int i = 0; i < r; ++i) {
+          if (i != *axis && !s.dims[i].is_static() && v->shape.dims[i].is_static()) {
+            s.dims[i] = v->shape.dims[i];
+          }
+        }
+      }
+      s.dims[*axis] = total >= 0 ? Dim::Static(total) : Dim{};
+      return s;
+    }
+    case OpType::kGather: {
+      const Value* idx = In(n, 1);
+      if (!x || !idx || !x->shape.rank_known || !idx->shape.rank_known) return Shape::Unknown();
+      int r = x->shape.rank();
+      auto axis = NormAxis(n.GetInt("axis", 0), r);
+      if (!axis) return Shape::Unknown();
+      Shape s;
+      s.rank_known = true;
+      for (int i = 0; i < *axis; ++i) s.dims.push_back(x->shape.dims[i]);
+      for (const Dim& d : idx->shape.dims) s.dims.push_back(d);
+      for (int i = *axis + 1; i < r; ++i) s.dims.push_back(x->shape.dims[i]);
+      return s;
+    }
+    case OpType::kMatMul: {
+      const Value* b = In(n, 1);
+      if (!x || !b || !x->shape.rank_known || !b->shape.rank_known) return Shape::Unknown();
+      Shape sa = x->shape, sb = b->shape;
+      if (sa.rank() == 0 || sb.rank() == 0) return Shape::Unknown();
+      bool a1 = sa.rank() == 1, b1 = sb.rank() == 1;
+      if (a1) sa.dims.insert(sa.dims.begin(), Dim::Static(1));
+      if (b1) sb.dims.push_back(Dim::Static(1));
+      Shape ba, bb;
+      ba.rank_known = bb.rank_known = true;
+      ba.dims.assign(sa.dims.begin(), sa.dims.end() - 2);
+      bb.dims.assign(sb.dims.begin(), sb.dims.end() - 2);
+      Shape s = Broadcast({&ba, &bb});
+      if (!a1) s.dims.push_back(sa.dims[sa.rank() - 2]);
+      if (!b1) s.dims.push_back(sb.dims[sb.rank() - 1]);
+      return s;
+    }
+    case OpType::kGemm: {
+      const Value* b = In(n, 1);
+      if (!x || !b || x->shape.rank() != 2 || b->shape.rank() != 2) return RankOnly(2);
+      Shape s = RankOnly(2);
+      s.dims[0] = x->shape.dims[n.GetInt("transA", 0) ? 1 : 0];
+      s.dims[1] = b->shape.dims[n.GetInt("transB", 0) ? 0 : 1];
+      return s;
+    }
+    case OpType::kConv: {
+      auto w = StaticDimsOf(In(n, 1));
+      if (!x || !x->shape.rank_known) return Shape::Unknown();
+      std::vector<int64_t> kernel = n.GetInts("kernel_shape");
+      int64_t oc = -1;
+      if (w && w->size() >= 2) {
+        oc = (*w)[0];
+        if (kernel.empty()) kernel.assign(w->begin() + 2, w->end());
+      }
+      return ConvLikeShape(n, x->shape, oc, kernel);
+    }
+    case OpType::kMaxPool: case OpType::kAveragePool: {
+      if (!x || !x->shape.rank_known || x->shape.rank() < 3) return Shape::Unknown();
+      Shape s = ConvLikeShape(n, x->shape, -1, n.GetInts("kernel_shape"));
+      if (s.rank_known) s.dims[1] = x->shape.dims[1];
+      return s;
+    }
+    case OpType::kGlobalAveragePool: case OpType::kGlobalMaxPool: {
+      if (!x || !x->shape.rank_known || x->shape.rank() < 2) return Shape::Unknown();
+      Shape s = x->shape;
+      for (int i = 2; i < s.rank(); ++i) s.dims[i] = Dim::Static(1);
+      return s;
+    }
+    case OpType::kReduceL1: case OpType::kReduceL2: case OpType::kReduceLogSum:
+    case OpType::kReduceLogSumExp: case OpType::kReduceMax: case OpType::kReduceMean:
+    case OpType::kReduceMin: case OpType::kReduceProd: case OpType::kReduceSum:
+    case OpType::kReduceSumSquare: case OpType::kArgMax: case OpType::kArgMin: {
+      if (!x || !x->shape.rank_known) return Shape::Unknown();
+      int r = x->shape.rank();
+      std::optional<std::vector<int64_t>> axes;
+      if (n.op == OpType::kArgMax || n.op == OpType::kArgMin) {
+        axes = std::vector<int64_t>{n.GetInt("axis", 0)};
+      } else {
+        axes = AxesOf(n, 1, n.op == OpType::kReduceSum ? 13 : 18);
+      }
+      if (!axes) return Shape::Unknown();
+      bool keep = n.GetInt("keepdims", 1) != 0;
+      if (axes->empty()) {
+        if (n.GetInt("noop_with_empty_axes", 0) != 0) return x->shape;
+        for (int i = 0; i < r; ++i) axes->push_back(i);
+      }
+      std::vector<bool> red(r, false);
+      for (int64_t a : *axes) {
+        auto na = NormAxis(a, r);
+        if (!na) return Shape::Unknown();
+        red[*na] = true;
+      }
+      Shape s;
+      s.rank_known = true;
+      for (int i = 0; i < r; ++i) {
+        if (!red[i]) s.dims.push_back(x->shape.dims[i]);
+        else if (keep) s.dims.push_back(Dim::Static(1));
+      }
+      return s;
+    }
+    default:
+      return Shape::Unknown();
+  }
+}
+
+}  // namespace
+
+absl::Status InferTypesAndShapes(ir::Graph& graph, const std::vector<ir::Node*>& order) {
+  for (Node* n : order) {
+    for (int k = 0; k < n->num_outputs(); ++k) {
+      Value* out = n->outputs[k];
+      if (!out) continue;
+      ASSIGN_OR_RETURN(DataType t, OutputType(*n, k));
+      if (t == DataType::kUndefined) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            n->Label(), " output ", k, " '", out->name, "': dtype cannot be inferred (input ",
+            "dtype unknown)"));
+      }
+      if (out->dtype != DataType::kUndefined && out->dtype != t) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            n->Label(), " output ", k, " '", out->name, "' is declared ",
+            DataTypeOnnxName(out->dtype), " but the op produces ", DataTypeOnnxName(t)));
+      }
+      out->dtype = t;
+      Shape s = InferShape(*n, k);
+      if (s.rank_known || !out->shape.rank_known) out->shape = std::move(s);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kiln::import

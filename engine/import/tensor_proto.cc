@@ -1,0 +1,252 @@
+#include "engine/import/tensor_proto.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "engine/common/half.h"
+#include "engine/common/status.h"
+#include "onnx/onnx_pb.h"
+
+namespace kiln::import {
+namespace {
+
+absl::Status Bad(const std::string& context, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat(context, ": ", what));
+}
+
+// Copies typed repeated fields into the tensor buffer. ONNX stores int8/16, uint8/16, bool, fp16
+// and bf16 in int32_data (fp16/bf16 as their bit patterns), uint32/uint64 in uint64_data.
+absl::Status CopyTypedData(const onnx::TensorProto& p, ir::Tensor& t, const std::string& ctx) {
+  int64_t n = t.num_elements();
+  auto check = [&](int64_t have) -> absl::Status {
+    if (have != n) {
+      return Bad(ctx, absl::StrCat("holds ", have, " values but dims ", ir::DimsToString(t.dims()),
+                                   " need ", n));
+    }
+    return absl::OkStatus();
+  };
+  switch (t.dtype()) {
+    case DataType::kF32:
+      RETURN_IF_ERROR(check(p.float_data_size()));
+      std::memcpy(t.raw_data(), p.float_data().data(), n * 4);
+      return absl::OkStatus();
+    case DataType::kF64:
+      RETURN_IF_ERROR(check(p.double_data_size()));
+      std::memcpy(t.raw_data(), p.double_data().data(), n * 8);
+      return absl::OkStatus();
+    case DataType::kI64:
+      RETURN_IF_ERROR(check(p.int64_data_size()));
+      std::memcpy(t.raw_data(), p.int64_data().data(), n * 8);
+      return absl::OkStatus();
+    case DataType::kU64:
+      RETURN_IF_ERROR(check(p.uint64_data_size()));
+      std::memcpy(t.raw_data(), p.uint64_data().data(), n * 8);
+      return absl::OkStatus();
+    case DataType::kU32:
+      RETURN_IF_ERROR(check(p.uint64_data_size()));
+      for (int64_t i = 0; i < n; ++i) t.data<uint32_t>()[i] = static_cast<uint32_t>(p.uint64_data(i));
+      return absl::OkStatus();
+    case DataType::kI32:
+      RETURN_IF_ERROR(check(p.int32_data_size()));
+      std::memcpy(t.raw_data(), p.int32_data().data(), n * 4);
+      return absl::OkStatus();
+    case DataType::kI16:
+    case DataType::kU16:
+    case DataType::kF16:
+    case DataType::kBF16:
+      RETURN_IF_ERROR(check(p.int32_data_size()));
+      for (int64_t i = 0; i < n; ++i) t.data<uint16_t>()[i] = static_cast<uint16_t>(p.int32_data(i));
+      return absl::OkStatus();
+    case DataType::kI8:
+    case DataType::kU8:
+    case DataType::kBool:
+      RETURN_IF_ERROR(check(p.int32_data_size()));
+      for (int64_t i = 0; i < n; ++i) t.data<uint8_t>()[i] = static_cast<uint8_t>(p.int32_data(i));
+      return absl::OkStatus();
+    default:
+      return absl::UnimplementedError(
+          absl::StrCat(ctx, ": unsupported dtype ", DataTypeOnnxName(t.dtype())));
+  }
+}
+
+// Reads external data under the rules: relative path inside the model folder, no "..", no
+// symlink anywhere on the path, offset/length inside the file, length == dims x dtype size.
+absl::Status ReadExternal(const onnx::TensorProto& p, const ExternalDataPolicy& policy,
+                          DataType dt, const std::vector<int64_t>& dims, ir::Tensor& t,
+                          const std::string& ctx) {
+  std::string location;
+  int64_t offset = 0, length = -1;
+  for (const auto& kv : p.external_data()) {
+    if (kv.key() == "location") {
+      location = kv.value();
+    } else if (kv.key() == "offset") {
+      if (!absl::SimpleAtoi(kv.value(), &offset) || offset < 0) {
+        return Bad(ctx, absl::StrCat("external_data offset '", kv.value(), "' is not valid"));
+      }
+    } else if (kv.key() == "length") {
+      if (!absl::SimpleAtoi(kv.value(), &length) || length < 0) {
+        return Bad(ctx, absl::StrCat("external_data length '", kv.value(), "' is not valid"));
+      }
+    }
+  }
+  if (policy.model_dir.empty()) {
+    return Bad(ctx, "uses external data but the model was not loaded from a file, so there is "
+                    "no model folder to read it from");
+  }
+  if (location.empty()) return Bad(ctx, "external_data has no 'location'");
+  if (location[0] == '/' || location.find('\\') != std::string::npos) {
+    return Bad(ctx, absl::StrCat("external_data location '", location,
+                                 "' must be a relative path inside the model's folder"));
+  }
+  std::string path = policy.model_dir;
+  for (absl::string_view part : absl::StrSplit(location, '/', absl::SkipEmpty())) {
+    if (part == ".." || part == ".") {
+      return Bad(ctx, absl::StrCat("external_data location '", location,
+                                   "' must not contain '.' or '..' components"));
+    }
+    path = absl::StrCat(path, "/", part);
+    struct stat st;
+    if (lstat(path.c_str(), &st) != 0) {
+      return Bad(ctx, absl::StrCat("external_data file '", location, "' does not exist"));
+    }
+    if (S_ISLNK(st.st_mode)) {
+      return Bad(ctx, absl::StrCat("external_data location '", location,
+                                   "' goes through a symlink, which is not allowed"));
+    }
+  }
+  int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return Bad(ctx, absl::StrCat("cannot open external_data file '", location, "'"));
+  struct stat st;
+  fstat(fd, &st);
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    return Bad(ctx, absl::StrCat("external_data '", location, "' is not a regular file"));
+  }
+  int64_t need = ir::NumElementsOf(dims) * static_cast<int64_t>(DataTypeSize(dt));
+  if (length < 0) length = st.st_size - offset;
+  if (length != need) {
+    close(fd);
+    return Bad(ctx, absl::StrCat("external_data length ", length, " != dims ",
+                                 ir::DimsToString(dims), " x ", DataTypeSize(dt),
+                                 " bytes = ", need));
+  }
+  if (offset > st.st_size || length > st.st_size - offset) {
+    close(fd);
+    return Bad(ctx, absl::StrCat("external_data range [", offset, ", ", offset + length,
+                                 ") is outside '", location, "' (", st.st_size, " bytes)"));
+  }
+  auto alloc = ir::Tensor::Allocate(dt, dims);
+  if (!alloc.ok()) {
+    close(fd);
+    return Bad(ctx, std::string(alloc.status().message()));
+  }
+  t = std::move(alloc).value();
+  char* dst = static_cast<char*>(t.raw_data());
+  int64_t done = 0;
+  while (done < length) {
+    ssize_t r = pread(fd, dst + done, length - done, offset + done);
+    if (r <= 0) {
+      close(fd);
+      return Bad(ctx, absl::StrCat("read error on external_data '", location, "'"));
+    }
+    done += r;
+  }
+  close(fd);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ir::Tensor> TensorFromProto(const onnx::TensorProto& p,
+                                           const ExternalDataPolicy& external,
+                                           const std::string& context) {
+  DataType dt = DataTypeFromOnnx(p.data_type());
+  if (dt == DataType::kUndefined || dt == DataType::kString) {
+    return absl::UnimplementedError(absl::StrCat(context, ": unsupported dtype ",
+                                                 dt == DataType::kString ? "string" : "",
+                                                 dt == DataType::kString ? "" : "number ",
+                                                 dt == DataType::kString ? "" : absl::StrCat(p.data_type())));
+  }
+  std::vector<int64_t> dims(p.dims().begin(), p.dims().end());
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] < 0) {
+      return Bad(context, absl::StrCat("dim ", i, " is negative (", dims[i], ")"));
+    }
+  }
+  int64_t n = ir::NumElementsOf(dims);
+  int64_t esize = static_cast<int64_t>(DataTypeSize(dt));
+  if (n < 0 || n > INT64_MAX / esize) {
+    return Bad(context, absl::StrCat("dims ", ir::DimsToString(dims), " overflow int64"));
+  }
+  if (p.has_segment()) return absl::UnimplementedError(absl::StrCat(context, ": segmented tensors"));
+  // Sizes are checked against the payload before anything is allocated, so a tensor that
+  // declares huge dims with a small payload fails fast instead of allocating.
+  auto allocate = [&]() -> absl::StatusOr<ir::Tensor> {
+    auto alloc = ir::Tensor::Allocate(dt, dims);
+    if (!alloc.ok()) return Bad(context, std::string(alloc.status().message()));
+    return alloc;
+  };
+  ir::Tensor t;
+  if (p.data_location() == onnx::TensorProto::EXTERNAL) {
+    RETURN_IF_ERROR(ReadExternal(p, external, dt, dims, t, context));
+  } else if (p.has_raw_data()) {
+    if (static_cast<int64_t>(p.raw_data().size()) != n * esize) {
+      return Bad(context, absl::StrCat("raw_data has ", p.raw_data().size(), " bytes but dims ",
+                                       ir::DimsToString(dims), " x ", esize, " bytes need ",
+                                       n * esize));
+    }
+    ASSIGN_OR_RETURN(t, allocate());
+    std::memcpy(t.raw_data(), p.raw_data().data(), t.byte_size());
+  } else {
+    int64_t have = p.float_data_size() + p.double_data_size() + p.int64_data_size() +
+                   p.uint64_data_size() + p.int32_data_size();
+    if (have != n) {
+      return Bad(context, absl::StrCat("holds ", have, " values but dims ",
+                                       ir::DimsToString(dims), " need ", n));
+    }
+    ASSIGN_OR_RETURN(t, allocate());
+    RETURN_IF_ERROR(CopyTypedData(p, t, context));
+  }
+  if (dt == DataType::kBool) {  // normalise to 0/1 so kernels can rely on it
+    for (int64_t i = 0; i < t.num_elements(); ++i) t.data<uint8_t>()[i] = t.data<uint8_t>()[i] != 0;
+  }
+  return t;
+}
+
+void TensorToProto(const ir::Tensor& t, const std::string& name, onnx::TensorProto* p) {
+  p->Clear();
+  if (!name.empty()) p->set_name(name);
+  p->set_data_type(static_cast<int32_t>(t.dtype()));
+  for (int64_t d : t.dims()) p->add_dims(d);
+  p->set_raw_data(t.raw_data(), t.byte_size());
+}
+
+absl::StatusOr<std::pair<std::string, ir::Tensor>> ParseNamedTensorProto(
+    absl::string_view bytes, const std::string& context) {
+  onnx::TensorProto p;
+  if (!p.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    return Bad(context, "is not a valid serialized onnx.TensorProto");
+  }
+  ASSIGN_OR_RETURN(ir::Tensor t, TensorFromProto(p, ExternalDataPolicy{}, context));
+  return std::make_pair(p.name(), std::move(t));
+}
+
+absl::StatusOr<ir::Tensor> ParseTensorProto(absl::string_view bytes, const std::string& context) {
+  ASSIGN_OR_RETURN(auto named, ParseNamedTensorProto(bytes, context));
+  return std::move(named.second);
+}
+
+std::string SerializeTensorProto(const ir::Tensor& t, const std::string& name) {
+  onnx::TensorProto p;
+  TensorToProto(t, name, &p);
+  return p.SerializeAsString();
+}
+
+}  // namespace kiln::import

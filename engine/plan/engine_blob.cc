@@ -1,0 +1,421 @@
+#include "engine/plan/engine_blob.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "engine/common/cpu_features.h"
+#include "engine/common/sha256.h"
+#include "engine/common/status.h"
+
+namespace kiln::plan {
+namespace {
+
+constexpr size_t kHeaderBytes = 64;
+constexpr size_t kEntryBytes = 56;
+constexpr uint32_t kMaxSections = 16;
+constexpr uint64_t kAlign = 64;
+
+uint64_t AlignUp(uint64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+template <typename T>
+void Put(std::string& s, size_t at, T v) {
+  std::memcpy(&s[at], &v, sizeof(T));
+}
+template <typename T>
+T Get(const char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+absl::Status Corrupt(const std::string& what) {
+  return absl::DataLossError(absl::StrCat("engine blob is corrupted: ", what));
+}
+
+void ToAttr(const std::string& name, const ir::Attribute& a, v1::AttributeValue* out) {
+  out->set_name(name);
+  switch (a.type) {
+    case ir::Attribute::Type::kFloat:
+      out->set_type(v1::AttributeValue::FLOAT);
+      out->set_f(a.f);
+      break;
+    case ir::Attribute::Type::kInt:
+      out->set_type(v1::AttributeValue::INT);
+      out->set_i(a.i);
+      break;
+    case ir::Attribute::Type::kString:
+      out->set_type(v1::AttributeValue::STRING);
+      out->set_s(a.s);
+      break;
+    case ir::Attribute::Type::kTensor:
+      out->set_type(v1::AttributeValue::TENSOR);
+      out->set_tensor_dtype(static_cast<int32_t>(a.t.dtype()));
+      for (int64_t d : a.t.dims()) out->add_tensor_dims(d);
+      out->set_tensor_data(a.t.raw_data(), a.t.byte_size());
+      break;
+    case ir::Attribute::Type::kFloats:
+      out->set_type(v1::AttributeValue::FLOATS);
+      for (float f : a.floats) out->add_floats(f);
+      break;
+    case ir::Attribute::Type::kInts:
+      out->set_type(v1::AttributeValue::INTS);
+      for (int64_t i : a.ints) out->add_ints(i);
+      break;
+    case ir::Attribute::Type::kStrings:
+      out->set_type(v1::AttributeValue::STRINGS);
+      for (const auto& s : a.strings) out->add_strings(s);
+      break;
+  }
+}
+
+absl::StatusOr<ir::Attribute> FromAttr(const v1::AttributeValue& a) {
+  ir::Attribute out;
+  switch (a.type()) {
+    case v1::AttributeValue::FLOAT:
+      out.type = ir::Attribute::Type::kFloat;
+      out.f = a.f();
+      break;
+    case v1::AttributeValue::INT:
+      out.type = ir::Attribute::Type::kInt;
+      out.i = a.i();
+      break;
+    case v1::AttributeValue::STRING:
+      out.type = ir::Attribute::Type::kString;
+      out.s = a.s();
+      break;
+    case v1::AttributeValue::TENSOR: {
+      out.type = ir::Attribute::Type::kTensor;
+      DataType dt = DataTypeFromOnnx(a.tensor_dtype());
+      std::vector<int64_t> dims(a.tensor_dims().begin(), a.tensor_dims().end());
+      int64_t n = ir::NumElementsOf(dims);
+      if (dt == DataType::kUndefined || n < 0 ||
+          static_cast<uint64_t>(n) * DataTypeSize(dt) != a.tensor_data().size()) {
+        return Corrupt(absl::StrCat("attribute '", a.name(), "' tensor is inconsistent"));
+      }
+      ASSIGN_OR_RETURN(out.t, ir::Tensor::Allocate(dt, dims));
+      std::memcpy(out.t.raw_data(), a.tensor_data().data(), a.tensor_data().size());
+      break;
+    }
+    case v1::AttributeValue::FLOATS:
+      out.type = ir::Attribute::Type::kFloats;
+      out.floats.assign(a.floats().begin(), a.floats().end());
+      break;
+    case v1::AttributeValue::INTS:
+      out.type = ir::Attribute::Type::kInts;
+      out.ints.assign(a.ints().begin(), a.ints().end());
+      break;
+    case v1::AttributeValue::STRINGS:
+      out.type = ir::Attribute::Type::kStrings;
+      out.strings.assign(a.strings().begin(), a.strings().end());
+      break;
+    default:
+      return Corrupt(absl::StrCat("attribute '", a.name(), "' has unknown type"));
+  }
+  return out;
+}
+
+// Rebuilds the IR graph from validated metadata; weights borrow `base + weights_offset`.
+absl::StatusOr<std::unique_ptr<Engine>> Rebuild(v1::EngineMetadata meta, const char* weights,
+                                                uint64_t weights_size,
+                                                std::shared_ptr<void> storage) {
+  auto engine = std::make_unique<Engine>();
+  engine->graph = std::make_unique<ir::Graph>();
+  ir::Graph& g = *engine->graph;
+  g.set_opset(meta.opset());
+  g.set_ir_version(meta.ir_version());
+  g.set_name(meta.model_name());
+  std::vector<ir::Value*> values;
+  values.reserve(meta.tensors_size());
+  for (int i = 0; i < meta.tensors_size(); ++i) {
+    const v1::TensorInfo& t = meta.tensors(i);
+    auto v = g.AddValue(t.name());
+    if (!v.ok()) return Corrupt(absl::StrCat("tensor ", i, " '", t.name(), "' is duplicated"));
+    ir::Value* val = *v;
+    val->dtype = DataTypeFromOnnx(t.dtype());
+    val->shape.rank_known = t.rank_known();
+    for (const auto& d : t.dims()) {
+      val->shape.dims.push_back(d.value() >= 0 ? ir::Dim::Static(d.value())
+                                               : ir::Dim::Symbol(d.symbol()));
+    }
+    if (t.is_constant()) {
+      std::vector<int64_t> dims(t.constant_dims().begin(), t.constant_dims().end());
+      int64_t n = ir::NumElementsOf(dims);
+      size_t es = DataTypeSize(val->dtype);
+      if (n < 0 || es == 0 || static_cast<uint64_t>(n) * es != t.weight_bytes() ||
+          t.weight_offset() % kAlign != 0 || t.weight_offset() > weights_size ||
+          t.weight_bytes() > weights_size - t.weight_offset()) {
+        return Corrupt(absl::StrCat("constant tensor '", t.name(), "' is out of bounds"));
+      }
+      val->constant = ir::Tensor::Borrow(val->dtype, dims,
+                                         const_cast<char*>(weights + t.weight_offset()), storage);
+    }
+    values.push_back(val);
+  }
+  auto tensor = [&](int idx, const std::string& what) -> absl::StatusOr<ir::Value*> {
+    if (idx == -1) return nullptr;
+    if (idx < 0 || idx >= static_cast<int>(values.size())) {
+      return Corrupt(absl::StrCat(what, " refers to tensor ", idx, " of ", values.size()));
+    }
+    return values[idx];
+  };
+  for (int k = 0; k < meta.kernels_size(); ++k) {
+    const v1::Kernel& kd = meta.kernels(k);
+    auto op = ir::OpFromName(kd.op_type());
+    if (!op) return Corrupt(absl::StrCat("kernel ", kd.id(), " has unknown op ", kd.op_type()));
+    std::string name = kd.nodes_size() > 0 ? kd.nodes(0).node_name() : kd.id();
+    ir::Node* n = g.AddNode(*op, name);
+    n->since_version = kd.since_version();
+    for (int idx : kd.inputs()) {
+      ASSIGN_OR_RETURN(ir::Value * v, tensor(idx, absl::StrCat("kernel ", kd.id(), " input")));
+      n->inputs.push_back(v);
+    }
+    for (int idx : kd.outputs()) {
+      ASSIGN_OR_RETURN(ir::Value * v, tensor(idx, absl::StrCat("kernel ", kd.id(), " output")));
+      n->outputs.push_back(v);
+    }
+    for (const auto& a : kd.attributes()) {
+      ASSIGN_OR_RETURN(n->attrs[a.name()], FromAttr(a));
+    }
+    engine->order.push_back(n);
+  }
+  for (int idx : meta.graph_inputs()) {
+    ASSIGN_OR_RETURN(ir::Value * v, tensor(idx, "graph input"));
+    if (!v) return Corrupt("graph input is -1");
+    g.inputs().push_back(v);
+  }
+  for (int idx : meta.graph_outputs()) {
+    ASSIGN_OR_RETURN(ir::Value * v, tensor(idx, "graph output"));
+    if (!v) return Corrupt("graph output is -1");
+    g.outputs().push_back(v);
+  }
+  g.RebuildEdges();
+  engine->metadata = std::move(meta);
+  engine->storage = std::move(storage);
+  return engine;
+}
+
+absl::StatusOr<std::unique_ptr<Engine>> Parse(const char* data, uint64_t size,
+                                              std::shared_ptr<void> storage) {
+  if (size < kHeaderBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("engine blob is truncated: ", size,
+                                                   " bytes is smaller than the header"));
+  }
+  if (std::memcmp(data, kMagic, 8) != 0) {
+    return absl::InvalidArgumentError("not a Kiln engine: wrong magic (expected 'KILNENG\\0')");
+  }
+  uint32_t version = Get<uint32_t>(data + 8);
+  if (version != kFormatVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "engine blob format version ", version, " is not supported (this build reads version ",
+        kFormatVersion, ")"));
+  }
+  uint32_t nsec = Get<uint32_t>(data + 12);
+  uint64_t features = Get<uint64_t>(data + 16);
+  uint64_t file_bytes = Get<uint64_t>(data + 24);
+  if (nsec == 0 || nsec > kMaxSections) return Corrupt(absl::StrCat("section count ", nsec));
+  uint64_t table_end = kHeaderBytes + nsec * kEntryBytes;
+  if (size < table_end + 32) return absl::InvalidArgumentError("engine blob is truncated (header)");
+  Sha256Digest hd = Sha256(data, table_end);
+  if (std::memcmp(hd.data(), data + table_end, 32) != 0) {
+    return Corrupt("header digest mismatch");
+  }
+  if (file_bytes != size) {
+    return absl::InvalidArgumentError(absl::StrCat("engine blob is truncated or padded: header "
+                                                   "says ", file_bytes, " bytes, file has ", size));
+  }
+  uint64_t missing = features & ~DetectCpuFeatures();
+  if (missing != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "engine needs CPU features this machine lacks: ", CpuFeatureString(missing)));
+  }
+  const char* meta_ptr = nullptr;
+  const char* weights_ptr = nullptr;
+  uint64_t meta_size = 0, weights_size = 0;
+  uint64_t cursor = table_end + 32;  // sections must follow in order, each 64-aligned
+  for (uint32_t i = 0; i < nsec; ++i) {
+    const char* e = data + kHeaderBytes + i * kEntryBytes;
+    uint32_t kind = Get<uint32_t>(e);
+    uint64_t off = Get<uint64_t>(e + 8), len = Get<uint64_t>(e + 16);
+    if (Get<uint32_t>(e + 4) != 0 || off % kAlign != 0 || off < cursor || off > size ||
+        len > size - off) {
+      return Corrupt(absl::StrCat("section ", i, " has a bad offset or size"));
+    }
+    for (uint64_t p = cursor; p < off; ++p) {
+      if (data[p] != 0) return Corrupt(absl::StrCat("non-zero padding at byte ", p));
+    }
+    Sha256Digest d = Sha256(data + off, len);
+    if (std::memcmp(d.data(), e + 24, 32) != 0) {
+      return Corrupt(absl::StrCat("section ", i, " digest mismatch"));
+    }
+    if (kind == kSectionMetadata) {
+      meta_ptr = data + off;
+      meta_size = len;
+    } else if (kind == kSectionWeights) {
+      weights_ptr = data + off;
+      weights_size = len;
+    } else {
+      return Corrupt(absl::StrCat("section ", i, " has unknown kind ", kind));
+    }
+    cursor = off + len;
+  }
+  for (uint64_t p = cursor; p < size; ++p) {
+    if (data[p] != 0) return Corrupt(absl::StrCat("non-zero padding at byte ", p));
+  }
+  if (!meta_ptr) return Corrupt("no metadata section");
+  v1::EngineMetadata meta;
+  if (!meta.ParseFromArray(meta_ptr, static_cast<int>(meta_size))) {
+    return Corrupt("metadata does not parse");
+  }
+  if (!weights_ptr) weights_ptr = data;  // a model without constants
+  return Rebuild(std::move(meta), weights_ptr, weights_size, std::move(storage));
+}
+
+}  // namespace
+
+std::vector<int> TensorIndexOfValues(const ir::Graph& graph, const std::vector<ir::Node*>& order) {
+  std::vector<int> index(graph.values().size(), -1);
+  int next = 0;
+  auto use = [&](const ir::Value* v) {
+    if (v && index[v->id] < 0) index[v->id] = next++;
+  };
+  for (const ir::Value* v : graph.inputs()) use(v);
+  for (const ir::Node* n : order) {
+    for (const ir::Value* v : n->inputs) use(v);
+    for (const ir::Value* v : n->outputs) use(v);
+  }
+  for (const ir::Value* v : graph.outputs()) use(v);
+  return index;
+}
+
+absl::StatusOr<std::string> WriteEngine(const ir::Graph& graph, const std::vector<ir::Node*>& order,
+                                        const std::vector<v1::NodeProvenance>& provenance,
+                                        v1::EngineMetadata meta, uint64_t required_features) {
+  std::vector<int> index = TensorIndexOfValues(graph, order);
+  std::vector<const ir::Value*> by_index;
+  for (const auto& v : graph.values()) {
+    if (index[v->id] >= 0) {
+      if (static_cast<int>(by_index.size()) <= index[v->id]) by_index.resize(index[v->id] + 1);
+      by_index[index[v->id]] = v.get();
+    }
+  }
+  std::string weights;
+  meta.clear_tensors();
+  for (const ir::Value* v : by_index) {
+    v1::TensorInfo* t = meta.add_tensors();
+    t->set_name(v->name);
+    t->set_dtype(static_cast<int32_t>(v->dtype));
+    t->set_rank_known(v->shape.rank_known);
+    for (const ir::Dim& d : v->shape.dims) {
+      auto* pd = t->add_dims();
+      pd->set_value(d.value);
+      if (!d.is_static()) pd->set_symbol(d.symbol);
+    }
+    if (v->constant && !v->is_graph_input) {
+      t->set_is_constant(true);
+      weights.resize(AlignUp(weights.size()), '\0');
+      t->set_weight_offset(weights.size());
+      t->set_weight_bytes(v->constant->byte_size());
+      for (int64_t d : v->constant->dims()) t->add_constant_dims(d);
+      weights.append(static_cast<const char*>(v->constant->raw_data()), v->constant->byte_size());
+    }
+  }
+  meta.clear_graph_inputs();
+  meta.clear_graph_outputs();
+  for (const ir::Value* v : graph.inputs()) meta.add_graph_inputs(index[v->id]);
+  for (const ir::Value* v : graph.outputs()) meta.add_graph_outputs(index[v->id]);
+  meta.clear_kernels();
+  for (size_t k = 0; k < order.size(); ++k) {
+    const ir::Node* n = order[k];
+    v1::Kernel* kd = meta.add_kernels();
+    kd->set_id(absl::StrCat("k", k));
+    kd->set_op_type(ir::OpName(n->op));
+    kd->set_since_version(n->since_version);
+    for (const ir::Value* v : n->inputs) kd->add_inputs(v ? index[v->id] : -1);
+    for (const ir::Value* v : n->outputs) kd->add_outputs(v ? index[v->id] : -1);
+    std::vector<std::string> keys;
+    for (const auto& [key, a] : n->attrs) keys.push_back(key);
+    std::sort(keys.begin(), keys.end());  // deterministic blobs
+    for (const auto& key : keys) ToAttr(key, n->attrs.at(key), kd->add_attributes());
+    if (n->id >= 0 && n->id < static_cast<int>(provenance.size())) {
+      *kd->add_nodes() = provenance[n->id];
+    }
+  }
+  for (const auto& name : CpuFeatureNames(required_features)) {
+    meta.add_required_cpu_features(name);
+  }
+  std::string meta_bytes;
+  if (!meta.SerializeToString(&meta_bytes)) return absl::InternalError("metadata serialization");
+
+  const uint32_t nsec = 2;
+  uint64_t table_end = kHeaderBytes + nsec * kEntryBytes;
+  uint64_t meta_off = AlignUp(table_end + 32);
+  uint64_t weights_off = AlignUp(meta_off + meta_bytes.size());
+  uint64_t total = weights_off + weights.size();
+  std::string out(total, '\0');
+  std::memcpy(&out[0], kMagic, 8);
+  Put<uint32_t>(out, 8, kFormatVersion);
+  Put<uint32_t>(out, 12, nsec);
+  Put<uint64_t>(out, 16, required_features);
+  Put<uint64_t>(out, 24, total);
+  std::string bv = meta.builder_version().substr(0, 31);
+  std::memcpy(&out[32], bv.data(), bv.size());
+  auto entry = [&](int i, uint32_t kind, uint64_t off, const std::string& bytes) {
+    size_t e = kHeaderBytes + i * kEntryBytes;
+    Put<uint32_t>(out, e, kind);
+    Put<uint64_t>(out, e + 8, off);
+    Put<uint64_t>(out, e + 16, bytes.size());
+    Sha256Digest d = Sha256(bytes);
+    std::memcpy(&out[e + 24], d.data(), 32);
+    std::memcpy(&out[off], bytes.data(), bytes.size());
+  };
+  entry(0, kSectionMetadata, meta_off, meta_bytes);
+  entry(1, kSectionWeights, weights_off, weights);
+  Sha256Digest hd = Sha256(out.data(), table_end);
+  std::memcpy(&out[table_end], hd.data(), 32);
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<Engine>> LoadEngineFromBytes(std::shared_ptr<const std::string> bytes) {
+  // Weights are borrowed in place, so they must be 64-byte aligned in memory: copy into an
+  // aligned buffer (std::string storage is only 16-byte aligned).
+  size_t n = bytes->size();
+  void* p = std::aligned_alloc(64, (n + 63) / 64 * 64 + 64);
+  if (!p) return absl::ResourceExhaustedError("cannot allocate engine buffer");
+  std::memcpy(p, bytes->data(), n);
+  std::shared_ptr<void> storage(p, [](void* q) { std::free(q); });
+  return Parse(static_cast<const char*>(p), n, storage);
+}
+
+absl::StatusOr<std::unique_ptr<Engine>> LoadEngineFile(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return absl::NotFoundError(absl::StrCat("cannot open engine '", path, "'"));
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return absl::InvalidArgumentError(absl::StrCat("'", path, "' is not a regular file"));
+  }
+  size_t size = static_cast<size_t>(st.st_size);
+  if (size == 0) {
+    close(fd);
+    return absl::InvalidArgumentError(absl::StrCat("engine '", path, "' is empty"));
+  }
+  void* m = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  close(fd);
+  if (m == MAP_FAILED) return absl::InternalError(absl::StrCat("cannot mmap '", path, "'"));
+  std::shared_ptr<void> storage(m, [size](void* q) { munmap(q, size); });
+  auto engine = Parse(static_cast<const char*>(m), size, storage);
+  if (!engine.ok()) {
+    return absl::Status(engine.status().code(),
+                        absl::StrCat("'", path, "': ", engine.status().message()));
+  }
+  return engine;
+}
+
+}  // namespace kiln::plan

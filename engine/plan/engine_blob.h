@@ -1,0 +1,60 @@
+// Engine blob v1 (DESIGN.md §8): one file, readable without the builder.
+//
+//   header (64 bytes): magic "KILNENG\0", u32 format version, u32 section count,
+//     u64 required CPU features, u64 file size, char[32] builder version
+//   section table: per section u32 kind, u32 reserved (0), u64 offset, u64 size, sha256[32]
+//   sha256 of header + table (32 bytes)
+//   sections at 64-byte-aligned offsets, zero padding between them:
+//     kMetadata: kiln.v1.EngineMetadata (protobuf)
+//     kWeights:  constant tensors, each 64-byte aligned, referenced from the metadata
+//
+// All integers little-endian. The reader validates everything before it trusts anything, so a
+// truncated, corrupted (any flipped byte), wrong-magic or wrong-version file is a clear error.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/ir/graph.h"
+#include "kiln/v1/engine.pb.h"
+
+namespace kiln::plan {
+
+constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'E', 'N', 'G', '\0'};
+constexpr uint32_t kFormatVersion = 1;
+constexpr uint32_t kSectionMetadata = 1;
+constexpr uint32_t kSectionWeights = 2;
+
+/// A loaded engine: metadata, the graph rebuilt from it (nodes in execution order, constants
+/// borrowing the blob's weights), and the storage that keeps the weights alive.
+struct Engine {
+  v1::EngineMetadata metadata;
+  std::unique_ptr<ir::Graph> graph;
+  std::vector<ir::Node*> order;
+  std::shared_ptr<void> storage;
+};
+
+/// What the builder decided about one node, recorded in the blob.
+struct NodeDecision {
+  v1::NodeProvenance provenance;
+};
+
+/// Serialises an engine. `metadata` carries everything but tensors, kernels, graph inputs and
+/// outputs, which are filled from `graph` and `order`; `provenance[node->id]` describes each node.
+absl::StatusOr<std::string> WriteEngine(const ir::Graph& graph, const std::vector<ir::Node*>& order,
+                                        const std::vector<v1::NodeProvenance>& provenance,
+                                        v1::EngineMetadata metadata, uint64_t required_features);
+
+/// Loads an engine from bytes (kept alive by the returned Engine).
+absl::StatusOr<std::unique_ptr<Engine>> LoadEngineFromBytes(std::shared_ptr<const std::string> bytes);
+
+/// Maps an engine file read-only and loads it.
+absl::StatusOr<std::unique_ptr<Engine>> LoadEngineFile(const std::string& path);
+
+/// Tensor index of each value in the blob: ids of `graph` values that are used, in value order.
+std::vector<int> TensorIndexOfValues(const ir::Graph& graph, const std::vector<ir::Node*>& order);
+
+}  // namespace kiln::plan

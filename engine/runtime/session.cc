@@ -1,0 +1,216 @@
+#include "engine/runtime/session.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "engine/common/status.h"
+#include "engine/kernels/registry.h"
+
+namespace kiln::runtime {
+namespace {
+
+// The context a kernel sees for one node in one run.
+class NodeContext final : public kernels::KernelContext {
+ public:
+  NodeContext(const ir::Node& node, std::vector<ir::Tensor>& values, char* arena,
+              const std::vector<int64_t>& slot_offset, const std::vector<uint64_t>& slot_bytes)
+      : node_(node), values_(values), arena_(arena), slot_offset_(slot_offset),
+        slot_bytes_(slot_bytes) {}
+
+  int num_inputs() const override { return node_.num_inputs(); }
+  const ir::Tensor* input(int i) const override {
+    const ir::Value* v = node_.input(i);
+    if (!v) return nullptr;
+    const ir::Tensor& t = values_[v->id];
+    return t.defined() ? &t : nullptr;
+  }
+  int num_outputs() const override { return node_.num_outputs(); }
+  bool output_requested(int i) const override {
+    return i < node_.num_outputs() && node_.outputs[i] != nullptr;
+  }
+  absl::StatusOr<ir::Tensor*> output(int i, DataType dtype, std::vector<int64_t> dims) override {
+    if (i < 0 || i >= node_.num_outputs()) {
+      return absl::InternalError(absl::StrCat(node_.Label(), " kernel asked for output ", i,
+                                              " of ", node_.num_outputs()));
+    }
+    const ir::Value* v = node_.outputs[i];
+    if (v == nullptr) {
+      // Omitted output: give the kernel scratch space it may ignore.
+      scratch_.emplace_back();
+      ASSIGN_OR_RETURN(scratch_.back(), ir::Tensor::Allocate(dtype, std::move(dims)));
+      return &scratch_.back();
+    }
+    if (v->dtype != DataType::kUndefined && dtype != v->dtype) {
+      return absl::InternalError(absl::StrCat(node_.Label(), " output ", i, " '", v->name,
+                                              "' is ", DataTypeOnnxName(dtype), " but the graph ",
+                                              "says ", DataTypeOnnxName(v->dtype)));
+    }
+    int64_t n = ir::NumElementsOf(dims);
+    if (n < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(node_.Label(), " output ", i, " dims ",
+                                                     ir::DimsToString(dims), " are invalid"));
+    }
+    uint64_t bytes = static_cast<uint64_t>(n) * DataTypeSize(dtype);
+    int64_t off = slot_offset_[v->id];
+    if (off >= 0 && bytes <= slot_bytes_[v->id]) {
+      values_[v->id] = ir::Tensor::Borrow(dtype, std::move(dims), arena_ + off, nullptr);
+    } else {
+      ASSIGN_OR_RETURN(values_[v->id], ir::Tensor::Allocate(dtype, std::move(dims)));
+    }
+    return &values_[v->id];
+  }
+
+ private:
+  const ir::Node& node_;
+  std::vector<ir::Tensor>& values_;
+  char* arena_;
+  const std::vector<int64_t>& slot_offset_;
+  const std::vector<uint64_t>& slot_bytes_;
+  std::vector<ir::Tensor> scratch_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Session>> Session::Create(
+    std::shared_ptr<const plan::Engine> engine) {
+  auto s = std::unique_ptr<Session>(new Session());
+  s->engine_ = std::move(engine);
+  const plan::Engine& e = *s->engine_;
+  const kernels::Registry& reg = kernels::Registry::Default();
+  for (const ir::Node* n : e.order) {
+    ASSIGN_OR_RETURN(const kernels::KernelDef* def, reg.Find(*n));
+    ASSIGN_OR_RETURN(auto k, def->factory(*n));
+    s->kernels_.push_back(std::move(k));
+  }
+  size_t nv = e.graph->values().size();
+  s->last_use_.assign(nv, -1);
+  for (int i = 0; i < static_cast<int>(e.order.size()); ++i) {
+    for (const ir::Value* v : e.order[i]->inputs) {
+      if (v) s->last_use_[v->id] = i;
+    }
+  }
+  s->slot_offset_.assign(nv, -1);
+  s->slot_bytes_.assign(nv, 0);
+  const auto& mp = e.metadata.memory_plan();
+  // Slots in the metadata use blob tensor indices, which equal value ids of the rebuilt graph.
+  for (const auto& slot : mp.slots()) {
+    if (slot.tensor() < 0 || slot.tensor() >= static_cast<int>(nv) ||
+        slot.offset() + slot.bytes() > mp.arena_bytes()) {
+      return absl::DataLossError("engine memory plan has a slot outside the arena");
+    }
+    s->slot_offset_[slot.tensor()] = static_cast<int64_t>(slot.offset());
+    s->slot_bytes_[slot.tensor()] = slot.bytes();
+  }
+  s->arena_bytes_ = mp.arena_bytes();
+  if (s->arena_bytes_ > 0) {
+    void* p = std::aligned_alloc(64, (s->arena_bytes_ + 63) / 64 * 64);
+    if (!p) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cannot allocate the ", s->arena_bytes_, "-byte activation arena"));
+    }
+    s->arena_ = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  }
+  return s;
+}
+
+absl::Status Session::CheckInputs(const std::vector<ir::Tensor>& inputs) const {
+  const auto& gin = engine_->graph->inputs();
+  if (inputs.size() != gin.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("engine takes ", gin.size(), " inputs, got ",
+                                                   inputs.size()));
+  }
+  absl::flat_hash_map<std::string, int64_t> bound;  // symbolic dim -> value in this run
+  for (size_t i = 0; i < gin.size(); ++i) {
+    const ir::Value* v = gin[i];
+    const ir::Tensor& t = inputs[i];
+    std::string what = absl::StrCat("input ", i, " '", v->name, "'");
+    if (t.dtype() != v->dtype) {
+      return absl::InvalidArgumentError(absl::StrCat(what, " must be ",
+                                                     DataTypeOnnxName(v->dtype), ", got ",
+                                                     DataTypeOnnxName(t.dtype())));
+    }
+    if (!v->shape.rank_known) continue;
+    if (t.rank() != v->shape.rank()) {
+      return absl::InvalidArgumentError(absl::StrCat(what, " must have shape ",
+                                                     v->shape.ToString(), ", got ",
+                                                     ir::DimsToString(t.dims())));
+    }
+    for (int d = 0; d < t.rank(); ++d) {
+      const ir::Dim& dim = v->shape.dims[d];
+      if (dim.is_static() && dim.value != t.dim(d)) {
+        return absl::InvalidArgumentError(absl::StrCat(what, " dim ", d, " must be ", dim.value,
+                                                       ", got ", t.dim(d), " (shape ",
+                                                       ir::DimsToString(t.dims()), ")"));
+      }
+      if (!dim.is_static() && !dim.symbol.empty()) {
+        auto [it, inserted] = bound.emplace(dim.symbol, t.dim(d));
+        if (!inserted && it->second != t.dim(d)) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              what, " dim ", d, " ('", dim.symbol, "') is ", t.dim(d), " but another input bound '",
+              dim.symbol, "' to ", it->second));
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<ir::Tensor>> Session::Run(const std::vector<ir::Tensor>& inputs,
+                                                     const NodeObserver& observer) {
+  RETURN_IF_ERROR(CheckInputs(inputs));
+  const plan::Engine& e = *engine_;
+  const ir::Graph& g = *e.graph;
+  std::vector<ir::Tensor> values(g.values().size());
+  for (const auto& v : g.values()) {
+    if (v->constant) values[v->id] = *v->constant;
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) values[g.inputs()[i]->id] = inputs[i];
+  char* arena = static_cast<char*>(arena_.get());
+  std::vector<const ir::Tensor*> outs;
+  for (size_t i = 0; i < e.order.size(); ++i) {
+    const ir::Node& n = *e.order[i];
+    NodeContext ctx(n, values, arena, slot_offset_, slot_bytes_);
+    absl::Status st = kernels_[i]->Run(ctx);
+    if (!st.ok()) {
+      std::string msg(st.message());
+      if (msg.rfind("[node", 0) != 0) msg = absl::StrCat(n.Label(), " ", msg);
+      return absl::Status(st.code(), msg);
+    }
+    for (int k = 0; k < n.num_outputs(); ++k) {
+      const ir::Value* v = n.outputs[k];
+      if (v && !values[v->id].defined()) {
+        return absl::InternalError(absl::StrCat(n.Label(), " did not produce output ", k, " '",
+                                                v->name, "'"));
+      }
+    }
+    if (observer) {
+      outs.clear();
+      for (const ir::Value* v : n.outputs) outs.push_back(v ? &values[v->id] : nullptr);
+      observer(n, outs);
+    }
+    // Release activations after their last use (arena slots are simply forgotten).
+    for (const ir::Value* v : n.inputs) {
+      if (v && last_use_[v->id] == static_cast<int>(i) && !v->is_graph_output && !v->constant &&
+          !v->is_graph_input) {
+        values[v->id] = ir::Tensor();
+      }
+    }
+  }
+  std::vector<ir::Tensor> result;
+  result.reserve(g.outputs().size());
+  for (const ir::Value* v : g.outputs()) {
+    const ir::Tensor& t = values[v->id];
+    if (!t.defined()) {
+      return absl::InternalError(absl::StrCat("graph output '", v->name, "' was not computed"));
+    }
+    // Graph outputs are never arena slots (the planner skips them), so handing out the tensor
+    // itself is safe: the caller shares its storage.
+    result.push_back(t);
+  }
+  return result;
+}
+
+}  // namespace kiln::runtime

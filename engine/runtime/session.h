@@ -1,0 +1,46 @@
+// Executes a loaded engine: one kernel per node in execution order, activations in a planned
+// arena (liveness reuse) or, for sizes known only at run time, allocated on demand and released
+// after their last use. Inputs with symbolic dims are bound per run.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/ir/graph.h"
+#include "engine/kernels/kernel.h"
+#include "engine/plan/engine_blob.h"
+
+namespace kiln::runtime {
+
+/// Called after each node with the node and its output tensors (valid only during the call).
+using NodeObserver = std::function<void(const ir::Node&, const std::vector<const ir::Tensor*>&)>;
+
+/// A ready-to-run engine. Not thread-safe: one Run at a time.
+class Session {
+ public:
+  /// Creates kernels for every node (fails naming the node if one has no kernel).
+  static absl::StatusOr<std::unique_ptr<Session>> Create(std::shared_ptr<const plan::Engine> engine);
+
+  /// Runs with `inputs` in graph-input order; returns outputs in graph-output order.
+  absl::StatusOr<std::vector<ir::Tensor>> Run(const std::vector<ir::Tensor>& inputs,
+                                              const NodeObserver& observer = nullptr);
+
+  const plan::Engine& engine() const { return *engine_; }
+  uint64_t arena_bytes() const { return arena_bytes_; }
+
+ private:
+  Session() = default;
+  absl::Status CheckInputs(const std::vector<ir::Tensor>& inputs) const;
+
+  std::shared_ptr<const plan::Engine> engine_;
+  std::vector<std::unique_ptr<kernels::Kernel>> kernels_;
+  std::vector<int> last_use_;           // per value id: index in order of its last consumer
+  std::vector<int64_t> slot_offset_;    // per value id: arena offset or -1
+  std::vector<uint64_t> slot_bytes_;
+  uint64_t arena_bytes_ = 0;
+  std::shared_ptr<void> arena_;
+};
+
+}  // namespace kiln::runtime

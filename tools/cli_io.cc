@@ -1,0 +1,71 @@
+#include "tools/cli_io.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "engine/common/status.h"
+#include "engine/import/onnx_importer.h"
+#include "engine/import/tensor_proto.h"
+
+namespace kiln::tools {
+
+absl::StatusOr<std::vector<ir::Tensor>> ReadTensorDir(const std::string& dir,
+                                                      const std::string& prefix) {
+  struct stat st;
+  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return absl::NotFoundError(absl::StrCat("'", dir, "' is not a folder"));
+  }
+  std::vector<ir::Tensor> out;
+  for (int i = 0;; ++i) {
+    std::string path = absl::StrCat(dir, "/", prefix, "_", i, ".pb");
+    if (stat(path.c_str(), &st) != 0) break;
+    ASSIGN_OR_RETURN(std::string bytes, import::ReadFile(path, int64_t{1} << 34));
+    ASSIGN_OR_RETURN(ir::Tensor t, import::ParseTensorProto(bytes, path));
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+absl::Status WriteFileAtomic(const std::string& path, const std::string& data) {
+  std::string tmp = absl::StrCat(path, ".tmp.", getpid());
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) return absl::PermissionDeniedError(absl::StrCat("cannot write '", path, "'"));
+    f.write(data.data(), static_cast<std::streamsize>(data.size()));
+    f.flush();
+    if (!f) {
+      std::remove(tmp.c_str());
+      return absl::DataLossError(absl::StrCat("short write to '", path, "' (disk full?)"));
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return absl::PermissionDeniedError(absl::StrCat("cannot rename into '", path, "'"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteTensorDir(const std::string& dir, const std::string& prefix,
+                            const std::vector<ir::Tensor>& tensors,
+                            const std::vector<std::string>& names) {
+  struct stat st;
+  if (stat(dir.c_str(), &st) != 0) {
+    if (mkdir(dir.c_str(), 0755) != 0) {
+      return absl::PermissionDeniedError(absl::StrCat("cannot create folder '", dir, "'"));
+    }
+  } else if (!S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat("'", dir, "' exists and is not a folder"));
+  }
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    RETURN_IF_ERROR(WriteFileAtomic(absl::StrCat(dir, "/", prefix, "_", i, ".pb"),
+                                    import::SerializeTensorProto(tensors[i], names[i])));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kiln::tools

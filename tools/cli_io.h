@@ -1,0 +1,26 @@
+// File helpers of the kiln CLI: ONNX backend-test tensor folders and atomic writes.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/ir/tensor.h"
+
+namespace kiln::tools {
+
+/// Reads `DIR/<prefix>_0.pb`, `DIR/<prefix>_1.pb`, ... (serialized onnx.TensorProto) until the
+/// next index is missing.
+absl::StatusOr<std::vector<ir::Tensor>> ReadTensorDir(const std::string& dir,
+                                                      const std::string& prefix);
+
+/// Writes `tensors[i]` to `DIR/<prefix>_i.pb` with `names[i]` as the TensorProto name; creates DIR.
+absl::Status WriteTensorDir(const std::string& dir, const std::string& prefix,
+                            const std::vector<ir::Tensor>& tensors,
+                            const std::vector<std::string>& names);
+
+/// Writes `data` to `path` through a temporary file and a rename, so a failed write never
+/// leaves a partial file behind.
+absl::Status WriteFileAtomic(const std::string& path, const std::string& data);
+
+}  // namespace kiln::tools

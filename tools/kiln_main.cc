@@ -1,0 +1,225 @@
+// kiln: the local command line (DESIGN.md §10): build, run, inspect.
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "engine/builder/builder.h"
+#include "engine/common/cpu_features.h"
+#include "engine/common/status.h"
+#include "engine/plan/engine_blob.h"
+#include "engine/runtime/session.h"
+#include "google/protobuf/util/json_util.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
+#include "tools/cli_io.h"
+
+namespace kiln::tools {
+namespace {
+
+constexpr char kUsage[] = R"(usage:
+  kiln build MODEL.onnx [--policy fp32] -o ENGINE [--quiet]
+  kiln run ENGINE --inputs DIR --outputs DIR
+  kiln inspect ENGINE [--json]
+
+  build    import MODEL.onnx, check it, and write an engine blob to ENGINE
+  run      run ENGINE on DIR/input_<i>.pb (ONNX TensorProto, graph input order) and write
+           DIR/output_<i>.pb
+  inspect  print the engine's kernels, tensors, memory plan and provenance
+)";
+
+struct UsageError {
+  std::string message;
+};
+
+// Parsed command line: positional arguments and --flags (with or without a value).
+struct Args {
+  std::vector<std::string> positional;
+  std::map<std::string, std::string> flags;
+};
+
+// Flags each command takes; `true` means the flag takes a value.
+absl::StatusOr<Args> Parse(int argc, char** argv, int first,
+                           const std::map<std::string, bool>& known) {
+  Args a;
+  for (int i = first; i < argc; ++i) {
+    std::string s = argv[i];
+    if (s.size() > 1 && s[0] == '-') {
+      auto it = known.find(s);
+      if (it == known.end()) return absl::InvalidArgumentError(absl::StrCat("unknown option ", s));
+      if (it->second) {
+        if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat(s, " needs a value"));
+        a.flags[s] = argv[++i];
+      } else {
+        a.flags[s] = "";
+      }
+    } else {
+      a.positional.push_back(s);
+    }
+  }
+  return a;
+}
+
+// Options of later DESIGN.md §10 features: recognised so users get a precise message.
+const char* kLaterBuildFlags[] = {"--rule", "--constraints", "--fusion", "--inputs",
+                                  "--seed", "--report", "--html"};
+
+absl::Status Build(int argc, char** argv) {
+  std::map<std::string, bool> known = {{"--policy", true}, {"-o", true}, {"--quiet", false}};
+  for (const char* f : kLaterBuildFlags) known[f] = true;
+  auto args = Parse(argc, argv, 2, known);
+  if (!args.ok()) throw UsageError{std::string(args.status().message())};
+  if (args->positional.size() != 1) throw UsageError{"build takes exactly one MODEL.onnx"};
+  if (!args->flags.count("-o")) throw UsageError{"build needs -o ENGINE"};
+  for (const char* f : kLaterBuildFlags) {
+    if (args->flags.count(f)) {
+      return absl::UnimplementedError(absl::StrCat(f, " is not supported by this build yet"));
+    }
+  }
+  builder::BuildOptions opts;
+  if (args->flags.count("--policy")) opts.policy = args->flags["--policy"];
+  auto logger = spdlog::stderr_color_mt("kiln");
+  logger->set_pattern("[%H:%M:%S.%e] %v");
+  logger->set_level(args->flags.count("--quiet") ? spdlog::level::warn : spdlog::level::info);
+  ASSIGN_OR_RETURN(auto result, builder::BuildEngineFromFile(args->positional[0], opts, logger));
+  RETURN_IF_ERROR(WriteFileAtomic(args->flags["-o"], result.blob));
+  const auto& s = result.summary;
+  std::cout << absl::StrFormat(
+      "built %s -> %s\n  %d source nodes -> %d kernels (%d folded, %d dead)\n"
+      "  weights %d bytes; activation arena %d bytes for %d bytes of activations%s\n",
+      args->positional[0], args->flags["-o"], s.source_nodes, s.kernels, s.folded_nodes,
+      s.dead_nodes, s.weight_bytes, s.arena_bytes, s.total_activation_bytes,
+      s.dynamic_activations ? absl::StrCat(" (+", s.dynamic_activations, " sized at run time)")
+                            : "");
+  return absl::OkStatus();
+}
+
+absl::Status Run(int argc, char** argv) {
+  auto args = Parse(argc, argv, 2, {{"--inputs", true}, {"--outputs", true}});
+  if (!args.ok()) throw UsageError{std::string(args.status().message())};
+  if (args->positional.size() != 1) throw UsageError{"run takes exactly one ENGINE"};
+  if (!args->flags.count("--inputs") || !args->flags.count("--outputs")) {
+    throw UsageError{"run needs --inputs DIR and --outputs DIR"};
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<plan::Engine> engine, plan::LoadEngineFile(args->positional[0]));
+  ASSIGN_OR_RETURN(auto session, runtime::Session::Create(engine));
+  ASSIGN_OR_RETURN(auto inputs, ReadTensorDir(args->flags["--inputs"], "input"));
+  ASSIGN_OR_RETURN(auto outputs, session->Run(inputs));
+  std::vector<std::string> names;
+  for (const ir::Value* v : engine->graph->outputs()) names.push_back(v->name);
+  RETURN_IF_ERROR(WriteTensorDir(args->flags["--outputs"], "output", outputs, names));
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    std::cout << absl::StrFormat("output_%d.pb  %s %s %s\n", i, names[i],
+                                 DataTypeOnnxName(outputs[i].dtype()),
+                                 ir::DimsToString(outputs[i].dims()));
+  }
+  return absl::OkStatus();
+}
+
+std::string ShapeString(const v1::TensorInfo& t) {
+  if (!t.rank_known()) return "[?]";
+  std::vector<std::string> parts;
+  for (const auto& d : t.dims()) {
+    parts.push_back(d.value() >= 0 ? absl::StrCat(d.value())
+                                   : (d.symbol().empty() ? "?" : d.symbol()));
+  }
+  return absl::StrCat("[", absl::StrJoin(parts, ","), "]");
+}
+
+absl::Status Inspect(int argc, char** argv) {
+  auto args = Parse(argc, argv, 2, {{"--json", false}});
+  if (!args.ok()) throw UsageError{std::string(args.status().message())};
+  if (args->positional.size() != 1) throw UsageError{"inspect takes exactly one ENGINE"};
+  ASSIGN_OR_RETURN(std::unique_ptr<plan::Engine> engine, plan::LoadEngineFile(args->positional[0]));
+  const v1::EngineMetadata& m = engine->metadata;
+  if (args->flags.count("--json")) {
+    google::protobuf::util::JsonPrintOptions o;
+    o.add_whitespace = true;
+    o.preserve_proto_field_names = true;
+    std::string json;
+    auto st = google::protobuf::util::MessageToJsonString(m, &json, o);
+    if (!st.ok()) return absl::InternalError(std::string(st.message()));
+    std::cout << json;
+    return absl::OkStatus();
+  }
+  auto tensor = [&](int i) -> std::string {
+    if (i < 0) return "-";
+    const auto& t = m.tensors(i);
+    return absl::StrCat(t.name(), ":", DataTypeName(DataTypeFromOnnx(t.dtype())), ShapeString(t));
+  };
+  std::cout << absl::StrFormat(
+      "engine %s\n  format v%d, builder %s, model sha256 %s\n  model '%s', opset %d, ir_version "
+      "%d, policy %s\n  requires CPU features: %s\n",
+      args->positional[0], plan::kFormatVersion, m.builder_version(), m.model_sha256(),
+      m.model_name(), m.opset(), m.ir_version(), m.policy(),
+      m.required_cpu_features().empty() ? "none" : absl::StrJoin(m.required_cpu_features(), ","));
+  std::cout << "inputs:\n";
+  for (int i : m.graph_inputs()) std::cout << "  " << tensor(i) << "\n";
+  std::cout << "outputs:\n";
+  for (int i : m.graph_outputs()) std::cout << "  " << tensor(i) << "\n";
+  const auto& mp = m.memory_plan();
+  std::cout << absl::StrFormat(
+      "memory plan: arena %d bytes for %d bytes of activations (%.1f%%), %d sized at run time\n",
+      mp.arena_bytes(), mp.total_activation_bytes(),
+      mp.total_activation_bytes() ? 100.0 * mp.arena_bytes() / mp.total_activation_bytes() : 100.0,
+      mp.dynamic_tensors());
+  std::cout << absl::StrFormat("kernels: %d for %d source nodes\n", m.kernels_size(),
+                               m.source_node_count());
+  for (const auto& k : m.kernels()) {
+    std::vector<std::string> ins, outs;
+    for (int i : k.inputs()) ins.push_back(tensor(i));
+    for (int i : k.outputs()) outs.push_back(tensor(i));
+    std::cout << absl::StrFormat("  %-5s %-20s %s/%s  (%s) -> (%s)\n", k.id(), k.op_type(),
+                                 k.backend(), k.isa(), absl::StrJoin(ins, ", "),
+                                 absl::StrJoin(outs, ", "));
+    for (const auto& p : k.nodes()) {
+      std::cout << absl::StrFormat("        node '%s' (%s) #%d  assigned %s, effective %s, rule: %s%s\n",
+                                   p.node_name(), p.op_type(), p.node_index(),
+                                   p.assigned_precision(), p.effective_precision(), p.rule(),
+                                   p.fusion().empty() ? "" : absl::StrCat(", fusion: ", p.fusion()));
+    }
+  }
+  if (m.removed_nodes_size() > 0) {
+    std::cout << absl::StrFormat("removed at build time: %d node(s)\n", m.removed_nodes_size());
+    for (const auto& p : m.removed_nodes()) {
+      std::cout << absl::StrFormat("        node '%s' (%s) #%d  %s\n", p.node_name(), p.op_type(),
+                                   p.node_index(), p.fusion());
+    }
+  }
+  return absl::OkStatus();
+}
+
+int Main(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h" ||
+      std::string(argv[1]) == "help") {
+    std::cout << kUsage;
+    return argc < 2 ? 2 : 0;
+  }
+  std::string cmd = argv[1];
+  absl::Status st;
+  try {
+    if (cmd == "build") st = Build(argc, argv);
+    else if (cmd == "run") st = Run(argc, argv);
+    else if (cmd == "inspect") st = Inspect(argc, argv);
+    else throw UsageError{absl::StrCat("unknown command '", cmd, "'")};
+  } catch (const UsageError& e) {
+    std::cerr << "kiln: " << e.message << "\n\n" << kUsage;
+    return 2;
+  }
+  if (!st.ok()) {
+    std::cerr << "kiln " << cmd << ": error: " << absl::StatusCodeToString(st.code()) << ": "
+              << st.message() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace kiln::tools
+
+int main(int argc, char** argv) { return kiln::tools::Main(argc, argv); }
