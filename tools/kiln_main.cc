@@ -181,8 +181,8 @@ absl::Status Inspect(int argc, char** argv) {
     std::vector<std::string> ins, outs;
     for (int i : k.inputs()) ins.push_back(tensor(i));
     for (int i : k.outputs()) outs.push_back(tensor(i));
-    std::cout << absl::StrFormat("  %-5s %-20s %s/%s  (%s) -> (%s)\n", k.id(), k.op_type(),
-                                 k.backend(), k.isa(), absl::StrJoin(ins, ", "),
+    std::cout << absl::StrFormat("  %-5s %-20s %s/%s/%s  (%s) -> (%s)\n", k.id(), k.op_type(),
+                                 k.backend(), k.isa(), k.dtype(), absl::StrJoin(ins, ", "),
                                  absl::StrJoin(outs, ", "));
     for (const auto& p : k.nodes()) {
       std::cout << absl::StrFormat("        node '%s' (%s) #%d  assigned %s, effective %s, rule: %s%s\n",

@@ -82,7 +82,13 @@ std::string BaseName(std::string p) {
 
 std::vector<Case> FindCases(const std::string& root) {
   std::vector<Case> cases;
-  std::string label = BaseName(root);
+  // Cases are named by the last two folders of the root and the case, e.g.
+  // "onnx-conformance/node/test_abs" or "data/node/test_abs" (Debian's ONNX 1.12 data).
+  std::string trimmed = root;
+  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
+  auto slash = trimmed.rfind('/');
+  std::string parent = slash == std::string::npos ? "" : BaseName(trimmed.substr(0, slash));
+  std::string label = parent.empty() ? BaseName(trimmed) : parent + "/" + BaseName(trimmed);
   for (const std::string& n : ListDir(root)) {
     std::string path = absl::StrCat(root, "/", n);
     if (IsDir(path) && IsFile(path + "/model.onnx")) {
@@ -397,6 +403,10 @@ int Main(int argc, char** argv) {
         if (reason == "unsupported dtype" && std::regex_search(r, m, dt_re)) detail = m[1];
         static const std::regex node_re(R"(\((\w+)\) #\d+\])");
         if (reason == "unsupported mode" && std::regex_search(r, m, node_re)) detail = m[1];
+        if (absl::StartsWith(reason, "expected data")) {
+          size_t from = r.find(": ") + 2;
+          detail = r.substr(from, r.find(" (", from) - from);
+        }
         skip_groups[absl::StrCat(reason, ": ", detail)]++;
         if (verbose) std::cout << "SKIP " << c.name << ": " << r.substr(5) << "\n";
       } else {
