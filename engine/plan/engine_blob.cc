@@ -394,7 +394,9 @@ absl::StatusOr<std::unique_ptr<Engine>> LoadEngineFromBytes(std::shared_ptr<cons
 }
 
 absl::StatusOr<std::unique_ptr<Engine>> LoadEngineFile(const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO for reading would block until a writer appears; it is refused
+  // below as not a regular file instead.
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return absl::NotFoundError(absl::StrCat("cannot open engine '", path, "'"));
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
