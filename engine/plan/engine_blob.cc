@@ -39,6 +39,19 @@ absl::Status Corrupt(const std::string& what) {
   return absl::DataLossError(absl::StrCat("engine blob is corrupted: ", what));
 }
 
+// Names every bit of `missing`, including bits this reader has no name for (a newer builder's
+// features), so the error never says "lacks: none".
+std::string MissingFeatureNames(uint64_t missing) {
+  std::vector<std::string> names;
+  for (int b = 0; b < 64; ++b) {
+    uint64_t bit = uint64_t{1} << b;
+    if (!(missing & bit)) continue;
+    std::vector<std::string> known = CpuFeatureNames(bit);
+    names.push_back(known.empty() ? absl::StrCat("unknown feature bit ", b) : known[0]);
+  }
+  return absl::StrJoin(names, ",");
+}
+
 void ToAttr(const std::string& name, const ir::Attribute& a, v1::AttributeValue* out) {
   out->set_name(name);
   switch (a.type) {
@@ -233,7 +246,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Parse(const char* data, uint64_t size,
   uint64_t missing = features & ~DetectCpuFeatures();
   if (missing != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "engine needs CPU features this machine lacks: ", CpuFeatureString(missing)));
+        "engine needs CPU features this machine lacks: ", MissingFeatureNames(missing)));
   }
   const char* meta_ptr = nullptr;
   const char* weights_ptr = nullptr;
