@@ -108,8 +108,10 @@ absl::StatusOr<ir::Attribute> FromAttr(const v1::AttributeValue& a) {
       DataType dt = DataTypeFromOnnx(a.tensor_dtype());
       std::vector<int64_t> dims(a.tensor_dims().begin(), a.tensor_dims().end());
       int64_t n = ir::NumElementsOf(dims);
-      if (dt == DataType::kUndefined || n < 0 ||
-          static_cast<uint64_t>(n) * DataTypeSize(dt) != a.tensor_data().size()) {
+      size_t es = DataTypeSize(dt);
+      // Compared by division: n * es may wrap around 2^64.
+      if (dt == DataType::kUndefined || n < 0 || es == 0 || a.tensor_data().size() % es != 0 ||
+          static_cast<uint64_t>(n) != a.tensor_data().size() / es) {
         return Corrupt(absl::StrCat("attribute '", a.name(), "' tensor is inconsistent"));
       }
       ASSIGN_OR_RETURN(out.t, ir::Tensor::Allocate(dt, dims));
@@ -161,7 +163,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Rebuild(v1::EngineMetadata meta, const c
       std::vector<int64_t> dims(t.constant_dims().begin(), t.constant_dims().end());
       int64_t n = ir::NumElementsOf(dims);
       size_t es = DataTypeSize(val->dtype);
-      if (n < 0 || es == 0 || static_cast<uint64_t>(n) * es != t.weight_bytes() ||
+      // n * es is compared by division: the product may wrap around 2^64 (2^61 doubles
+      // "need" 0 bytes).
+      if (n < 0 || es == 0 || t.weight_bytes() % es != 0 ||
+          static_cast<uint64_t>(n) != t.weight_bytes() / es ||
           t.weight_offset() % kAlign != 0 || t.weight_offset() > weights_size ||
           t.weight_bytes() > weights_size - t.weight_offset()) {
         return Corrupt(absl::StrCat("constant tensor '", t.name(), "' is out of bounds"));
