@@ -213,6 +213,26 @@ absl::StatusOr<std::unique_ptr<Engine>> Rebuild(v1::EngineMetadata meta, const c
     if (!v) return Corrupt("graph output is -1");
     g.outputs().push_back(v);
   }
+  // The runtime places activations at these offsets in an arena of arena_bytes: check them here
+  // without overflow (offset + bytes may wrap around 2^64).
+  const v1::MemoryPlan& mp = meta.memory_plan();
+  // No machine has 2^48 bytes to give an arena (x86-64 user space is 2^47); the bound also keeps
+  // the runtime's round-up of arena_bytes from wrapping around.
+  if (mp.arena_bytes() > (uint64_t{1} << 48)) {
+    return Corrupt(absl::StrCat("memory plan arena of ", mp.arena_bytes(), " bytes"));
+  }
+  for (int i = 0; i < mp.slots_size(); ++i) {
+    const auto& slot = mp.slots(i);
+    if (slot.tensor() < 0 || slot.tensor() >= static_cast<int>(values.size())) {
+      return Corrupt(absl::StrCat("memory plan slot ", i, " refers to tensor ", slot.tensor(),
+                                  " of ", values.size()));
+    }
+    if (slot.bytes() > mp.arena_bytes() || slot.offset() > mp.arena_bytes() - slot.bytes()) {
+      return Corrupt(absl::StrCat("memory plan slot ", i, " (offset ", slot.offset(), ", ",
+                                  slot.bytes(), " bytes) is outside the ", mp.arena_bytes(),
+                                  "-byte arena"));
+    }
+  }
   g.RebuildEdges();
   engine->metadata = std::move(meta);
   engine->storage = std::move(storage);
