@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -33,9 +34,15 @@ constexpr char kUsage[] = R"(usage:
   inspect  print the engine's kernels, tensors, memory plan and provenance
 )";
 
-struct UsageError {
-  std::string message;
-};
+// Usage errors are InvalidArgument statuses carrying this payload key, so Main can print
+// usage and exit 2 instead of 1.
+constexpr char kUsagePayload[] = "kiln.usage";
+
+absl::Status UsageError(const std::string& message) {
+  absl::Status st = absl::InvalidArgumentError(message);
+  st.SetPayload(kUsagePayload, absl::Cord("1"));
+  return st;
+}
 
 // Parsed command line: positional arguments and --flags (with or without a value).
 struct Args {
@@ -73,9 +80,9 @@ absl::Status Build(int argc, char** argv) {
   std::map<std::string, bool> known = {{"--policy", true}, {"-o", true}, {"--quiet", false}};
   for (const char* f : kLaterBuildFlags) known[f] = true;
   auto args = Parse(argc, argv, 2, known);
-  if (!args.ok()) throw UsageError{std::string(args.status().message())};
-  if (args->positional.size() != 1) throw UsageError{"build takes exactly one MODEL.onnx"};
-  if (!args->flags.count("-o")) throw UsageError{"build needs -o ENGINE"};
+  if (!args.ok()) return UsageError(std::string(args.status().message()));
+  if (args->positional.size() != 1) return UsageError("build takes exactly one MODEL.onnx");
+  if (!args->flags.count("-o")) return UsageError("build needs -o ENGINE");
   for (const char* f : kLaterBuildFlags) {
     if (args->flags.count(f)) {
       return absl::UnimplementedError(absl::StrCat(f, " is not supported by this build yet"));
@@ -101,10 +108,10 @@ absl::Status Build(int argc, char** argv) {
 
 absl::Status Run(int argc, char** argv) {
   auto args = Parse(argc, argv, 2, {{"--inputs", true}, {"--outputs", true}});
-  if (!args.ok()) throw UsageError{std::string(args.status().message())};
-  if (args->positional.size() != 1) throw UsageError{"run takes exactly one ENGINE"};
+  if (!args.ok()) return UsageError(std::string(args.status().message()));
+  if (args->positional.size() != 1) return UsageError("run takes exactly one ENGINE");
   if (!args->flags.count("--inputs") || !args->flags.count("--outputs")) {
-    throw UsageError{"run needs --inputs DIR and --outputs DIR"};
+    return UsageError("run needs --inputs DIR and --outputs DIR");
   }
   ASSIGN_OR_RETURN(std::shared_ptr<plan::Engine> engine, plan::LoadEngineFile(args->positional[0]));
   ASSIGN_OR_RETURN(auto session, runtime::Session::Create(engine));
@@ -133,8 +140,8 @@ std::string ShapeString(const v1::TensorInfo& t) {
 
 absl::Status Inspect(int argc, char** argv) {
   auto args = Parse(argc, argv, 2, {{"--json", false}});
-  if (!args.ok()) throw UsageError{std::string(args.status().message())};
-  if (args->positional.size() != 1) throw UsageError{"inspect takes exactly one ENGINE"};
+  if (!args.ok()) return UsageError(std::string(args.status().message()));
+  if (args->positional.size() != 1) return UsageError("inspect takes exactly one ENGINE");
   ASSIGN_OR_RETURN(std::unique_ptr<plan::Engine> engine, plan::LoadEngineFile(args->positional[0]));
   const v1::EngineMetadata& m = engine->metadata;
   if (args->flags.count("--json")) {
@@ -174,8 +181,8 @@ absl::Status Inspect(int argc, char** argv) {
     std::vector<std::string> ins, outs;
     for (int i : k.inputs()) ins.push_back(tensor(i));
     for (int i : k.outputs()) outs.push_back(tensor(i));
-    std::cout << absl::StrFormat("  %-5s %-20s %s/%s  (%s) -> (%s)\n", k.id(), k.op_type(),
-                                 k.backend(), k.isa(), absl::StrJoin(ins, ", "),
+    std::cout << absl::StrFormat("  %-5s %-20s %s/%s/%s  (%s) -> (%s)\n", k.id(), k.op_type(),
+                                 k.backend(), k.isa(), k.dtype(), absl::StrJoin(ins, ", "),
                                  absl::StrJoin(outs, ", "));
     for (const auto& p : k.nodes()) {
       std::cout << absl::StrFormat("        node '%s' (%s) #%d  assigned %s, effective %s, rule: %s%s\n",
@@ -202,13 +209,12 @@ int Main(int argc, char** argv) {
   }
   std::string cmd = argv[1];
   absl::Status st;
-  try {
-    if (cmd == "build") st = Build(argc, argv);
-    else if (cmd == "run") st = Run(argc, argv);
-    else if (cmd == "inspect") st = Inspect(argc, argv);
-    else throw UsageError{absl::StrCat("unknown command '", cmd, "'")};
-  } catch (const UsageError& e) {
-    std::cerr << "kiln: " << e.message << "\n\n" << kUsage;
+  if (cmd == "build") st = Build(argc, argv);
+  else if (cmd == "run") st = Run(argc, argv);
+  else if (cmd == "inspect") st = Inspect(argc, argv);
+  else st = UsageError(absl::StrCat("unknown command '", cmd, "'"));
+  if (st.GetPayload(kUsagePayload).has_value()) {
+    std::cerr << "kiln: " << st.message() << "\n\n" << kUsage;
     return 2;
   }
   if (!st.ok()) {

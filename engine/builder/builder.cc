@@ -180,8 +180,15 @@ absl::StatusOr<BuildResult> BuildEngine(const std::string& model_bytes, const Bu
   logger->info("memory plan: arena {} bytes for {} bytes of activations ({} sized at run time)",
                mp.arena_bytes, mp.total_activation_bytes, mp.dynamic_values);
 
-  std::vector<v1::NodeProvenance> prov(g.nodes().size());
-  for (const auto& n : g.nodes()) prov[n->id] = Provenance(*n, options.policy, "");
+  std::vector<plan::KernelChoice> choices(g.nodes().size());
+  for (ir::Node* n : live) {
+    ASSIGN_OR_RETURN(const kernels::KernelDef* def, reg.Find(*n));
+    plan::KernelChoice& c = choices[n->id];
+    c.backend = kernels::BackendName(def->backend);
+    c.isa = kernels::IsaName(def->isa);
+    c.dtype = DataTypeName(kernels::KernelKeyType(*n, def->type_source));
+    c.provenance = Provenance(*n, options.policy, "");
+  }
   v1::EngineMetadata meta;
   meta.set_builder_version(KILN_VERSION);
   meta.set_model_sha256(sum.model_sha256);
@@ -206,7 +213,7 @@ absl::StatusOr<BuildResult> BuildEngine(const std::string& model_bytes, const Bu
   for (const auto& v : g.values()) {
     if (v->constant && index[v->id] >= 0) sum.weight_bytes += v->constant->byte_size();
   }
-  ASSIGN_OR_RETURN(result.blob, plan::WriteEngine(g, live, prov, std::move(meta), 0));
+  ASSIGN_OR_RETURN(result.blob, plan::WriteEngine(g, live, choices, std::move(meta), 0));
   logger->info("engine: {} kernels, {} bytes of weights, blob {} bytes", sum.kernels,
                sum.weight_bytes, result.blob.size());
   return result;

@@ -42,8 +42,9 @@ absl::Status ReadValueInfo(const onnx::ValueInfoProto& vi, const std::string& wh
   if (tt.has_elem_type()) {
     DataType dt = DataTypeFromOnnx(tt.elem_type());
     if (dt == DataType::kUndefined || dt == DataType::kString) {
-      return absl::UnimplementedError(absl::StrCat(what, " '", vi.name(),
-                                                   "' has unsupported dtype ", tt.elem_type()));
+      return absl::UnimplementedError(absl::StrCat(
+          what, " '", vi.name(), "' has unsupported dtype ",
+          dt == DataType::kString ? "string" : absl::StrCat("number ", tt.elem_type())));
     }
     v->dtype = dt;
   }

@@ -148,8 +148,8 @@ absl::StatusOr<DataType> OutputType(const Node& n, int k) {
       return DataType::kI64;
     case OpType::kTopK: case OpType::kMaxPool:
       return k == 1 ? DataType::kI64 : t0;
-    case OpType::kDropout:
-      return k == 1 ? DataType::kBool : t0;
+    case OpType::kDropout:  // the mask is T before opset 10, bool from 10
+      return k == 1 && n.since_version >= 10 ? DataType::kBool : t0;
     case OpType::kLayerNormalization:
       return k == 0 ? t0 : DataType::kF32;  // Mean/InvStdDev follow stash_type (float)
     case OpType::kCast: {
@@ -189,6 +189,8 @@ absl::StatusOr<DataType> OutputType(const Node& n, int k) {
     case OpType::kDequantizeLinear:
       return n.since_version >= 19 ? InType(n, 1) : DataType::kF32;
     case OpType::kWhere: return InType(n, 1);
+    case OpType::kDynamicQuantizeLinear:  // y and y_zero_point are uint8, y_scale float
+      return k == 1 ? DataType::kF32 : DataType::kU8;
     case OpType::kOneHot: return InType(n, 2);
     default: return t0;
   }
@@ -215,6 +217,7 @@ Shape InferShape(const Node& n, int k) {
     case OpType::kGroupNormalization: case OpType::kRMSNormalization: case OpType::kTrilu:
     case OpType::kQuantizeLinear: case OpType::kDequantizeLinear: case OpType::kEyeLike:
     case OpType::kScatterElements: case OpType::kScatterND: case OpType::kPRelu:
+    case OpType::kLRN:
       return k == 0 ? SameShape(n, 0) : Shape::Unknown();
     case OpType::kDropout:
     case OpType::kBatchNormalization:

@@ -333,7 +333,7 @@ std::vector<int> TensorIndexOfValues(const ir::Graph& graph, const std::vector<i
 }
 
 absl::StatusOr<std::string> WriteEngine(const ir::Graph& graph, const std::vector<ir::Node*>& order,
-                                        const std::vector<v1::NodeProvenance>& provenance,
+                                        const std::vector<KernelChoice>& choices,
                                         v1::EngineMetadata meta, uint64_t required_features) {
   std::vector<int> index = TensorIndexOfValues(graph, order);
   std::vector<const ir::Value*> by_index;
@@ -381,8 +381,12 @@ absl::StatusOr<std::string> WriteEngine(const ir::Graph& graph, const std::vecto
     for (const auto& [key, a] : n->attrs) keys.push_back(key);
     std::sort(keys.begin(), keys.end());  // deterministic blobs
     for (const auto& key : keys) ToAttr(key, n->attrs.at(key), kd->add_attributes());
-    if (n->id >= 0 && n->id < static_cast<int>(provenance.size())) {
-      *kd->add_nodes() = provenance[n->id];
+    if (n->id >= 0 && n->id < static_cast<int>(choices.size())) {
+      const KernelChoice& c = choices[n->id];
+      kd->set_backend(c.backend);
+      kd->set_isa(c.isa);
+      kd->set_dtype(c.dtype);
+      *kd->add_nodes() = c.provenance;
     }
   }
   for (const auto& name : CpuFeatureNames(required_features)) {

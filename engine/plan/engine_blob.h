@@ -37,15 +37,18 @@ struct Engine {
   std::shared_ptr<void> storage;
 };
 
-/// What the builder decided about one node, recorded in the blob.
-struct NodeDecision {
+/// What the builder decided about one node: the kernel chosen for it and its provenance.
+struct KernelChoice {
+  std::string backend;  // "cpu"
+  std::string isa;      // "ref", ...
+  std::string dtype;    // the dtype that keyed the kernel
   v1::NodeProvenance provenance;
 };
 
 /// Serialises an engine. `metadata` carries everything but tensors, kernels, graph inputs and
-/// outputs, which are filled from `graph` and `order`; `provenance[node->id]` describes each node.
+/// outputs, which are filled from `graph` and `order`; `choices[node->id]` describes each node.
 absl::StatusOr<std::string> WriteEngine(const ir::Graph& graph, const std::vector<ir::Node*>& order,
-                                        const std::vector<v1::NodeProvenance>& provenance,
+                                        const std::vector<KernelChoice>& choices,
                                         v1::EngineMetadata metadata, uint64_t required_features);
 
 /// Loads an engine from bytes (kept alive by the returned Engine).

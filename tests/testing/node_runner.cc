@@ -66,7 +66,7 @@ absl::StatusOr<std::vector<ir::Tensor>> RunNode(const NodeSpec& spec) {
 template <typename T>
 ir::Tensor MakeTensor(std::vector<int64_t> dims, const std::vector<T>& values, DataType dtype) {
   ir::Tensor t = *ir::Tensor::Allocate(dtype, std::move(dims));
-  std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(T));
+  if (!values.empty()) std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(T));
   return t;
 }
 template ir::Tensor MakeTensor<float>(std::vector<int64_t>, const std::vector<float>&, DataType);

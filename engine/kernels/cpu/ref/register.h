@@ -12,6 +12,13 @@ void RegisterNormalization(Registry& r);  // normalization.cc: Batch/Instance/La
 void RegisterNn(Registry& r);           // nn.cc: Conv, ConvTranspose, pools, Gemm, MatMul, ...
 void RegisterLayout(Registry& r);       // layout.cc: Reshape, Transpose, Concat, Slice, Pad, ...
 void RegisterIndexing(Registry& r);     // indexing.cc: Gather*, Scatter*, generators, quant
+void RegisterLrn(Registry& r);          // normalization_lrn.cc: LRN
+void RegisterLoss(Registry& r);         // loss.cc: NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss
+void RegisterBitwise(Registry& r);      // elementwise_bitwise.cc: Bitwise*, BitShift
+void RegisterSpatial(Registry& r);      // spatial.cc: LpPool, GlobalLpPool, GridSample, Col2Im,
+                                        // AffineGrid, MaxUnpool
+void RegisterDataOps(Registry& r);      // data_ops.cc: Compress, ReverseSequence, CenterCropPad,
+                                        // MeanVarianceNormalization, DynamicQuantizeLinear
 
 /// Registers every reference kernel.
 inline void RegisterAll(Registry& r) {
@@ -22,6 +29,11 @@ inline void RegisterAll(Registry& r) {
   RegisterNn(r);
   RegisterLayout(r);
   RegisterIndexing(r);
+  RegisterLrn(r);
+  RegisterLoss(r);
+  RegisterBitwise(r);
+  RegisterSpatial(r);
+  RegisterDataOps(r);
 }
 
 }  // namespace kiln::kernels::cpu::ref

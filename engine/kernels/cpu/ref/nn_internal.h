@@ -1,0 +1,94 @@
+// Internals shared by the nn reference kernel files (nn_*.cc): the one GEMM loop that Conv,
+// ConvTranspose, Gemm, MatMul and Attention feed, accumulator types, and the window geometry
+// (kernel / strides / pads / dilations / auto_pad) that Conv and the pools share.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/ir/graph.h"
+#include "engine/kernels/cpu/ref/common.h"
+#include "engine/kernels/registry.h"
+
+namespace kiln::kernels::cpu::ref::nn {
+
+/// Accumulator type for storage type T: fp32 for fp16/bf16/fp32, double for double, and the
+/// unsigned counterpart for integers so that overflow wraps (defined) instead of being UB.
+template <typename T>
+struct AccTypeOf {
+  using type = Compute<T>;
+};
+template <typename T>
+requires(std::is_integral_v<T> && !std::is_same_v<T, bool>) struct AccTypeOf<T> {
+  using type = std::make_unsigned_t<T>;
+};
+template <typename T>
+using Acc = typename AccTypeOf<T>::type;
+
+/// A read-only strided matrix: element (r, c) is p[r * rs + c * cs].
+template <typename A>
+struct MatView {
+  const A* p;
+  int64_t rs;
+  int64_t cs;
+};
+
+/// C[m x n] += A[m x k] * B[k x n] in accumulator type A. C has row stride `ldc` and unit column
+/// stride. Defined for float, double, uint32_t, uint64_t (nn_gemm.cc).
+template <typename A>
+void GemmAccumulate(int64_t m, int64_t n, int64_t k, MatView<A> a, MatView<A> b, A* c, int64_t ldc);
+
+/// `n` values of `src` in accumulator type: `src` itself when its storage already is that type
+/// (signed integers are reinterpreted as their unsigned twins), else converted into `buf`.
+template <typename T>
+const Acc<T>* AccData(const T* src, int64_t n, std::vector<Acc<T>>& buf) {
+  if constexpr (std::is_same_v<T, Acc<T>> ||
+                (std::is_integral_v<T> && sizeof(T) == sizeof(Acc<T>))) {
+    return reinterpret_cast<const Acc<T>*>(src);
+  } else {
+    buf.resize(n);
+    for (int64_t i = 0; i < n; ++i) buf[i] = static_cast<Acc<T>>(Load(src[i]));
+    return buf.data();
+  }
+}
+
+/// Python-style floor division (pads may be negative in ConvTranspose).
+inline int64_t FloorDiv(int64_t a, int64_t b) {
+  int64_t q = a / b;
+  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+
+enum class AutoPad { kNotSet, kSameUpper, kSameLower, kValid };
+
+/// Window attributes of Conv, ConvTranspose and the pools, read once in the factory.
+/// Empty vectors mean "default" (kernel: inferred from the weights).
+struct WindowAttrs {
+  AutoPad auto_pad = AutoPad::kNotSet;
+  std::vector<int64_t> kernel, strides, dilations, pads;
+  bool ceil_mode = false;
+};
+
+/// Reads and checks auto_pad, kernel_shape, strides, dilations, pads, ceil_mode.
+absl::StatusOr<WindowAttrs> ReadWindowAttrs(const ir::Node& node);
+
+/// Window geometry for one run: per spatial dim.
+struct Window {
+  std::vector<int64_t> in, out, kernel, strides, dilations, pad_begin, pad_end;
+  int rank() const { return static_cast<int>(in.size()); }
+};
+
+/// Resolves the forward window (Conv, pools): output sizes and pads from the input spatial sizes
+/// and the kernel. Errors name the node.
+absl::StatusOr<Window> ResolveWindow(const ir::Node& node, const WindowAttrs& attrs,
+                                     const std::vector<int64_t>& in,
+                                     const std::vector<int64_t>& kernel);
+
+void RegisterGemmOps(Registry& r);    // nn_gemm.cc: Gemm, MatMul
+void RegisterConvOps(Registry& r);    // nn_conv.cc: Conv, ConvTranspose
+void RegisterPoolOps(Registry& r);    // nn_pool.cc: AveragePool, MaxPool, Global*Pool
+void RegisterEinsum(Registry& r);     // nn_einsum.cc
+void RegisterAttention(Registry& r);  // nn_attention.cc
+
+}  // namespace kiln::kernels::cpu::ref::nn
