@@ -6,14 +6,14 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "engine/import/onnx_importer.h"
-#include "engine/plan/engine_blob.h"
+#include "engine/builder/builder.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "onnx/onnx_pb.h"
@@ -98,18 +98,11 @@ void ExpectUsageError(const CliResult& r, const std::string& part) {
   EXPECT_THAT(r.out + r.err, HasSubstr(part)) << Describe(r);
 }
 
-// A valid engine blob of y = Relu(x + w) * w, written in process (independent of kernels).
+// A valid engine blob of y = Relu(x + w) * w from the real builder.
 std::string EngineBlob() {
-  auto g = import::ImportModel(SerializeModel(AddReluMulModel()), {});
-  EXPECT_TRUE(g.ok()) << g.status();
-  auto order = (*g)->TopologicalOrder();
-  EXPECT_TRUE(order.ok()) << order.status();
-  std::vector<v1::NodeProvenance> prov((*g)->nodes().size());
-  v1::EngineMetadata meta;
-  meta.set_builder_version("test");
-  auto blob = plan::WriteEngine(**g, *order, prov, meta, 0);
-  EXPECT_TRUE(blob.ok()) << blob.status();
-  return *blob;
+  auto built = builder::BuildEngine(SerializeModel(AddReluMulModel()), {}, nullptr);
+  EXPECT_TRUE(built.ok()) << built.status();
+  return built.ok() ? built->blob : std::string();
 }
 
 class CliErrors : public ::testing::Test {
@@ -218,6 +211,72 @@ TEST_F(CliErrors, BuildFailureWritesNoEngine) {
   BuildModel("garbage");
   struct stat st;
   EXPECT_NE(stat(dir_.File("out.engine").c_str(), &st), 0) << "a failed build left an engine";
+}
+
+// ---- kiln run with hostile inputs -------------------------------------------------------
+
+// A serialized float TensorProto.
+std::string FloatTensor(const std::vector<int64_t>& dims, const std::vector<float>& values) {
+  onnx::TensorProto t;
+  t.set_data_type(onnx::TensorProto::FLOAT);
+  for (int64_t d : dims) t.add_dims(d);
+  for (float v : values) t.add_float_data(v);
+  return t.SerializeAsString();
+}
+
+class CliRun : public CliErrors {
+ protected:
+  void SetUp() override {
+    engine_ = dir_.Write("good.engine", EngineBlob());
+    ASSERT_EQ(mkdir(dir_.File("in").c_str(), 0755), 0);
+  }
+  CliResult Run() {
+    return RunKiln(dir_,
+                   {"run", engine_, "--inputs", dir_.File("in"), "--outputs", dir_.File("out")});
+  }
+  std::string engine_;
+};
+
+TEST_F(CliRun, BuildAndRunAValidModel) {
+  // The harness itself: the happy path exits 0 and computes y = Relu(x + w) * w.
+  CliResult b = BuildModel(SerializeModel(AddReluMulModel()));
+  ASSERT_TRUE(b.exited) << Describe(b);
+  ASSERT_EQ(b.exit_code, 0) << Describe(b);
+  engine_ = dir_.File("out.engine");
+  dir_.Write("in/input_0.pb", FloatTensor({2, 3}, {-3, 5, -1, 10, -9, 7}));
+  CliResult r = Run();
+  ASSERT_TRUE(r.exited) << Describe(r);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  onnx::TensorProto y;
+  ASSERT_TRUE(y.ParseFromString(Slurp(dir_.File("out/output_0.pb"))));
+  ASSERT_EQ(y.raw_data().size(), 6 * sizeof(float));
+  std::vector<float> got(6);
+  std::memcpy(got.data(), y.raw_data().data(), y.raw_data().size());
+  // By hand: x + w = {-2, 3, 2, 6, -4, 1}; Relu; times w = {1, -2, 3, -4, 5, -6}. Exact.
+  EXPECT_EQ(got, (std::vector<float>{0, -6, 6, -24, 0, -6}));
+}
+
+TEST_F(CliRun, GarbageInputFile) {
+  dir_.Write("in/input_0.pb", "not a tensor at all, just text\n");
+  ExpectCleanError(Run(), {"input_0.pb"});
+}
+
+TEST_F(CliRun, InputPayloadDisagreesWithDims) {
+  dir_.Write("in/input_0.pb", FloatTensor({1000000, 1000000}, {1, 2, 3}));
+  ExpectCleanError(Run(), {"input_0.pb", "3 values"});
+}
+
+TEST_F(CliRun, InputWithWrongShape) {
+  dir_.Write("in/input_0.pb", FloatTensor({3, 2}, {1, 2, 3, 4, 5, 6}));
+  ExpectCleanError(Run(), {"input 0 'x'"});
+}
+
+TEST_F(CliRun, MissingInput) { ExpectCleanError(Run(), {"1 inputs", "got 0"}); }
+
+TEST_F(CliRun, InputsFolderMissing) {
+  CliResult r = RunKiln(
+      dir_, {"run", engine_, "--inputs", dir_.File("nowhere"), "--outputs", dir_.File("out")});
+  ExpectCleanError(r, {"nowhere"});
 }
 
 // ---- kiln run / inspect on hostile engines -----------------------------------------------
