@@ -121,15 +121,25 @@ absl::Status ReadExternal(const onnx::TensorProto& p, const ExternalDataPolicy& 
                                    "' goes through a symlink, which is not allowed"));
     }
   }
-  int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO (or a device) for reading would otherwise block until a writer
+  // appears, hanging the import; it is then refused as not a regular file.
+  int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return Bad(ctx, absl::StrCat("cannot open external_data file '", location, "'"));
   struct stat st;
-  fstat(fd, &st);
-  if (!S_ISREG(st.st_mode)) {
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     close(fd);
     return Bad(ctx, absl::StrCat("external_data '", location, "' is not a regular file"));
   }
   int64_t need = ir::NumElementsOf(dims) * static_cast<int64_t>(DataTypeSize(dt));
+  auto outside = [&]() {
+    close(fd);
+    // offset + length may overflow int64 here: print the two numbers, not their sum.
+    return Bad(ctx, absl::StrCat("external_data range (offset ", offset, ", length ",
+                                 length < 0 ? std::string("to end of file") : absl::StrCat(length),
+                                 ") is outside '", location, "' (", st.st_size, " bytes)"));
+  };
+  // An offset past the end is a range error, not a negative "rest of the file" length.
+  if (offset > st.st_size) return outside();
   if (length < 0) length = st.st_size - offset;
   if (length != need) {
     close(fd);
@@ -137,11 +147,7 @@ absl::Status ReadExternal(const onnx::TensorProto& p, const ExternalDataPolicy& 
                                  ir::DimsToString(dims), " x ", DataTypeSize(dt),
                                  " bytes = ", need));
   }
-  if (offset > st.st_size || length > st.st_size - offset) {
-    close(fd);
-    return Bad(ctx, absl::StrCat("external_data range [", offset, ", ", offset + length,
-                                 ") is outside '", location, "' (", st.st_size, " bytes)"));
-  }
+  if (length > st.st_size - offset) return outside();
   auto alloc = ir::Tensor::Allocate(dt, dims);
   if (!alloc.ok()) {
     close(fd);

@@ -39,6 +39,19 @@ absl::Status Corrupt(const std::string& what) {
   return absl::DataLossError(absl::StrCat("engine blob is corrupted: ", what));
 }
 
+// Names every bit of `missing`, including bits this reader has no name for (a newer builder's
+// features), so the error never says "lacks: none".
+std::string MissingFeatureNames(uint64_t missing) {
+  std::vector<std::string> names;
+  for (int b = 0; b < 64; ++b) {
+    uint64_t bit = uint64_t{1} << b;
+    if (!(missing & bit)) continue;
+    std::vector<std::string> known = CpuFeatureNames(bit);
+    names.push_back(known.empty() ? absl::StrCat("unknown feature bit ", b) : known[0]);
+  }
+  return absl::StrJoin(names, ",");
+}
+
 void ToAttr(const std::string& name, const ir::Attribute& a, v1::AttributeValue* out) {
   out->set_name(name);
   switch (a.type) {
@@ -95,8 +108,10 @@ absl::StatusOr<ir::Attribute> FromAttr(const v1::AttributeValue& a) {
       DataType dt = DataTypeFromOnnx(a.tensor_dtype());
       std::vector<int64_t> dims(a.tensor_dims().begin(), a.tensor_dims().end());
       int64_t n = ir::NumElementsOf(dims);
-      if (dt == DataType::kUndefined || n < 0 ||
-          static_cast<uint64_t>(n) * DataTypeSize(dt) != a.tensor_data().size()) {
+      size_t es = DataTypeSize(dt);
+      // Compared by division: n * es may wrap around 2^64.
+      if (dt == DataType::kUndefined || n < 0 || es == 0 || a.tensor_data().size() % es != 0 ||
+          static_cast<uint64_t>(n) != a.tensor_data().size() / es) {
         return Corrupt(absl::StrCat("attribute '", a.name(), "' tensor is inconsistent"));
       }
       ASSIGN_OR_RETURN(out.t, ir::Tensor::Allocate(dt, dims));
@@ -148,7 +163,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Rebuild(v1::EngineMetadata meta, const c
       std::vector<int64_t> dims(t.constant_dims().begin(), t.constant_dims().end());
       int64_t n = ir::NumElementsOf(dims);
       size_t es = DataTypeSize(val->dtype);
-      if (n < 0 || es == 0 || static_cast<uint64_t>(n) * es != t.weight_bytes() ||
+      // n * es is compared by division: the product may wrap around 2^64 (2^61 doubles
+      // "need" 0 bytes).
+      if (n < 0 || es == 0 || t.weight_bytes() % es != 0 ||
+          static_cast<uint64_t>(n) != t.weight_bytes() / es ||
           t.weight_offset() % kAlign != 0 || t.weight_offset() > weights_size ||
           t.weight_bytes() > weights_size - t.weight_offset()) {
         return Corrupt(absl::StrCat("constant tensor '", t.name(), "' is out of bounds"));
@@ -195,6 +213,26 @@ absl::StatusOr<std::unique_ptr<Engine>> Rebuild(v1::EngineMetadata meta, const c
     if (!v) return Corrupt("graph output is -1");
     g.outputs().push_back(v);
   }
+  // The runtime places activations at these offsets in an arena of arena_bytes: check them here
+  // without overflow (offset + bytes may wrap around 2^64).
+  const v1::MemoryPlan& mp = meta.memory_plan();
+  // No machine has 2^48 bytes to give an arena (x86-64 user space is 2^47); the bound also keeps
+  // the runtime's round-up of arena_bytes from wrapping around.
+  if (mp.arena_bytes() > (uint64_t{1} << 48)) {
+    return Corrupt(absl::StrCat("memory plan arena of ", mp.arena_bytes(), " bytes"));
+  }
+  for (int i = 0; i < mp.slots_size(); ++i) {
+    const auto& slot = mp.slots(i);
+    if (slot.tensor() < 0 || slot.tensor() >= static_cast<int>(values.size())) {
+      return Corrupt(absl::StrCat("memory plan slot ", i, " refers to tensor ", slot.tensor(),
+                                  " of ", values.size()));
+    }
+    if (slot.bytes() > mp.arena_bytes() || slot.offset() > mp.arena_bytes() - slot.bytes()) {
+      return Corrupt(absl::StrCat("memory plan slot ", i, " (offset ", slot.offset(), ", ",
+                                  slot.bytes(), " bytes) is outside the ", mp.arena_bytes(),
+                                  "-byte arena"));
+    }
+  }
   g.RebuildEdges();
   engine->metadata = std::move(meta);
   engine->storage = std::move(storage);
@@ -233,7 +271,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Parse(const char* data, uint64_t size,
   uint64_t missing = features & ~DetectCpuFeatures();
   if (missing != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "engine needs CPU features this machine lacks: ", CpuFeatureString(missing)));
+        "engine needs CPU features this machine lacks: ", MissingFeatureNames(missing)));
   }
   const char* meta_ptr = nullptr;
   const char* weights_ptr = nullptr;
@@ -398,7 +436,9 @@ absl::StatusOr<std::unique_ptr<Engine>> LoadEngineFromBytes(std::shared_ptr<cons
 }
 
 absl::StatusOr<std::unique_ptr<Engine>> LoadEngineFile(const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO for reading would block until a writer appears; it is refused
+  // below as not a regular file instead.
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return absl::NotFoundError(absl::StrCat("cannot open engine '", path, "'"));
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {

@@ -1,0 +1,371 @@
+// The real `kiln` binary on hostile files: exit 1 with a clear message on stderr, never a signal
+// (crash, core dump) or a hang; usage errors exit 2 and print the usage.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/builder/builder.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "onnx/onnx_pb.h"
+#include "tests/testing/onnx_models.h"
+
+#ifndef KILN_BIN
+#error "KILN_BIN must be the path of the kiln binary"
+#endif
+
+namespace kiln {
+namespace {
+
+using ::kiln::testing::AddOnnxNode;
+using ::kiln::testing::AddReluMulModel;
+using ::kiln::testing::AddTensorValueInfo;
+using ::kiln::testing::SerializeModel;
+using ::kiln::testing::TempDir;
+using ::testing::HasSubstr;
+
+struct CliResult {
+  bool exited = false;  // false: killed by a signal
+  int exit_code = -1;   // 124: `timeout` killed it
+  int signal = 0;
+  std::string out, err;
+};
+
+std::string Slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// Runs `timeout 60 kiln ARGS...` with stdout and stderr captured in files of `dir`.
+CliResult RunKiln(const TempDir& dir, const std::vector<std::string>& args) {
+  std::string out_path = dir.File("stdout.txt"), err_path = dir.File("stderr.txt");
+  std::vector<std::string> argv_s = {"timeout", "--kill-after=5", "60", KILN_BIN};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (out < 0 || err < 0) _exit(126);
+    dup2(out, 1);
+    dup2(err, 2);
+    execvp("timeout", argv.data());
+    _exit(127);
+  }
+  CliResult r;
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) != pid) return r;
+  r.exited = WIFEXITED(status);
+  r.exit_code = r.exited ? WEXITSTATUS(status) : -1;
+  r.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+  r.out = Slurp(out_path);
+  r.err = Slurp(err_path);
+  return r;
+}
+
+std::string Describe(const CliResult& r) {
+  return absl::StrCat("exited=", r.exited, " code=", r.exit_code, " signal=", r.signal,
+                      "\nstdout:\n", r.out, "\nstderr:\n", r.err);
+}
+
+// Expects a clean error exit (code 1, not a signal, not a timeout) whose stderr names each part.
+void ExpectCleanError(const CliResult& r, const std::vector<std::string>& parts) {
+  ASSERT_TRUE(r.exited) << "killed by a signal: " << Describe(r);
+  ASSERT_NE(r.exit_code, 124) << "timed out: " << Describe(r);
+  EXPECT_EQ(r.exit_code, 1) << Describe(r);
+  EXPECT_THAT(r.err, HasSubstr("error")) << Describe(r);
+  for (const auto& p : parts) EXPECT_THAT(r.err, HasSubstr(p)) << Describe(r);
+}
+
+// Expects a usage error: code 2 and the usage text.
+void ExpectUsageError(const CliResult& r, const std::string& part) {
+  ASSERT_TRUE(r.exited) << Describe(r);
+  EXPECT_EQ(r.exit_code, 2) << Describe(r);
+  EXPECT_THAT(r.out + r.err, HasSubstr("usage:")) << Describe(r);
+  EXPECT_THAT(r.out + r.err, HasSubstr(part)) << Describe(r);
+}
+
+// A valid engine blob of y = Relu(x + w) * w from the real builder.
+std::string EngineBlob() {
+  auto built = builder::BuildEngine(SerializeModel(AddReluMulModel()), {}, nullptr);
+  EXPECT_TRUE(built.ok()) << built.status();
+  return built.ok() ? built->blob : std::string();
+}
+
+class CliErrors : public ::testing::Test {
+ protected:
+  // `kiln build MODEL -o ENGINE` on `model_bytes` written as model.onnx.
+  CliResult BuildModel(const std::string& model_bytes) {
+    std::string model = dir_.Write("model.onnx", model_bytes);
+    return RunKiln(dir_, {"build", model, "-o", dir_.File("out.engine")});
+  }
+  CliResult Build(const onnx::ModelProto& m) { return BuildModel(SerializeModel(m)); }
+
+  // `kiln run` and `kiln inspect` on `engine_bytes` written as bad.engine; both must fail
+  // cleanly naming each part.
+  void ExpectEngineRejected(const std::string& engine_bytes,
+                            const std::vector<std::string>& parts) {
+    std::string path = dir_.Write("bad.engine", engine_bytes);
+    std::vector<std::string> with_path = parts;
+    with_path.push_back("bad.engine");
+    ASSERT_EQ(mkdir(dir_.File("in").c_str(), 0755) == 0 || errno == EEXIST, true);
+    ExpectCleanError(
+        RunKiln(dir_, {"run", path, "--inputs", dir_.File("in"), "--outputs", dir_.File("out")}),
+        with_path);
+    ExpectCleanError(RunKiln(dir_, {"inspect", path}), with_path);
+    ExpectCleanError(RunKiln(dir_, {"inspect", path, "--json"}), with_path);
+  }
+
+  TempDir dir_;
+};
+
+// ---- kiln build on hostile models --------------------------------------------------------
+
+TEST_F(CliErrors, BuildTruncatedModel) {
+  std::string bytes = SerializeModel(AddReluMulModel());
+  ExpectCleanError(BuildModel(bytes.substr(0, bytes.size() / 2)), {"INVALID_ARGUMENT", "ONNX"});
+}
+
+TEST_F(CliErrors, BuildTextFile) {
+  ExpectCleanError(BuildModel("ir_version: 8\ngraph { name: \"g\" }\n"), {"ONNX"});
+}
+
+TEST_F(CliErrors, BuildEmptyFile) { ExpectCleanError(BuildModel(""), {"empty"}); }
+
+TEST_F(CliErrors, BuildNegativeDims) {
+  onnx::ModelProto m = AddReluMulModel();
+  m.mutable_graph()->mutable_initializer(0)->set_dims(0, -1);
+  ExpectCleanError(Build(m), {"'w'", "negative"});
+}
+
+TEST_F(CliErrors, BuildCycle) {
+  onnx::ModelProto m = AddReluMulModel();
+  onnx::GraphProto* g = m.mutable_graph();
+  AddOnnxNode(g, "Relu", {"c2"}, {"c1"}, "cycle_one");
+  AddOnnxNode(g, "Relu", {"c1"}, {"c2"}, "cycle_two");
+  AddTensorValueInfo(g->mutable_output(), "c1", {2, 3});
+  ExpectCleanError(Build(m), {"cycle", "cycle_"});
+}
+
+TEST_F(CliErrors, BuildRawDataMismatch) {
+  onnx::ModelProto m = AddReluMulModel();
+  auto* w = m.mutable_graph()->mutable_initializer(0);
+  w->clear_float_data();
+  w->set_raw_data(std::string(5, '\0'));
+  ExpectCleanError(Build(m), {"'w'", "raw_data"});
+}
+
+TEST_F(CliErrors, BuildUnknownOps) {
+  onnx::ModelProto m = AddReluMulModel();
+  AddOnnxNode(m.mutable_graph(), "Frobnicate", {"x"}, {"f"}, "frob");
+  AddOnnxNode(m.mutable_graph(), "Teleport", {"f"}, {"t"}, "tele");
+  ExpectCleanError(Build(m), {"Frobnicate", "Teleport", "'frob'", "'tele'"});
+}
+
+TEST_F(CliErrors, BuildExternalDataEscape) {
+  // The model sits in dir/model/, its weights point at dir/w.bin through "..".
+  onnx::ModelProto m = AddReluMulModel();
+  auto* w = m.mutable_graph()->mutable_initializer(0);
+  w->clear_float_data();
+  w->set_data_location(onnx::TensorProto::EXTERNAL);
+  auto* loc = w->add_external_data();
+  loc->set_key("location");
+  loc->set_value("../w.bin");
+  dir_.Write("w.bin", std::string(24, '\0'));
+  ASSERT_EQ(mkdir(dir_.File("model").c_str(), 0755), 0);
+  std::string model = dir_.Write("model/model.onnx", SerializeModel(m));
+  ExpectCleanError(RunKiln(dir_, {"build", model, "-o", dir_.File("out.engine")}),
+                   {"'w'", "'../w.bin'"});
+  // The same through an absolute path.
+  loc->set_value(dir_.File("w.bin"));
+  model = dir_.Write("model/model.onnx", SerializeModel(m));
+  ExpectCleanError(RunKiln(dir_, {"build", model, "-o", dir_.File("out.engine")}),
+                   {"'w'", "relative"});
+}
+
+TEST_F(CliErrors, BuildMissingFile) {
+  std::string missing = dir_.File("no_such_model.onnx");
+  ExpectCleanError(RunKiln(dir_, {"build", missing, "-o", dir_.File("out.engine")}),
+                   {"no_such_model.onnx"});
+}
+
+TEST_F(CliErrors, BuildDirectory) {
+  ExpectCleanError(RunKiln(dir_, {"build", dir_.path(), "-o", dir_.File("out.engine")}),
+                   {"not a regular file"});
+}
+
+TEST_F(CliErrors, BuildFailureWritesNoEngine) {
+  BuildModel("garbage");
+  struct stat st;
+  EXPECT_NE(stat(dir_.File("out.engine").c_str(), &st), 0) << "a failed build left an engine";
+}
+
+// ---- kiln run with hostile inputs -------------------------------------------------------
+
+// A serialized float TensorProto.
+std::string FloatTensor(const std::vector<int64_t>& dims, const std::vector<float>& values) {
+  onnx::TensorProto t;
+  t.set_data_type(onnx::TensorProto::FLOAT);
+  for (int64_t d : dims) t.add_dims(d);
+  for (float v : values) t.add_float_data(v);
+  return t.SerializeAsString();
+}
+
+class CliRun : public CliErrors {
+ protected:
+  void SetUp() override {
+    engine_ = dir_.Write("good.engine", EngineBlob());
+    ASSERT_EQ(mkdir(dir_.File("in").c_str(), 0755), 0);
+  }
+  CliResult Run() {
+    return RunKiln(dir_,
+                   {"run", engine_, "--inputs", dir_.File("in"), "--outputs", dir_.File("out")});
+  }
+  std::string engine_;
+};
+
+TEST_F(CliRun, BuildAndRunAValidModel) {
+  // The harness itself: the happy path exits 0 and computes y = Relu(x + w) * w.
+  CliResult b = BuildModel(SerializeModel(AddReluMulModel()));
+  ASSERT_TRUE(b.exited) << Describe(b);
+  ASSERT_EQ(b.exit_code, 0) << Describe(b);
+  engine_ = dir_.File("out.engine");
+  dir_.Write("in/input_0.pb", FloatTensor({2, 3}, {-3, 5, -1, 10, -9, 7}));
+  CliResult r = Run();
+  ASSERT_TRUE(r.exited) << Describe(r);
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  onnx::TensorProto y;
+  ASSERT_TRUE(y.ParseFromString(Slurp(dir_.File("out/output_0.pb"))));
+  ASSERT_EQ(y.raw_data().size(), 6 * sizeof(float));
+  std::vector<float> got(6);
+  std::memcpy(got.data(), y.raw_data().data(), y.raw_data().size());
+  // By hand: x + w = {-2, 3, 2, 6, -4, 1}; Relu; times w = {1, -2, 3, -4, 5, -6}. Exact.
+  EXPECT_EQ(got, (std::vector<float>{0, -6, 6, -24, 0, -6}));
+}
+
+TEST_F(CliRun, GarbageInputFile) {
+  dir_.Write("in/input_0.pb", "not a tensor at all, just text\n");
+  ExpectCleanError(Run(), {"input_0.pb"});
+}
+
+TEST_F(CliRun, InputPayloadDisagreesWithDims) {
+  dir_.Write("in/input_0.pb", FloatTensor({1000000, 1000000}, {1, 2, 3}));
+  ExpectCleanError(Run(), {"input_0.pb", "3 values"});
+}
+
+TEST_F(CliRun, InputWithWrongShape) {
+  dir_.Write("in/input_0.pb", FloatTensor({3, 2}, {1, 2, 3, 4, 5, 6}));
+  ExpectCleanError(Run(), {"input 0 'x'"});
+}
+
+TEST_F(CliRun, MissingInput) { ExpectCleanError(Run(), {"1 inputs", "got 0"}); }
+
+TEST_F(CliRun, InputsFolderMissing) {
+  CliResult r = RunKiln(
+      dir_, {"run", engine_, "--inputs", dir_.File("nowhere"), "--outputs", dir_.File("out")});
+  ExpectCleanError(r, {"nowhere"});
+}
+
+// ---- kiln run / inspect on hostile engines -----------------------------------------------
+
+TEST_F(CliErrors, InspectValidEngine) {
+  // The harness itself: a valid engine inspects with exit 0.
+  std::string path = dir_.Write("good.engine", EngineBlob());
+  CliResult r = RunKiln(dir_, {"inspect", path});
+  ASSERT_TRUE(r.exited) << Describe(r);
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_THAT(r.out, HasSubstr("Relu")) << Describe(r);
+}
+
+TEST_F(CliErrors, TruncatedEngine) {
+  std::string blob = EngineBlob();
+  ExpectEngineRejected(blob.substr(0, blob.size() - 1), {"truncated"});
+  ExpectEngineRejected(blob.substr(0, 100), {"truncated"});
+}
+
+TEST_F(CliErrors, CorruptedEngine) {
+  std::string blob = EngineBlob();
+  blob[blob.size() / 2] ^= 0x40;
+  ExpectEngineRejected(blob, {"DATA_LOSS", "corrupted"});
+}
+
+TEST_F(CliErrors, CorruptedEngineHeader) {
+  std::string blob = EngineBlob();
+  blob[20] ^= 0x01;  // required CPU features
+  ExpectEngineRejected(blob, {"header digest"});
+}
+
+TEST_F(CliErrors, WrongMagic) {
+  std::string blob = EngineBlob();
+  blob[3] = 'X';
+  ExpectEngineRejected(blob, {"magic"});
+}
+
+TEST_F(CliErrors, OnnxModelGivenAsEngine) {
+  ExpectEngineRejected(SerializeModel(AddReluMulModel()), {"Kiln engine"});
+}
+
+TEST_F(CliErrors, EmptyEngine) { ExpectEngineRejected("", {"empty"}); }
+
+TEST_F(CliErrors, MissingEngine) {
+  std::string missing = dir_.File("absent.engine");
+  ExpectCleanError(RunKiln(dir_, {"inspect", missing}), {"absent.engine"});
+  ExpectCleanError(
+      RunKiln(dir_, {"run", missing, "--inputs", dir_.path(), "--outputs", dir_.File("o")}),
+      {"absent.engine"});
+}
+
+TEST_F(CliErrors, EngineIsADirectory) {
+  ExpectCleanError(RunKiln(dir_, {"inspect", dir_.path()}), {"not a regular file"});
+}
+
+// ---- Usage errors ------------------------------------------------------------------------
+
+TEST_F(CliErrors, NoArguments) { ExpectUsageError(RunKiln(dir_, {}), "kiln build"); }
+
+TEST_F(CliErrors, UnknownCommand) {
+  ExpectUsageError(RunKiln(dir_, {"frobnicate"}), "unknown command 'frobnicate'");
+}
+
+TEST_F(CliErrors, BuildWithoutOutput) {
+  std::string model = dir_.Write("model.onnx", SerializeModel(AddReluMulModel()));
+  ExpectUsageError(RunKiln(dir_, {"build", model}), "-o");
+}
+
+TEST_F(CliErrors, UnknownFlag) {
+  std::string model = dir_.Write("model.onnx", SerializeModel(AddReluMulModel()));
+  ExpectUsageError(RunKiln(dir_, {"build", model, "-o", dir_.File("e"), "--frobnicate"}),
+                   "unknown option --frobnicate");
+  ExpectUsageError(RunKiln(dir_, {"inspect", dir_.File("e"), "--verbose"}),
+                   "unknown option --verbose");
+}
+
+TEST_F(CliErrors, FlagWithoutValue) {
+  std::string model = dir_.Write("model.onnx", SerializeModel(AddReluMulModel()));
+  ExpectUsageError(RunKiln(dir_, {"build", model, "-o"}), "-o needs a value");
+}
+
+TEST_F(CliErrors, RunWithoutFolders) {
+  ExpectUsageError(RunKiln(dir_, {"run", dir_.File("e")}), "--inputs");
+}
+
+TEST_F(CliErrors, TwoModels) {
+  ExpectUsageError(RunKiln(dir_, {"build", "a.onnx", "b.onnx", "-o", dir_.File("e")}),
+                   "exactly one");
+}
+
+}  // namespace
+}  // namespace kiln

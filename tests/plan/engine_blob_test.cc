@@ -1,0 +1,540 @@
+// Engine blob v1: round trip, and hostile blobs (truncated, flipped bytes, wrong magic or
+// version, missing CPU features, crafted sections) that must give a clear error, never a crash.
+#include "engine/plan/engine_blob.h"
+
+#include <sys/stat.h>
+
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "engine/builder/builder.h"
+#include "engine/common/cpu_features.h"
+#include "engine/common/sha256.h"
+#include "engine/import/onnx_importer.h"
+#include "engine/runtime/session.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/onnx_models.h"
+
+namespace kiln::plan {
+namespace {
+
+using ::kiln::testing::AddReluMulModel;
+using ::kiln::testing::SerializeModel;
+using ::kiln::testing::TempDir;
+using ::testing::HasSubstr;
+
+// Layout constants from the format description in engine_blob.h, restated here so the test
+// checks the documented format rather than the writer's own constants.
+constexpr size_t kHeaderBytes = 64;
+constexpr size_t kEntryBytes = 56;
+
+template <typename T>
+T Get(const std::string& s, size_t at) {
+  T v;
+  std::memcpy(&v, s.data() + at, sizeof(T));
+  return v;
+}
+template <typename T>
+void Put(std::string& s, size_t at, T v) {
+  std::memcpy(&s[at], &v, sizeof(T));
+}
+
+// The blob of y = Relu(x + w) * w, built by the real builder.
+std::string MakeBlob() {
+  auto built = builder::BuildEngine(SerializeModel(AddReluMulModel()), {}, nullptr);
+  EXPECT_TRUE(built.ok()) << built.status();
+  return built.ok() ? built->blob : std::string();
+}
+
+absl::StatusOr<std::unique_ptr<Engine>> Load(const std::string& bytes) {
+  return LoadEngineFromBytes(std::make_shared<const std::string>(bytes));
+}
+
+// One section of a blob.
+struct Section {
+  uint32_t kind;
+  std::string bytes;
+};
+
+// The sections of a well-formed blob.
+std::vector<Section> SplitSections(const std::string& blob) {
+  std::vector<Section> out;
+  uint32_t n = Get<uint32_t>(blob, 12);
+  for (uint32_t i = 0; i < n; ++i) {
+    size_t e = kHeaderBytes + i * kEntryBytes;
+    out.push_back({Get<uint32_t>(blob, e),
+                   blob.substr(Get<uint64_t>(blob, e + 8), Get<uint64_t>(blob, e + 16))});
+  }
+  return out;
+}
+
+// Writes a blob from the format description (an independent writer): lets tests craft headers
+// and sections with valid digests.
+std::string Assemble(const std::vector<Section>& sections, uint64_t features = 0,
+                     uint32_t version = kFormatVersion, const std::string& builder = KILN_VERSION) {
+  auto align = [](uint64_t x) { return (x + 63) / 64 * 64; };
+  uint64_t table_end = kHeaderBytes + sections.size() * kEntryBytes;
+  std::vector<uint64_t> offsets;
+  uint64_t cursor = table_end + 32;
+  for (const auto& s : sections) {
+    offsets.push_back(align(cursor));
+    cursor = offsets.back() + s.bytes.size();
+  }
+  std::string out(cursor, '\0');
+  std::memcpy(&out[0], kMagic, 8);
+  Put<uint32_t>(out, 8, version);
+  Put<uint32_t>(out, 12, static_cast<uint32_t>(sections.size()));
+  Put<uint64_t>(out, 16, features);
+  Put<uint64_t>(out, 24, cursor);
+  std::memcpy(&out[32], builder.data(), std::min<size_t>(builder.size(), 31));
+  for (size_t i = 0; i < sections.size(); ++i) {
+    size_t e = kHeaderBytes + i * kEntryBytes;
+    Put<uint32_t>(out, e, sections[i].kind);
+    Put<uint64_t>(out, e + 8, offsets[i]);
+    Put<uint64_t>(out, e + 16, sections[i].bytes.size());
+    Sha256Digest d = Sha256(sections[i].bytes);
+    std::memcpy(&out[e + 24], d.data(), 32);
+    std::memcpy(&out[offsets[i]], sections[i].bytes.data(), sections[i].bytes.size());
+  }
+  Sha256Digest hd = Sha256(out.data(), table_end);
+  std::memcpy(&out[table_end], hd.data(), 32);
+  return out;
+}
+
+// Recomputes the header digest after a test edited the header or section table.
+void ResignHeader(std::string& blob) {
+  size_t table_end = kHeaderBytes + Get<uint32_t>(blob, 12) * kEntryBytes;
+  Sha256Digest hd = Sha256(blob.data(), table_end);
+  std::memcpy(&blob[table_end], hd.data(), 32);
+}
+
+// The blob with its metadata replaced by `edit(metadata)`, every digest valid.
+template <typename Edit>
+std::string WithMetadata(const std::string& blob, Edit edit) {
+  std::vector<Section> sections = SplitSections(blob);
+  v1::EngineMetadata meta;
+  EXPECT_TRUE(meta.ParseFromString(sections[0].bytes));
+  edit(meta);
+  sections[0].bytes = meta.SerializeAsString();
+  return Assemble(sections);
+}
+
+void ExpectError(const absl::Status& st, absl::StatusCode code,
+                 const std::vector<std::string>& parts) {
+  ASSERT_FALSE(st.ok()) << "expected an error, got OK";
+  EXPECT_EQ(st.code(), code) << st;
+  for (const auto& p : parts) EXPECT_THAT(st.message(), HasSubstr(p)) << st;
+}
+
+// ---- Round trip --------------------------------------------------------------------------
+
+TEST(EngineBlobRoundTrip, AssembleReproducesTheWriter) {
+  // The writer follows the documented layout byte for byte.
+  std::string blob = MakeBlob();
+  EXPECT_EQ(Assemble(SplitSections(blob)), blob);
+}
+
+TEST(EngineBlobRoundTrip, LoadRebuildsTheGraph) {
+  auto engine = Load(MakeBlob());
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  const Engine& e = **engine;
+  ASSERT_EQ(e.order.size(), 3u);
+  EXPECT_EQ(e.order[0]->op, ir::OpType::kAdd);
+  EXPECT_EQ(e.order[1]->op, ir::OpType::kRelu);
+  EXPECT_EQ(e.order[2]->op, ir::OpType::kMul);
+  ASSERT_EQ(e.graph->inputs().size(), 1u);
+  EXPECT_EQ(e.graph->inputs()[0]->name, "x");
+  ASSERT_EQ(e.graph->outputs().size(), 1u);
+  EXPECT_EQ(e.graph->outputs()[0]->name, "y");
+  const ir::Value* w = e.graph->FindValue("w");
+  ASSERT_NE(w, nullptr);
+  ASSERT_TRUE(w->constant.has_value());
+  ASSERT_EQ(w->constant->num_elements(), 6);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(w->constant->raw_data()) % 64, 0u);
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(w->constant->data<float>()[i], ::kiln::testing::kAddReluMulWeights[i]);
+  }
+  EXPECT_EQ(e.metadata.kernels(1).nodes(0).node_name(), "relu");
+}
+
+TEST(EngineBlobRoundTrip, BuildLoadAndRun) {
+  auto built = builder::BuildEngine(SerializeModel(AddReluMulModel()), {}, nullptr);
+  ASSERT_TRUE(built.ok()) << built.status();
+  auto engine = Load(built->blob);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  auto session = runtime::Session::Create(std::shared_ptr<const Engine>(std::move(*engine)));
+  ASSERT_TRUE(session.ok()) << session.status();
+  auto x = ir::Tensor::Allocate(DataType::kF32, {2, 3});
+  ASSERT_TRUE(x.ok());
+  const float xs[6] = {-3, 5, -1, 10, -9, 7};
+  std::memcpy(x->raw_data(), xs, sizeof(xs));
+  auto out = (*session)->Run({*x});
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ(out->size(), 1u);
+  const ir::Tensor& y = (*out)[0];
+  ASSERT_EQ(y.dims(), (std::vector<int64_t>{2, 3}));
+  // By hand: x + w = {-2, 3, 2, 6, -4, 1}; Relu = {0, 3, 2, 6, 0, 1}; times w. Exact in fp32.
+  const float expected[6] = {0, -6, 6, -24, 0, -6};
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(y.data<float>()[i], expected[i]) << i;
+}
+
+// ---- Corruption --------------------------------------------------------------------------
+
+TEST(EngineBlobCorruption, TruncatedAtEveryLength) {
+  std::string blob = MakeBlob();
+  ASSERT_TRUE(Load(blob).ok());
+  for (size_t len = 0; len < blob.size(); ++len) {
+    auto e = Load(blob.substr(0, len));
+    ASSERT_FALSE(e.ok()) << "prefix of " << len << " bytes loaded";
+    EXPECT_FALSE(e.status().message().empty());
+  }
+}
+
+TEST(EngineBlobCorruption, FlippedByteAtEveryPosition) {
+  std::string blob = MakeBlob();
+  for (uint8_t mask : {uint8_t{0x01}, uint8_t{0xff}}) {
+    for (size_t pos = 0; pos < blob.size(); ++pos) {
+      std::string bad = blob;
+      bad[pos] = static_cast<char>(bad[pos] ^ mask);
+      auto e = Load(bad);
+      ASSERT_FALSE(e.ok()) << "flip 0x" << std::hex << int{mask} << " at " << std::dec << pos
+                           << " loaded";
+      EXPECT_FALSE(e.status().message().empty());
+    }
+  }
+}
+
+TEST(EngineBlobCorruption, TrailingBytes) {
+  std::string blob = MakeBlob();
+  ExpectError(Load(blob + std::string(64, '\0')).status(), absl::StatusCode::kInvalidArgument,
+              {"truncated or padded"});
+}
+
+TEST(EngineBlobCorruption, WrongMagic) {
+  std::string blob = MakeBlob();
+  blob[0] = 'X';
+  ExpectError(Load(blob).status(), absl::StatusCode::kInvalidArgument, {"magic"});
+}
+
+TEST(EngineBlobCorruption, NotAnEngineAtAll) {
+  ExpectError(Load(std::string(200, 'A')).status(), absl::StatusCode::kInvalidArgument, {"magic"});
+  ExpectError(Load("").status(), absl::StatusCode::kInvalidArgument, {"truncated"});
+}
+
+TEST(EngineBlobCorruption, UnknownVersion) {
+  std::string blob = MakeBlob();
+  Put<uint32_t>(blob, 8, kFormatVersion + 1);
+  ResignHeader(blob);
+  ExpectError(Load(blob).status(), absl::StatusCode::kFailedPrecondition,
+              {"version 2", "version 1"});
+  Put<uint32_t>(blob, 8, 0xffffffffu);
+  ResignHeader(blob);
+  ExpectError(Load(blob).status(), absl::StatusCode::kFailedPrecondition, {"version"});
+}
+
+TEST(EngineBlobCorruption, UnknownVersionAssembled) {
+  std::string blob = Assemble(SplitSections(MakeBlob()), 0, 7);
+  ExpectError(Load(blob).status(), absl::StatusCode::kFailedPrecondition, {"version 7"});
+}
+
+TEST(EngineBlobCorruption, HeaderFieldChangedWithoutResigning) {
+  std::string blob = MakeBlob();
+  Put<uint64_t>(blob, 16, kCpuAvx);  // required features, digest not updated
+  ExpectError(Load(blob).status(), absl::StatusCode::kDataLoss, {"header digest"});
+}
+
+TEST(EngineBlobCorruption, FileSizeFieldResigned) {
+  std::string blob = MakeBlob();
+  Put<uint64_t>(blob, 24, blob.size() + 64);
+  ResignHeader(blob);
+  ExpectError(Load(blob).status(), absl::StatusCode::kInvalidArgument, {"truncated or padded"});
+}
+
+// ---- CPU features ------------------------------------------------------------------------
+
+TEST(EngineBlobFeatures, UnknownRequiredFeatureBit) {
+  // Bit 62 is never set by the detector: a newer builder's feature this reader cannot know.
+  std::string blob = Assemble(SplitSections(MakeBlob()), uint64_t{1} << 62);
+  ExpectError(Load(blob).status(), absl::StatusCode::kFailedPrecondition,
+              {"CPU features", "bit 62"});
+}
+
+TEST(EngineBlobFeatures, KnownFeatureTheMachineLacks) {
+  uint64_t have = DetectCpuFeatures();
+  uint64_t lacking = 0;
+  for (int b = 0; b < 63 && lacking == 0; ++b) {
+    uint64_t bit = uint64_t{1} << b;
+    if (!(have & bit) && !CpuFeatureNames(bit).empty()) lacking = bit;
+  }
+  if (lacking == 0) GTEST_SKIP() << "this CPU has every feature Kiln knows";
+  std::string blob = Assemble(SplitSections(MakeBlob()), lacking | (have & kCpuSse42));
+  ExpectError(Load(blob).status(), absl::StatusCode::kFailedPrecondition,
+              {CpuFeatureNames(lacking)[0]});
+}
+
+TEST(EngineBlobFeatures, FeaturesTheMachineHasLoad) {
+  std::string blob = Assemble(SplitSections(MakeBlob()), DetectCpuFeatures());
+  auto e = Load(blob);
+  ASSERT_TRUE(e.ok()) << e.status();
+}
+
+// ---- Crafted sections with valid digests -------------------------------------------------
+
+TEST(EngineBlobCrafted, NoSections) {
+  ExpectError(Load(Assemble({})).status(), absl::StatusCode::kDataLoss, {"section count 0"});
+}
+
+TEST(EngineBlobCrafted, TooManySections) {
+  std::vector<Section> many(17, Section{kSectionWeights, ""});
+  ExpectError(Load(Assemble(many)).status(), absl::StatusCode::kDataLoss, {"section count 17"});
+}
+
+TEST(EngineBlobCrafted, UnknownSectionKind) {
+  std::vector<Section> s = SplitSections(MakeBlob());
+  s.push_back({99, "?"});
+  ExpectError(Load(Assemble(s)).status(), absl::StatusCode::kDataLoss, {"unknown kind 99"});
+}
+
+TEST(EngineBlobCrafted, NoMetadataSection) {
+  std::vector<Section> s = SplitSections(MakeBlob());
+  s.erase(s.begin());
+  ExpectError(Load(Assemble(s)).status(), absl::StatusCode::kDataLoss, {"no metadata"});
+}
+
+TEST(EngineBlobCrafted, MetadataDoesNotParse) {
+  std::vector<Section> s = SplitSections(MakeBlob());
+  s[0].bytes = std::string(40, '\xff');
+  ExpectError(Load(Assemble(s)).status(), absl::StatusCode::kDataLoss, {"metadata"});
+}
+
+TEST(EngineBlobCrafted, SectionOffsetsOverlap) {
+  std::string blob = MakeBlob();
+  // Point the weights section at the metadata section's offset.
+  Put<uint64_t>(blob, kHeaderBytes + kEntryBytes + 8, Get<uint64_t>(blob, kHeaderBytes + 8));
+  ResignHeader(blob);
+  ExpectError(Load(blob).status(), absl::StatusCode::kDataLoss, {"section 1"});
+}
+
+TEST(EngineBlobCrafted, SectionSizeBeyondTheFile) {
+  std::string blob = MakeBlob();
+  Put<uint64_t>(blob, kHeaderBytes + kEntryBytes + 16, ~uint64_t{0});
+  ResignHeader(blob);
+  ExpectError(Load(blob).status(), absl::StatusCode::kDataLoss, {"section 1"});
+}
+
+TEST(EngineBlobCrafted, KernelInputOutOfRange) {
+  std::string blob = WithMetadata(
+      MakeBlob(), [](v1::EngineMetadata& m) { m.mutable_kernels(1)->set_inputs(0, 1000); });
+  ExpectError(Load(blob).status(), absl::StatusCode::kDataLoss, {"kernel k1", "tensor 1000"});
+}
+
+TEST(EngineBlobCrafted, NegativeKernelInput) {
+  std::string blob = WithMetadata(
+      MakeBlob(), [](v1::EngineMetadata& m) { m.mutable_kernels(1)->set_inputs(0, -7); });
+  ExpectError(Load(blob).status(), absl::StatusCode::kDataLoss, {"kernel k1", "-7"});
+}
+
+TEST(EngineBlobCrafted, UnknownKernelOp) {
+  std::string blob = WithMetadata(
+      MakeBlob(), [](v1::EngineMetadata& m) { m.mutable_kernels(2)->set_op_type("Explode"); });
+  ExpectError(Load(blob).status(), absl::StatusCode::kDataLoss, {"k2", "Explode"});
+}
+
+TEST(EngineBlobCrafted, ConstantOutsideTheWeights) {
+  std::string blob = WithMetadata(MakeBlob(), [](v1::EngineMetadata& m) {
+    for (auto& t : *m.mutable_tensors()) {
+      if (t.is_constant()) t.set_weight_offset(uint64_t{1} << 40);
+    }
+  });
+  ExpectError(Load(blob).status(), absl::StatusCode::kDataLoss, {"'w'", "out of bounds"});
+}
+
+TEST(EngineBlobCrafted, ConstantSizeDisagreesWithDims) {
+  std::string blob = WithMetadata(MakeBlob(), [](v1::EngineMetadata& m) {
+    for (auto& t : *m.mutable_tensors()) {
+      if (t.is_constant()) t.set_constant_dims(0, int64_t{1} << 62);
+    }
+  });
+  ExpectError(Load(blob).status(), absl::StatusCode::kDataLoss, {"'w'"});
+}
+
+TEST(EngineBlobCrafted, ConstantSizeWrapsAround) {
+  // 2^61 doubles "need" 2^61 x 8 = 2^64 = 0 bytes modulo 2^64: a reader that multiplies would
+  // accept an empty weight for a huge tensor.
+  std::string blob = WithMetadata(MakeBlob(), [](v1::EngineMetadata& m) {
+    for (auto& t : *m.mutable_tensors()) {
+      if (!t.is_constant()) continue;
+      t.set_dtype(11);  // DOUBLE
+      t.clear_constant_dims();
+      t.add_constant_dims(int64_t{1} << 61);
+      t.set_weight_bytes(0);
+    }
+  });
+  ExpectError(Load(blob).status(), absl::StatusCode::kDataLoss, {"'w'"});
+}
+
+TEST(EngineBlobCrafted, AttributeTensorSizeWrapsAround) {
+  std::string blob = WithMetadata(MakeBlob(), [](v1::EngineMetadata& m) {
+    auto* a = m.mutable_kernels(1)->add_attributes();
+    a->set_name("value");
+    a->set_type(v1::AttributeValue::TENSOR);
+    a->set_tensor_dtype(11);  // DOUBLE
+    a->add_tensor_dims(int64_t{1} << 61);
+  });
+  ExpectError(Load(blob).status(), absl::StatusCode::kDataLoss, {"'value'"});
+}
+
+TEST(EngineBlobCrafted, ArenaTooLarge) {
+  // A runtime rounding ~0 up to 64 bytes would wrap to a 0-byte arena.
+  std::string blob = WithMetadata(MakeBlob(), [](v1::EngineMetadata& m) {
+    m.mutable_memory_plan()->set_arena_bytes(~uint64_t{0});
+  });
+  ExpectError(Load(blob).status(), absl::StatusCode::kDataLoss, {"arena"});
+}
+
+TEST(EngineBlobCrafted, GraphOutputOutOfRange) {
+  std::string blob = WithMetadata(
+      MakeBlob(), [](v1::EngineMetadata& m) { m.set_graph_outputs(0, m.tensors_size()); });
+  ExpectError(Load(blob).status(), absl::StatusCode::kDataLoss, {"graph output"});
+}
+
+TEST(EngineBlobCrafted, MemoryPlanSlotOutsideTheArena) {
+  // offset + bytes wraps around 2^64: a reader that adds them would accept the slot.
+  std::string blob = WithMetadata(MakeBlob(), [](v1::EngineMetadata& m) {
+    auto* mp = m.mutable_memory_plan();
+    mp->clear_slots();
+    mp->set_arena_bytes(64);
+    auto* slot = mp->add_slots();
+    slot->set_tensor(1);
+    slot->set_offset(~uint64_t{0} - 7);
+    slot->set_bytes(16);
+  });
+  ExpectError(Load(blob).status(), absl::StatusCode::kDataLoss, {"memory plan", "slot"});
+}
+
+TEST(EngineBlobCrafted, MemoryPlanSlotForUnknownTensor) {
+  std::string blob = WithMetadata(MakeBlob(), [](v1::EngineMetadata& m) {
+    auto* mp = m.mutable_memory_plan();
+    mp->clear_slots();
+    mp->set_arena_bytes(64);
+    auto* slot = mp->add_slots();
+    slot->set_tensor(5000);
+    slot->set_bytes(16);
+  });
+  ExpectError(Load(blob).status(), absl::StatusCode::kDataLoss, {"memory plan", "5000"});
+}
+
+// Crafted but well-formed blobs whose kernels are wired wrongly: loading may accept them (the
+// reader checks structure, not semantics), but creating a session and running it must then
+// fail with a status, never crash.
+TEST(EngineBlobCrafted, MiswiredKernelsFailAtRunNotCrash) {
+  using Edit = std::function<void(v1::EngineMetadata&)>;
+  auto tensor_index = [](const v1::EngineMetadata& m, const std::string& name) {
+    for (int i = 0; i < m.tensors_size(); ++i) {
+      if (m.tensors(i).name() == name) return i;
+    }
+    return -1;
+  };
+  std::vector<std::pair<std::string, Edit>> edits = {
+      {"Add without inputs", [](v1::EngineMetadata& m) { m.mutable_kernels(0)->clear_inputs(); }},
+      {"Add with omitted inputs",
+       [](v1::EngineMetadata& m) {
+         m.mutable_kernels(0)->set_inputs(0, -1);
+         m.mutable_kernels(0)->set_inputs(1, -1);
+       }},
+      {"Relu without outputs",
+       [](v1::EngineMetadata& m) { m.mutable_kernels(1)->clear_outputs(); }},
+      {"Relu reads its own output",
+       [&](v1::EngineMetadata& m) { m.mutable_kernels(1)->set_inputs(0, tensor_index(m, "r")); }},
+      {"kernels in reverse order",
+       [](v1::EngineMetadata& m) { m.mutable_kernels()->SwapElements(0, 2); }},
+      {"Add writes into the graph input",
+       [&](v1::EngineMetadata& m) { m.mutable_kernels(0)->set_outputs(0, tensor_index(m, "x")); }},
+      {"Add writes into the weights",
+       [&](v1::EngineMetadata& m) { m.mutable_kernels(0)->set_outputs(0, tensor_index(m, "w")); }},
+      {"intermediate declared int64",
+       [&](v1::EngineMetadata& m) { m.mutable_tensors(tensor_index(m, "a"))->set_dtype(7); }},
+      {"intermediate declared rank 5",
+       [&](v1::EngineMetadata& m) {
+         auto* t = m.mutable_tensors(tensor_index(m, "a"));
+         for (int i = 0; i < 3; ++i) t->add_dims()->set_value(1);
+       }},
+      {"Relu with an unknown attribute",
+       [](v1::EngineMetadata& m) {
+         auto* a = m.mutable_kernels(1)->add_attributes();
+         a->set_name("alpha");
+         a->set_type(v1::AttributeValue::STRINGS);
+       }},
+      {"graph output is the weights",
+       [&](v1::EngineMetadata& m) { m.set_graph_outputs(0, tensor_index(m, "w")); }},
+      {"no graph inputs", [](v1::EngineMetadata& m) { m.clear_graph_inputs(); }},
+  };
+  auto x = ir::Tensor::Allocate(DataType::kF32, {2, 3});
+  ASSERT_TRUE(x.ok());
+  for (const auto& [what, edit] : edits) {
+    SCOPED_TRACE(what);
+    auto engine = Load(WithMetadata(MakeBlob(), edit));
+    if (!engine.ok()) continue;
+    auto session = runtime::Session::Create(std::shared_ptr<const Engine>(std::move(*engine)));
+    if (!session.ok()) continue;
+    auto out = (*session)->Run({*x});
+    if (!out.ok()) EXPECT_FALSE(out.status().message().empty());
+  }
+}
+
+// ---- Files -------------------------------------------------------------------------------
+
+TEST(EngineBlobFile, LoadsFromFile) {
+  TempDir dir;
+  std::string path = dir.Write("model.engine", MakeBlob());
+  auto e = LoadEngineFile(path);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ((*e)->order.size(), 3u);
+}
+
+TEST(EngineBlobFile, MissingPath) {
+  TempDir dir;
+  ExpectError(LoadEngineFile(dir.File("absent.engine")).status(), absl::StatusCode::kNotFound,
+              {"absent.engine"});
+}
+
+TEST(EngineBlobFile, Directory) {
+  TempDir dir;
+  ExpectError(LoadEngineFile(dir.path()).status(), absl::StatusCode::kInvalidArgument,
+              {dir.path(), "not a regular file"});
+}
+
+TEST(EngineBlobFile, EmptyFile) {
+  TempDir dir;
+  std::string path = dir.Write("empty.engine", "");
+  ExpectError(LoadEngineFile(path).status(), absl::StatusCode::kInvalidArgument,
+              {"empty.engine", "empty"});
+}
+
+TEST(EngineBlobFile, TruncatedFileNamesThePath) {
+  TempDir dir;
+  std::string blob = MakeBlob();
+  std::string path = dir.Write("cut.engine", blob.substr(0, blob.size() / 2));
+  auto e = LoadEngineFile(path);
+  ASSERT_FALSE(e.ok());
+  EXPECT_THAT(e.status().message(), HasSubstr("cut.engine"));
+}
+
+TEST(EngineBlobFile, FifoDoesNotHang) {
+  // open() of a FIFO blocks until a writer appears; the loader must not wait for one.
+  TempDir dir;
+  std::string fifo = dir.File("pipe.engine");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
+  ExpectError(
+      ::kiln::testing::RunWithFifoGuard(fifo, [&] { return LoadEngineFile(fifo).status(); }),
+      absl::StatusCode::kInvalidArgument, {"pipe.engine", "not a regular file"});
+}
+
+}  // namespace
+}  // namespace kiln::plan
