@@ -80,7 +80,8 @@ MemoryPlan PlanMemory(const ir::Graph& graph, const std::vector<ir::Node*>& orde
         continue;
       }
       int64_t n = ir::NumElementsOf(v->shape.StaticDims());
-      if (n < 0) {
+      // Sizes that overflow (or are absurd) are left to run time, where allocation fails cleanly.
+      if (n < 0 || static_cast<uint64_t>(n) > (uint64_t{1} << 48) / DataTypeSize(v->dtype)) {
         ++plan.dynamic_values;
         continue;
       }

@@ -53,9 +53,10 @@ class NodeContext final : public kernels::KernelContext {
       return absl::InvalidArgumentError(absl::StrCat(node_.Label(), " output ", i, " dims ",
                                                      ir::DimsToString(dims), " are invalid"));
     }
-    uint64_t bytes = static_cast<uint64_t>(n) * DataTypeSize(dtype);
     int64_t off = slot_offset_[v->id];
-    if (off >= 0 && bytes <= slot_bytes_[v->id]) {
+    // Compare element counts, not byte products, so a huge shape cannot wrap into a small slot.
+    size_t esize = DataTypeSize(dtype);
+    if (off >= 0 && esize > 0 && static_cast<uint64_t>(n) <= slot_bytes_[v->id] / esize) {
       values_[v->id] = ir::Tensor::Borrow(dtype, std::move(dims), arena_ + off, nullptr);
     } else {
       ASSIGN_OR_RETURN(values_[v->id], ir::Tensor::Allocate(dtype, std::move(dims)));

@@ -44,7 +44,10 @@ std::string MakeModel(int groups) {
     std::string d = node("Neg", {b});
     prev = node("Mul", {d, i % 3 == 0 ? a : std::string("c")});
   }
-  g->add_output()->set_name(prev);
+  auto* out = g->add_output();
+  out->set_name(prev);
+  out->mutable_type()->mutable_tensor_type()->set_elem_type(1);
+  out->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(16);
   return m.SerializeAsString();
 }
 
