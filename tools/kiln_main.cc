@@ -74,7 +74,7 @@ absl::StatusOr<Args> Parse(int argc, char** argv, int first,
 
 // Options of later DESIGN.md §10 features: recognised so users get a precise message.
 const char* kLaterBuildFlags[] = {"--rule", "--constraints", "--fusion", "--inputs",
-                                  "--seed", "--report", "--html"};
+                                  "--seed", "--report",      "--html"};
 
 absl::Status Build(int argc, char** argv) {
   std::map<std::string, bool> known = {{"--policy", true}, {"-o", true}, {"--quiet", false}};
@@ -185,10 +185,10 @@ absl::Status Inspect(int argc, char** argv) {
                                  k.backend(), k.isa(), k.dtype(), absl::StrJoin(ins, ", "),
                                  absl::StrJoin(outs, ", "));
     for (const auto& p : k.nodes()) {
-      std::cout << absl::StrFormat("        node '%s' (%s) #%d  assigned %s, effective %s, rule: %s%s\n",
-                                   p.node_name(), p.op_type(), p.node_index(),
-                                   p.assigned_precision(), p.effective_precision(), p.rule(),
-                                   p.fusion().empty() ? "" : absl::StrCat(", fusion: ", p.fusion()));
+      std::cout << absl::StrFormat(
+          "        node '%s' (%s) #%d  assigned %s, effective %s, rule: %s%s\n", p.node_name(),
+          p.op_type(), p.node_index(), p.assigned_precision(), p.effective_precision(), p.rule(),
+          p.fusion().empty() ? "" : absl::StrCat(", fusion: ", p.fusion()));
     }
   }
   if (m.removed_nodes_size() > 0) {
@@ -209,10 +209,14 @@ int Main(int argc, char** argv) {
   }
   std::string cmd = argv[1];
   absl::Status st;
-  if (cmd == "build") st = Build(argc, argv);
-  else if (cmd == "run") st = Run(argc, argv);
-  else if (cmd == "inspect") st = Inspect(argc, argv);
-  else st = UsageError(absl::StrCat("unknown command '", cmd, "'"));
+  if (cmd == "build")
+    st = Build(argc, argv);
+  else if (cmd == "run")
+    st = Run(argc, argv);
+  else if (cmd == "inspect")
+    st = Inspect(argc, argv);
+  else
+    st = UsageError(absl::StrCat("unknown command '", cmd, "'"));
   if (st.GetPayload(kUsagePayload).has_value()) {
     std::cerr << "kiln: " << st.message() << "\n\n" << kUsage;
     return 2;

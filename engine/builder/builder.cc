@@ -1,8 +1,8 @@
 #include "engine/builder/builder.h"
 
 #include "absl/status/status.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/common/sha256.h"
 #include "engine/common/status.h"
@@ -73,7 +73,9 @@ v1::NodeProvenance Provenance(const ir::Node& n, const std::string& policy,
 
 absl::StatusOr<BuildResult> BuildEngine(const std::string& model_bytes, const BuildOptions& options,
                                         std::shared_ptr<spdlog::logger> logger) {
-  if (!logger) logger = std::make_shared<spdlog::logger>("kiln", std::make_shared<spdlog::sinks::null_sink_mt>());
+  if (!logger)
+    logger =
+        std::make_shared<spdlog::logger>("kiln", std::make_shared<spdlog::sinks::null_sink_mt>());
   if (options.policy != "fp32") {
     return absl::UnimplementedError(absl::StrCat(
         "policy '", options.policy, "' is not supported by this build; only 'fp32' is"));
@@ -82,7 +84,8 @@ absl::StatusOr<BuildResult> BuildEngine(const std::string& model_bytes, const Bu
   BuildSummary& sum = result.summary;
   sum.model_sha256 = DigestHex(Sha256(model_bytes));
   logger->info("import: {} bytes, sha256 {}", model_bytes.size(), sum.model_sha256);
-  ASSIGN_OR_RETURN(std::unique_ptr<ir::Graph> graph, import::ImportModel(model_bytes, options.import));
+  ASSIGN_OR_RETURN(std::unique_ptr<ir::Graph> graph,
+                   import::ImportModel(model_bytes, options.import));
   ir::Graph& g = *graph;
   sum.source_nodes = static_cast<int>(g.nodes().size());
   logger->info("import: {} nodes, {} values, opset {}, ir_version {}", g.nodes().size(),
@@ -103,12 +106,12 @@ absl::StatusOr<BuildResult> BuildEngine(const std::string& model_bytes, const Bu
     // Import only lets through ops of the op list, and every one of them must have a kernel: a
     // missing one is a bug, not an unsupported op.
     if (any_op_missing) {
-      return absl::InternalError(absl::StrCat("ops of the op list without a kernel: ",
-                                              absl::StrJoin(missing, "; ")));
+      return absl::InternalError(
+          absl::StrCat("ops of the op list without a kernel: ", absl::StrJoin(missing, "; ")));
     }
-    return absl::UnimplementedError(absl::StrCat("unsupported dtype: ", missing.size(),
-                                                 " node(s) have no kernel for their dtypes: ",
-                                                 absl::StrJoin(missing, "; ")));
+    return absl::UnimplementedError(
+        absl::StrCat("unsupported dtype: ", missing.size(),
+                     " node(s) have no kernel for their dtypes: ", absl::StrJoin(missing, "; ")));
   }
 
   // Constant folding, in topological order so chains fold completely.
@@ -219,8 +222,7 @@ absl::StatusOr<BuildResult> BuildEngine(const std::string& model_bytes, const Bu
   return result;
 }
 
-absl::StatusOr<BuildResult> BuildEngineFromFile(const std::string& model_path,
-                                                BuildOptions options,
+absl::StatusOr<BuildResult> BuildEngineFromFile(const std::string& model_path, BuildOptions options,
                                                 std::shared_ptr<spdlog::logger> logger) {
   ASSIGN_OR_RETURN(std::string bytes, import::ReadFile(model_path, options.import.max_model_bytes));
   if (options.import.model_dir.empty()) {

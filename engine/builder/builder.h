@@ -45,8 +45,7 @@ absl::StatusOr<BuildResult> BuildEngine(const std::string& model_bytes, const Bu
                                         std::shared_ptr<spdlog::logger> logger);
 
 /// Reads MODEL (external data resolved next to it) and builds it.
-absl::StatusOr<BuildResult> BuildEngineFromFile(const std::string& model_path,
-                                                BuildOptions options,
+absl::StatusOr<BuildResult> BuildEngineFromFile(const std::string& model_path, BuildOptions options,
                                                 std::shared_ptr<spdlog::logger> logger);
 
 }  // namespace kiln::builder

@@ -12,11 +12,19 @@ struct FeatureName {
   const char* name;
 };
 constexpr FeatureName kNames[] = {
-    {kCpuSse42, "sse4.2"},       {kCpuAvx, "avx"},           {kCpuAvx2, "avx2"},
-    {kCpuFma, "fma"},            {kCpuF16c, "f16c"},         {kCpuAvx512F, "avx512f"},
-    {kCpuAvx512Bw, "avx512bw"},  {kCpuAvx512Vl, "avx512vl"}, {kCpuAvx512Dq, "avx512dq"},
-    {kCpuAvx512Bf16, "avx512_bf16"}, {kCpuAvx512Vnni, "avx512_vnni"},
-    {kCpuAvx512Fp16, "avx512_fp16"}, {kCpuAmxTile, "amx_tile"},
+    {kCpuSse42, "sse4.2"},
+    {kCpuAvx, "avx"},
+    {kCpuAvx2, "avx2"},
+    {kCpuFma, "fma"},
+    {kCpuF16c, "f16c"},
+    {kCpuAvx512F, "avx512f"},
+    {kCpuAvx512Bw, "avx512bw"},
+    {kCpuAvx512Vl, "avx512vl"},
+    {kCpuAvx512Dq, "avx512dq"},
+    {kCpuAvx512Bf16, "avx512_bf16"},
+    {kCpuAvx512Vnni, "avx512_vnni"},
+    {kCpuAvx512Fp16, "avx512_fp16"},
+    {kCpuAmxTile, "amx_tile"},
 };
 
 uint64_t Detect() {
@@ -34,8 +42,10 @@ uint64_t Detect() {
     avx_ok = (xcr0_lo & 0x6) == 0x6;
     avx512_ok = avx_ok && (xcr0_lo & 0xe0) == 0xe0;
   }
-  if (avx_ok) f |= kCpuAvx;
-  else f &= ~(kCpuFma | kCpuF16c);
+  if (avx_ok)
+    f |= kCpuAvx;
+  else
+    f &= ~(kCpuFma | kCpuF16c);
   if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
     if (avx_ok && (b & bit_AVX2)) f |= kCpuAvx2;
     if (avx512_ok) {

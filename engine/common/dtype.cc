@@ -4,42 +4,72 @@ namespace kiln {
 
 const char* DataTypeName(DataType t) {
   switch (t) {
-    case DataType::kF32: return "f32";
-    case DataType::kU8: return "u8";
-    case DataType::kI8: return "i8";
-    case DataType::kU16: return "u16";
-    case DataType::kI16: return "i16";
-    case DataType::kI32: return "i32";
-    case DataType::kI64: return "i64";
-    case DataType::kString: return "string";
-    case DataType::kBool: return "bool";
-    case DataType::kF16: return "f16";
-    case DataType::kF64: return "f64";
-    case DataType::kU32: return "u32";
-    case DataType::kU64: return "u64";
-    case DataType::kBF16: return "bf16";
-    case DataType::kUndefined: break;
+    case DataType::kF32:
+      return "f32";
+    case DataType::kU8:
+      return "u8";
+    case DataType::kI8:
+      return "i8";
+    case DataType::kU16:
+      return "u16";
+    case DataType::kI16:
+      return "i16";
+    case DataType::kI32:
+      return "i32";
+    case DataType::kI64:
+      return "i64";
+    case DataType::kString:
+      return "string";
+    case DataType::kBool:
+      return "bool";
+    case DataType::kF16:
+      return "f16";
+    case DataType::kF64:
+      return "f64";
+    case DataType::kU32:
+      return "u32";
+    case DataType::kU64:
+      return "u64";
+    case DataType::kBF16:
+      return "bf16";
+    case DataType::kUndefined:
+      break;
   }
   return "undefined";
 }
 
 const char* DataTypeOnnxName(DataType t) {
   switch (t) {
-    case DataType::kF32: return "float";
-    case DataType::kU8: return "uint8";
-    case DataType::kI8: return "int8";
-    case DataType::kU16: return "uint16";
-    case DataType::kI16: return "int16";
-    case DataType::kI32: return "int32";
-    case DataType::kI64: return "int64";
-    case DataType::kString: return "string";
-    case DataType::kBool: return "bool";
-    case DataType::kF16: return "float16";
-    case DataType::kF64: return "double";
-    case DataType::kU32: return "uint32";
-    case DataType::kU64: return "uint64";
-    case DataType::kBF16: return "bfloat16";
-    case DataType::kUndefined: break;
+    case DataType::kF32:
+      return "float";
+    case DataType::kU8:
+      return "uint8";
+    case DataType::kI8:
+      return "int8";
+    case DataType::kU16:
+      return "uint16";
+    case DataType::kI16:
+      return "int16";
+    case DataType::kI32:
+      return "int32";
+    case DataType::kI64:
+      return "int64";
+    case DataType::kString:
+      return "string";
+    case DataType::kBool:
+      return "bool";
+    case DataType::kF16:
+      return "float16";
+    case DataType::kF64:
+      return "double";
+    case DataType::kU32:
+      return "uint32";
+    case DataType::kU64:
+      return "uint64";
+    case DataType::kBF16:
+      return "bfloat16";
+    case DataType::kUndefined:
+      break;
   }
   return "undefined";
 }
@@ -48,26 +78,30 @@ size_t DataTypeSize(DataType t) {
   switch (t) {
     case DataType::kU8:
     case DataType::kI8:
-    case DataType::kBool: return 1;
+    case DataType::kBool:
+      return 1;
     case DataType::kU16:
     case DataType::kI16:
     case DataType::kF16:
-    case DataType::kBF16: return 2;
+    case DataType::kBF16:
+      return 2;
     case DataType::kF32:
     case DataType::kI32:
-    case DataType::kU32: return 4;
+    case DataType::kU32:
+      return 4;
     case DataType::kI64:
     case DataType::kU64:
-    case DataType::kF64: return 8;
+    case DataType::kF64:
+      return 8;
     case DataType::kString:
-    case DataType::kUndefined: break;
+    case DataType::kUndefined:
+      break;
   }
   return 0;
 }
 
 bool IsFloating(DataType t) {
-  return t == DataType::kF32 || t == DataType::kF16 || t == DataType::kBF16 ||
-         t == DataType::kF64;
+  return t == DataType::kF32 || t == DataType::kF16 || t == DataType::kBF16 || t == DataType::kF64;
 }
 
 bool IsInteger(DataType t) {
@@ -79,17 +113,32 @@ bool IsInteger(DataType t) {
     case DataType::kI32:
     case DataType::kI64:
     case DataType::kU32:
-    case DataType::kU64: return true;
-    default: return false;
+    case DataType::kU64:
+      return true;
+    default:
+      return false;
   }
 }
 
 DataType DataTypeFromOnnx(int32_t onnx_type) {
   switch (onnx_type) {
-    case 1: case 2: case 3: case 4: case 5: case 6: case 7: case 8: case 9: case 10: case 11:
-    case 12: case 13: case 16:
+    case 1:
+    case 2:
+    case 3:
+    case 4:
+    case 5:
+    case 6:
+    case 7:
+    case 8:
+    case 9:
+    case 10:
+    case 11:
+    case 12:
+    case 13:
+    case 16:
       return static_cast<DataType>(onnx_type);
-    default: return DataType::kUndefined;
+    default:
+      return DataType::kUndefined;
   }
 }
 

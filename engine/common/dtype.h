@@ -5,7 +5,6 @@
 #include <cstddef>
 #include <cstdint>
 
-
 namespace kiln {
 
 /// Element type of a tensor (numbering of ONNX TensorProto.DataType).

@@ -9,10 +9,10 @@
 #define KILN_STATUS_CONCAT(a, b) KILN_STATUS_CONCAT_INNER(a, b)
 
 /// Returns from the enclosing function if `expr` (an absl::Status) is not OK.
-#define RETURN_IF_ERROR(expr)                              \
-  do {                                                     \
-    ::absl::Status kiln_status_ = (expr);                  \
-    if (!kiln_status_.ok()) return kiln_status_;           \
+#define RETURN_IF_ERROR(expr)                    \
+  do {                                           \
+    ::absl::Status kiln_status_ = (expr);        \
+    if (!kiln_status_.ok()) return kiln_status_; \
   } while (0)
 
 /// `ASSIGN_OR_RETURN(auto x, Foo())`: assigns the value of a StatusOr or returns its error.

@@ -29,13 +29,13 @@ absl::Status Invalid(const std::string& where, const std::string& what) {
 }
 
 // Converts a ValueInfo's tensor type into dtype and shape; other types are unimplemented.
-absl::Status ReadValueInfo(const onnx::ValueInfoProto& vi, const std::string& what,
-                           ir::Value* v) {
+absl::Status ReadValueInfo(const onnx::ValueInfoProto& vi, const std::string& what, ir::Value* v) {
   if (!vi.has_type()) return absl::OkStatus();
   const onnx::TypeProto& tp = vi.type();
   if (!tp.has_tensor_type()) {
     return absl::UnimplementedError(absl::StrCat(
-        what, " '", vi.name(), "': unsupported dtype (not a tensor: sequence, map, optional and sparse values are "
+        what, " '", vi.name(),
+        "': unsupported dtype (not a tensor: sequence, map, optional and sparse values are "
         "not supported)"));
   }
   const auto& tt = tp.tensor_type();
@@ -64,8 +64,8 @@ absl::Status ReadValueInfo(const onnx::ValueInfoProto& vi, const std::string& wh
       }
     }
     if (s.is_static() && ir::NumElementsOf(s.StaticDims()) < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, " '", vi.name(), "' dims ", s.ToString(), " overflow int64 elements"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " '", vi.name(), "' dims ", s.ToString(), " overflow int64 elements"));
     }
     v->shape = std::move(s);
   }
@@ -112,7 +112,8 @@ absl::StatusOr<ir::Attribute> ConvertAttribute(const onnx::AttributeProto& a,
       break;
     case onnx::AttributeProto::GRAPH:
     case onnx::AttributeProto::GRAPHS:
-      return absl::UnimplementedError(absl::StrCat(where, " is a subgraph; subgraphs are not supported"));
+      return absl::UnimplementedError(
+          absl::StrCat(where, " is a subgraph; subgraphs are not supported"));
     case onnx::AttributeProto::SPARSE_TENSOR:
     case onnx::AttributeProto::SPARSE_TENSORS:
       return absl::UnimplementedError(absl::StrCat(where, " is a sparse tensor; not supported"));
@@ -195,9 +196,9 @@ class Importer {
         }
         found = true;
         if (imp.version() < kMinOpset || imp.version() > kMaxOpset) {
-          return absl::UnimplementedError(absl::StrCat(
-              "unsupported opset: opset_import: default-domain opset ", imp.version(),
-              " is outside the supported range ", kMinOpset, "..", kMaxOpset));
+          return absl::UnimplementedError(
+              absl::StrCat("unsupported opset: opset_import: default-domain opset ", imp.version(),
+                           " is outside the supported range ", kMinOpset, "..", kMaxOpset));
         }
         opset_ = static_cast<int>(imp.version());
       } else {
@@ -230,8 +231,9 @@ class Importer {
         continue;
       }
       if (opset_ == 0) {
-        unknown.push_back(absl::StrCat(label, " uses the default domain, which opset_import "
-                                              "does not list"));
+        unknown.push_back(absl::StrCat(label,
+                                       " uses the default domain, which opset_import "
+                                       "does not list"));
         continue;
       }
       auto op = ir::OpFromName(n.op_type());
@@ -244,23 +246,23 @@ class Importer {
         continue;
       }
       if (!ResolveOpVersion(*op, opset_)) {
-        unknown.push_back(absl::StrCat(label, " op ", n.op_type(), " does not exist at opset ",
-                                       opset_));
+        unknown.push_back(
+            absl::StrCat(label, " op ", n.op_type(), " does not exist at opset ", opset_));
       }
     }
     if (!unknown.empty()) {
       std::vector<std::string> all = unknown;
       all.insert(all.end(), unimplemented.begin(), unimplemented.end());
-      return absl::InvalidArgumentError(absl::StrCat(
-          "unsupported op: ", all.size(), " node(s) use ops Kiln cannot run: ",
-          absl::StrJoin(all, "; ")));
+      return absl::InvalidArgumentError(
+          absl::StrCat("unsupported op: ", all.size(),
+                       " node(s) use ops Kiln cannot run: ", absl::StrJoin(all, "; ")));
     }
     if (!unimplemented.empty()) {
-      return absl::UnimplementedError(absl::StrCat(
-          "unsupported op: ", unimplemented.size(),
-          " node(s) use ops Kiln does not implement (control flow and RNN ops are not "
-          "supported yet): ",
-          absl::StrJoin(unimplemented, "; ")));
+      return absl::UnimplementedError(
+          absl::StrCat("unsupported op: ", unimplemented.size(),
+                       " node(s) use ops Kiln does not implement (control flow and RNN ops are not "
+                       "supported yet): ",
+                       absl::StrJoin(unimplemented, "; ")));
     }
     return absl::OkStatus();
   }
@@ -288,8 +290,7 @@ class Importer {
       if (ir::Value* existing = graph_->FindValue(in.name())) {
         // IR < 4 lists initializers among the inputs; they stay constants (weights).
         if (existing->constant) continue;
-        return absl::InvalidArgumentError(
-            absl::StrCat(what, " '", in.name(), "': duplicate name"));
+        return absl::InvalidArgumentError(absl::StrCat(what, " '", in.name(), "': duplicate name"));
       }
       ASSIGN_OR_RETURN(ir::Value * v, graph_->AddValue(in.name()));
       RETURN_IF_ERROR(ReadValueInfo(in, what, v));
@@ -415,9 +416,8 @@ class Importer {
 absl::StatusOr<std::unique_ptr<ir::Graph>> ImportModel(absl::string_view bytes,
                                                        const ImportOptions& options) {
   if (static_cast<int64_t>(bytes.size()) > options.max_model_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("model is ", bytes.size(),
-                                                   " bytes; the limit is ",
-                                                   options.max_model_bytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model is ", bytes.size(), " bytes; the limit is ", options.max_model_bytes));
   }
   if (bytes.empty()) return absl::InvalidArgumentError("model is empty (0 bytes)");
   onnx::ModelProto model;

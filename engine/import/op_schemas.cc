@@ -10,8 +10,8 @@ namespace {
 const std::vector<std::vector<OpVersion>>& VersionsByOp() {
   static const auto* table = [] {
     auto* t = new std::vector<std::vector<OpVersion>>(static_cast<int>(ir::OpType::kNumOps));
-#define KILN_OP_VERSION(name, since, min_in, max_in, min_out, max_out)                  \
-  (*t)[static_cast<int>(ir::OpType::k##name)].push_back(                                \
+#define KILN_OP_VERSION(name, since, min_in, max_in, min_out, max_out) \
+  (*t)[static_cast<int>(ir::OpType::k##name)].push_back(               \
       OpVersion{ir::OpType::k##name, since, min_in, max_in, min_out, max_out});
 #define KILN_UNSUPPORTED_OP(name)
 #include "engine/import/onnx_op_table.inc"

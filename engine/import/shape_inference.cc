@@ -69,9 +69,12 @@ Shape Broadcast(const std::vector<const Shape*>& shapes) {
       if (!d) {
         d = x;
       } else if (!(*d == x)) {
-        if (d->is_static() && x.is_static()) unknown = true;  // a real mismatch: kernel reports it
-        else if (!d->is_static() && x.is_static()) d = x;  // the symbol must equal the number
-        else if (!d->is_static() && !x.is_static()) unknown = true;
+        if (d->is_static() && x.is_static())
+          unknown = true;  // a real mismatch: kernel reports it
+        else if (!d->is_static() && x.is_static())
+          d = x;  // the symbol must equal the number
+        else if (!d->is_static() && !x.is_static())
+          unknown = true;
       }
     }
     out.dims[i] = unknown ? Dim{} : (d ? *d : Dim::Static(1));
@@ -139,14 +142,26 @@ std::optional<std::vector<int64_t>> StaticDimsOf(const Value* v) {
 absl::StatusOr<DataType> OutputType(const Node& n, int k) {
   DataType t0 = InType(n, 0);
   switch (n.op) {
-    case OpType::kEqual: case OpType::kGreater: case OpType::kGreaterOrEqual:
-    case OpType::kLess: case OpType::kLessOrEqual: case OpType::kAnd: case OpType::kOr:
-    case OpType::kXor: case OpType::kNot: case OpType::kIsInf: case OpType::kIsNaN:
+    case OpType::kEqual:
+    case OpType::kGreater:
+    case OpType::kGreaterOrEqual:
+    case OpType::kLess:
+    case OpType::kLessOrEqual:
+    case OpType::kAnd:
+    case OpType::kOr:
+    case OpType::kXor:
+    case OpType::kNot:
+    case OpType::kIsInf:
+    case OpType::kIsNaN:
       return DataType::kBool;
-    case OpType::kShape: case OpType::kSize: case OpType::kArgMax: case OpType::kArgMin:
+    case OpType::kShape:
+    case OpType::kSize:
+    case OpType::kArgMax:
+    case OpType::kArgMin:
     case OpType::kNonZero:
       return DataType::kI64;
-    case OpType::kTopK: case OpType::kMaxPool:
+    case OpType::kTopK:
+    case OpType::kMaxPool:
       return k == 1 ? DataType::kI64 : t0;
     case OpType::kDropout:  // the mask is T before opset 10, bool from 10
       return k == 1 && n.since_version >= 10 ? DataType::kBool : t0;
@@ -155,12 +170,13 @@ absl::StatusOr<DataType> OutputType(const Node& n, int k) {
     case OpType::kCast: {
       DataType t = DataTypeFromOnnx(static_cast<int32_t>(n.GetInt("to", 0)));
       if (t == DataType::kUndefined || t == DataType::kString) {
-        return absl::UnimplementedError(absl::StrCat(
-            n.Label(), " unsupported dtype: attribute 'to' = ", n.GetInt("to", 0)));
+        return absl::UnimplementedError(
+            absl::StrCat(n.Label(), " unsupported dtype: attribute 'to' = ", n.GetInt("to", 0)));
       }
       return t;
     }
-    case OpType::kCastLike: return InType(n, 1);
+    case OpType::kCastLike:
+      return InType(n, 1);
     case OpType::kConstant: {
       const ir::Attribute* a = n.attr("value");
       if (a && a->type == ir::Attribute::Type::kTensor) return a->t.dtype();
@@ -188,11 +204,14 @@ absl::StatusOr<DataType> OutputType(const Node& n, int k) {
     }
     case OpType::kDequantizeLinear:
       return n.since_version >= 19 ? InType(n, 1) : DataType::kF32;
-    case OpType::kWhere: return InType(n, 1);
+    case OpType::kWhere:
+      return InType(n, 1);
     case OpType::kDynamicQuantizeLinear:  // y and y_zero_point are uint8, y_scale float
       return k == 1 ? DataType::kF32 : DataType::kU8;
-    case OpType::kOneHot: return InType(n, 2);
-    default: return t0;
+    case OpType::kOneHot:
+      return InType(n, 2);
+    default:
+      return t0;
   }
 }
 
@@ -200,23 +219,65 @@ Shape InferShape(const Node& n, int k) {
   const Value* x = In(n, 0);
   switch (n.op) {
     // Same shape as input 0.
-    case OpType::kAbs: case OpType::kAcos: case OpType::kAcosh: case OpType::kAsin:
-    case OpType::kAsinh: case OpType::kAtan: case OpType::kAtanh: case OpType::kCeil:
-    case OpType::kCos: case OpType::kCosh: case OpType::kErf: case OpType::kExp:
-    case OpType::kFloor: case OpType::kLog: case OpType::kNeg: case OpType::kReciprocal:
-    case OpType::kRound: case OpType::kSign: case OpType::kSin: case OpType::kSinh:
-    case OpType::kSqrt: case OpType::kTan: case OpType::kTanh: case OpType::kNot:
-    case OpType::kIsInf: case OpType::kIsNaN: case OpType::kRelu: case OpType::kLeakyRelu:
-    case OpType::kElu: case OpType::kSelu: case OpType::kCelu: case OpType::kSigmoid:
-    case OpType::kHardSigmoid: case OpType::kHardSwish: case OpType::kSoftplus:
-    case OpType::kSoftsign: case OpType::kMish: case OpType::kGelu:
-    case OpType::kThresholdedRelu: case OpType::kShrink: case OpType::kClip:
-    case OpType::kCast: case OpType::kCastLike: case OpType::kIdentity:
-    case OpType::kSoftmax: case OpType::kLogSoftmax: case OpType::kHardmax:
-    case OpType::kCumSum: case OpType::kLpNormalization: case OpType::kInstanceNormalization:
-    case OpType::kGroupNormalization: case OpType::kRMSNormalization: case OpType::kTrilu:
-    case OpType::kQuantizeLinear: case OpType::kDequantizeLinear: case OpType::kEyeLike:
-    case OpType::kScatterElements: case OpType::kScatterND: case OpType::kPRelu:
+    case OpType::kAbs:
+    case OpType::kAcos:
+    case OpType::kAcosh:
+    case OpType::kAsin:
+    case OpType::kAsinh:
+    case OpType::kAtan:
+    case OpType::kAtanh:
+    case OpType::kCeil:
+    case OpType::kCos:
+    case OpType::kCosh:
+    case OpType::kErf:
+    case OpType::kExp:
+    case OpType::kFloor:
+    case OpType::kLog:
+    case OpType::kNeg:
+    case OpType::kReciprocal:
+    case OpType::kRound:
+    case OpType::kSign:
+    case OpType::kSin:
+    case OpType::kSinh:
+    case OpType::kSqrt:
+    case OpType::kTan:
+    case OpType::kTanh:
+    case OpType::kNot:
+    case OpType::kIsInf:
+    case OpType::kIsNaN:
+    case OpType::kRelu:
+    case OpType::kLeakyRelu:
+    case OpType::kElu:
+    case OpType::kSelu:
+    case OpType::kCelu:
+    case OpType::kSigmoid:
+    case OpType::kHardSigmoid:
+    case OpType::kHardSwish:
+    case OpType::kSoftplus:
+    case OpType::kSoftsign:
+    case OpType::kMish:
+    case OpType::kGelu:
+    case OpType::kThresholdedRelu:
+    case OpType::kShrink:
+    case OpType::kClip:
+    case OpType::kCast:
+    case OpType::kCastLike:
+    case OpType::kIdentity:
+    case OpType::kSoftmax:
+    case OpType::kLogSoftmax:
+    case OpType::kHardmax:
+    case OpType::kCumSum:
+    case OpType::kLpNormalization:
+    case OpType::kInstanceNormalization:
+    case OpType::kGroupNormalization:
+    case OpType::kRMSNormalization:
+    case OpType::kTrilu:
+    case OpType::kQuantizeLinear:
+    case OpType::kDequantizeLinear:
+    case OpType::kEyeLike:
+    case OpType::kScatterElements:
+    case OpType::kScatterND:
+    case OpType::kPRelu:
     case OpType::kLRN:
       return k == 0 ? SameShape(n, 0) : Shape::Unknown();
     case OpType::kDropout:
@@ -224,11 +285,24 @@ Shape InferShape(const Node& n, int k) {
       return k == 0 || n.op == OpType::kDropout ? SameShape(n, 0) : Shape::Unknown();
     case OpType::kLayerNormalization:
       return k == 0 ? SameShape(n, 0) : Shape::Unknown();
-    case OpType::kAdd: case OpType::kSub: case OpType::kMul: case OpType::kDiv:
-    case OpType::kPow: case OpType::kMod: case OpType::kAnd: case OpType::kOr:
-    case OpType::kXor: case OpType::kEqual: case OpType::kGreater:
-    case OpType::kGreaterOrEqual: case OpType::kLess: case OpType::kLessOrEqual:
-    case OpType::kMax: case OpType::kMin: case OpType::kMean: case OpType::kSum:
+    case OpType::kAdd:
+    case OpType::kSub:
+    case OpType::kMul:
+    case OpType::kDiv:
+    case OpType::kPow:
+    case OpType::kMod:
+    case OpType::kAnd:
+    case OpType::kOr:
+    case OpType::kXor:
+    case OpType::kEqual:
+    case OpType::kGreater:
+    case OpType::kGreaterOrEqual:
+    case OpType::kLess:
+    case OpType::kLessOrEqual:
+    case OpType::kMax:
+    case OpType::kMin:
+    case OpType::kMean:
+    case OpType::kSum:
     case OpType::kWhere: {
       std::vector<const Shape*> shapes;
       for (const Value* v : n.inputs) {
@@ -245,7 +319,8 @@ Shape InferShape(const Node& n, int k) {
       end = std::clamp<int64_t>(end < 0 ? end + r : end, 0, r);
       return Shape::Of({std::max<int64_t>(0, end - start)});
     }
-    case OpType::kSize: return Shape::Of({});
+    case OpType::kSize:
+      return Shape::Of({});
     case OpType::kConstant: {
       const ir::Attribute* a = n.attr("value");
       if (a && a->type == ir::Attribute::Type::kTensor) return Shape::Of(a->t.dims());
@@ -280,8 +355,10 @@ Shape InferShape(const Node& n, int k) {
         } else if (d >= 0) {
           out.dims[i] = Dim::Static(d);
         }
-        if (out.dims[i].is_static()) known *= out.dims[i].value;
-        else known = -1;
+        if (out.dims[i].is_static())
+          known *= out.dims[i].value;
+        else
+          known = -1;
       }
       if (infer >= 0 && in && known > 0) {
         int64_t total = ir::NumElementsOf(*in);
@@ -321,7 +398,8 @@ Shape InferShape(const Node& n, int k) {
       }
       return s;
     }
-    case OpType::kSqueeze: case OpType::kUnsqueeze: {
+    case OpType::kSqueeze:
+    case OpType::kUnsqueeze: {
       if (!x || !x->shape.rank_known) return Shape::Unknown();
       auto axes = AxesOf(n, 1, 13);
       if (!axes) return Shape::Unknown();
@@ -352,9 +430,12 @@ Shape InferShape(const Node& n, int k) {
       s.rank_known = true;
       int j = 0;
       for (int i = 0; i < out_rank; ++i) {
-        if (inserted[i]) s.dims.push_back(Dim::Static(1));
-        else if (j < r) s.dims.push_back(x->shape.dims[j++]);
-        else return Shape::Unknown();
+        if (inserted[i])
+          s.dims.push_back(Dim::Static(1));
+        else if (j < r)
+          s.dims.push_back(x->shape.dims[j++]);
+        else
+          return Shape::Unknown();
       }
       return s;
     }
@@ -427,22 +508,32 @@ Shape InferShape(const Node& n, int k) {
       }
       return ConvLikeShape(n, x->shape, oc, kernel);
     }
-    case OpType::kMaxPool: case OpType::kAveragePool: {
+    case OpType::kMaxPool:
+    case OpType::kAveragePool: {
       if (!x || !x->shape.rank_known || x->shape.rank() < 3) return Shape::Unknown();
       Shape s = ConvLikeShape(n, x->shape, -1, n.GetInts("kernel_shape"));
       if (s.rank_known) s.dims[1] = x->shape.dims[1];
       return s;
     }
-    case OpType::kGlobalAveragePool: case OpType::kGlobalMaxPool: {
+    case OpType::kGlobalAveragePool:
+    case OpType::kGlobalMaxPool: {
       if (!x || !x->shape.rank_known || x->shape.rank() < 2) return Shape::Unknown();
       Shape s = x->shape;
       for (int i = 2; i < s.rank(); ++i) s.dims[i] = Dim::Static(1);
       return s;
     }
-    case OpType::kReduceL1: case OpType::kReduceL2: case OpType::kReduceLogSum:
-    case OpType::kReduceLogSumExp: case OpType::kReduceMax: case OpType::kReduceMean:
-    case OpType::kReduceMin: case OpType::kReduceProd: case OpType::kReduceSum:
-    case OpType::kReduceSumSquare: case OpType::kArgMax: case OpType::kArgMin: {
+    case OpType::kReduceL1:
+    case OpType::kReduceL2:
+    case OpType::kReduceLogSum:
+    case OpType::kReduceLogSumExp:
+    case OpType::kReduceMax:
+    case OpType::kReduceMean:
+    case OpType::kReduceMin:
+    case OpType::kReduceProd:
+    case OpType::kReduceSum:
+    case OpType::kReduceSumSquare:
+    case OpType::kArgMax:
+    case OpType::kArgMin: {
       if (!x || !x->shape.rank_known) return Shape::Unknown();
       int r = x->shape.rank();
       std::optional<std::vector<int64_t>> axes;
@@ -466,8 +557,10 @@ Shape InferShape(const Node& n, int k) {
       Shape s;
       s.rank_known = true;
       for (int i = 0; i < r; ++i) {
-        if (!red[i]) s.dims.push_back(x->shape.dims[i]);
-        else if (keep) s.dims.push_back(Dim::Static(1));
+        if (!red[i])
+          s.dims.push_back(x->shape.dims[i]);
+        else if (keep)
+          s.dims.push_back(Dim::Static(1));
       }
       return s;
     }
@@ -485,9 +578,9 @@ absl::Status InferTypesAndShapes(ir::Graph& graph, const std::vector<ir::Node*>&
       if (!out) continue;
       ASSIGN_OR_RETURN(DataType t, OutputType(*n, k));
       if (t == DataType::kUndefined) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            n->Label(), " output ", k, " '", out->name, "': dtype cannot be inferred (input ",
-            "dtype unknown)"));
+        return absl::InvalidArgumentError(absl::StrCat(n->Label(), " output ", k, " '", out->name,
+                                                       "': dtype cannot be inferred (input ",
+                                                       "dtype unknown)"));
       }
       if (out->dtype != DataType::kUndefined && out->dtype != t) {
         return absl::InvalidArgumentError(absl::StrCat(

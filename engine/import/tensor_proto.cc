@@ -51,7 +51,8 @@ absl::Status CopyTypedData(const onnx::TensorProto& p, ir::Tensor& t, const std:
       return absl::OkStatus();
     case DataType::kU32:
       RETURN_IF_ERROR(check(p.uint64_data_size()));
-      for (int64_t i = 0; i < n; ++i) t.data<uint32_t>()[i] = static_cast<uint32_t>(p.uint64_data(i));
+      for (int64_t i = 0; i < n; ++i)
+        t.data<uint32_t>()[i] = static_cast<uint32_t>(p.uint64_data(i));
       return absl::OkStatus();
     case DataType::kI32:
       RETURN_IF_ERROR(check(p.int32_data_size()));
@@ -62,7 +63,8 @@ absl::Status CopyTypedData(const onnx::TensorProto& p, ir::Tensor& t, const std:
     case DataType::kF16:
     case DataType::kBF16:
       RETURN_IF_ERROR(check(p.int32_data_size()));
-      for (int64_t i = 0; i < n; ++i) t.data<uint16_t>()[i] = static_cast<uint16_t>(p.int32_data(i));
+      for (int64_t i = 0; i < n; ++i)
+        t.data<uint16_t>()[i] = static_cast<uint16_t>(p.int32_data(i));
       return absl::OkStatus();
     case DataType::kI8:
     case DataType::kU8:
@@ -78,9 +80,8 @@ absl::Status CopyTypedData(const onnx::TensorProto& p, ir::Tensor& t, const std:
 
 // Reads external data under the rules: relative path inside the model folder, no "..", no
 // symlink anywhere on the path, offset/length inside the file, length == dims x dtype size.
-absl::Status ReadExternal(const onnx::TensorProto& p, const ExternalDataPolicy& policy,
-                          DataType dt, const std::vector<int64_t>& dims, ir::Tensor& t,
-                          const std::string& ctx) {
+absl::Status ReadExternal(const onnx::TensorProto& p, const ExternalDataPolicy& policy, DataType dt,
+                          const std::vector<int64_t>& dims, ir::Tensor& t, const std::string& ctx) {
   std::string location;
   int64_t offset = 0, length = -1;
   for (const auto& kv : p.external_data()) {
@@ -97,8 +98,9 @@ absl::Status ReadExternal(const onnx::TensorProto& p, const ExternalDataPolicy& 
     }
   }
   if (policy.model_dir.empty()) {
-    return Bad(ctx, "uses external data but the model was not loaded from a file, so there is "
-                    "no model folder to read it from");
+    return Bad(ctx,
+               "uses external data but the model was not loaded from a file, so there is "
+               "no model folder to read it from");
   }
   if (location.empty()) return Bad(ctx, "external_data has no 'location'");
   if (location[0] == '/' || location.find('\\') != std::string::npos) {
@@ -143,9 +145,9 @@ absl::Status ReadExternal(const onnx::TensorProto& p, const ExternalDataPolicy& 
   if (length < 0) length = st.st_size - offset;
   if (length != need) {
     close(fd);
-    return Bad(ctx, absl::StrCat("external_data length ", length, " != dims ",
-                                 ir::DimsToString(dims), " x ", DataTypeSize(dt),
-                                 " bytes = ", need));
+    return Bad(ctx,
+               absl::StrCat("external_data length ", length, " != dims ", ir::DimsToString(dims),
+                            " x ", DataTypeSize(dt), " bytes = ", need));
   }
   if (length > st.st_size - offset) return outside();
   auto alloc = ir::Tensor::Allocate(dt, dims);
@@ -175,10 +177,10 @@ absl::StatusOr<ir::Tensor> TensorFromProto(const onnx::TensorProto& p,
                                            const std::string& context) {
   DataType dt = DataTypeFromOnnx(p.data_type());
   if (dt == DataType::kUndefined || dt == DataType::kString) {
-    return absl::UnimplementedError(absl::StrCat(context, ": unsupported dtype ",
-                                                 dt == DataType::kString ? "string" : "",
-                                                 dt == DataType::kString ? "" : "number ",
-                                                 dt == DataType::kString ? "" : absl::StrCat(p.data_type())));
+    return absl::UnimplementedError(
+        absl::StrCat(context, ": unsupported dtype ", dt == DataType::kString ? "string" : "",
+                     dt == DataType::kString ? "" : "number ",
+                     dt == DataType::kString ? "" : absl::StrCat(p.data_type())));
   }
   std::vector<int64_t> dims(p.dims().begin(), p.dims().end());
   for (size_t i = 0; i < dims.size(); ++i) {
@@ -191,7 +193,8 @@ absl::StatusOr<ir::Tensor> TensorFromProto(const onnx::TensorProto& p,
   if (n < 0 || n > INT64_MAX / esize) {
     return Bad(context, absl::StrCat("dims ", ir::DimsToString(dims), " overflow int64"));
   }
-  if (p.has_segment()) return absl::UnimplementedError(absl::StrCat(context, ": segmented tensors"));
+  if (p.has_segment())
+    return absl::UnimplementedError(absl::StrCat(context, ": segmented tensors"));
   // Sizes are checked against the payload before anything is allocated, so a tensor that
   // declares huge dims with a small payload fails fast instead of allocating.
   auto allocate = [&]() -> absl::StatusOr<ir::Tensor> {
@@ -204,9 +207,9 @@ absl::StatusOr<ir::Tensor> TensorFromProto(const onnx::TensorProto& p,
     RETURN_IF_ERROR(ReadExternal(p, external, dt, dims, t, context));
   } else if (p.has_raw_data()) {
     if (static_cast<int64_t>(p.raw_data().size()) != n * esize) {
-      return Bad(context, absl::StrCat("raw_data has ", p.raw_data().size(), " bytes but dims ",
-                                       ir::DimsToString(dims), " x ", esize, " bytes need ",
-                                       n * esize));
+      return Bad(context,
+                 absl::StrCat("raw_data has ", p.raw_data().size(), " bytes but dims ",
+                              ir::DimsToString(dims), " x ", esize, " bytes need ", n * esize));
     }
     ASSIGN_OR_RETURN(t, allocate());
     std::memcpy(t.raw_data(), p.raw_data().data(), t.byte_size());
@@ -214,8 +217,8 @@ absl::StatusOr<ir::Tensor> TensorFromProto(const onnx::TensorProto& p,
     int64_t have = p.float_data_size() + p.double_data_size() + p.int64_data_size() +
                    p.uint64_data_size() + p.int32_data_size();
     if (have != n) {
-      return Bad(context, absl::StrCat("holds ", have, " values but dims ",
-                                       ir::DimsToString(dims), " need ", n));
+      return Bad(context, absl::StrCat("holds ", have, " values but dims ", ir::DimsToString(dims),
+                                       " need ", n));
     }
     ASSIGN_OR_RETURN(t, allocate());
     RETURN_IF_ERROR(CopyTypedData(p, t, context));

@@ -10,13 +10,20 @@ namespace kiln::ir {
 
 const char* AttributeTypeName(Attribute::Type t) {
   switch (t) {
-    case Attribute::Type::kFloat: return "float";
-    case Attribute::Type::kInt: return "int";
-    case Attribute::Type::kString: return "string";
-    case Attribute::Type::kTensor: return "tensor";
-    case Attribute::Type::kFloats: return "floats";
-    case Attribute::Type::kInts: return "ints";
-    case Attribute::Type::kStrings: return "strings";
+    case Attribute::Type::kFloat:
+      return "float";
+    case Attribute::Type::kInt:
+      return "int";
+    case Attribute::Type::kString:
+      return "string";
+    case Attribute::Type::kTensor:
+      return "tensor";
+    case Attribute::Type::kFloats:
+      return "floats";
+    case Attribute::Type::kInts:
+      return "ints";
+    case Attribute::Type::kStrings:
+      return "strings";
   }
   return "?";
 }

@@ -65,9 +65,9 @@ class Node {
   int id = -1;  // index in Graph::nodes(); also the ONNX node index right after import
   std::string name;
   OpType op = OpType::kIdentity;
-  int since_version = 0;          // the ONNX op version resolved for the model's opset
-  std::vector<Value*> inputs;     // nullptr for an omitted optional input
-  std::vector<Value*> outputs;    // nullptr for an omitted optional output
+  int since_version = 0;        // the ONNX op version resolved for the model's opset
+  std::vector<Value*> inputs;   // nullptr for an omitted optional input
+  std::vector<Value*> outputs;  // nullptr for an omitted optional output
   absl::flat_hash_map<std::string, Attribute> attrs;
 
   /// "[node 'conv1' (Conv) #12]": the context every node error message starts with.

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <optional>
+
 #include "absl/strings/string_view.h"
 
 namespace kiln::ir {

@@ -77,35 +77,58 @@ Tensor Tensor::Reshaped(std::vector<int64_t> dims) const {
 
 double ElementAsDouble(const Tensor& t, int64_t i) {
   switch (t.dtype()) {
-    case DataType::kF32: return t.data<float>()[i];
-    case DataType::kF64: return t.data<double>()[i];
-    case DataType::kF16: return HalfBitsToFloat(t.data<uint16_t>()[i]);
-    case DataType::kBF16: return BFloat16BitsToFloat(t.data<uint16_t>()[i]);
-    case DataType::kU8: return t.data<uint8_t>()[i];
-    case DataType::kI8: return t.data<int8_t>()[i];
-    case DataType::kU16: return t.data<uint16_t>()[i];
-    case DataType::kI16: return t.data<int16_t>()[i];
-    case DataType::kI32: return t.data<int32_t>()[i];
-    case DataType::kI64: return static_cast<double>(t.data<int64_t>()[i]);
-    case DataType::kU32: return t.data<uint32_t>()[i];
-    case DataType::kU64: return static_cast<double>(t.data<uint64_t>()[i]);
-    case DataType::kBool: return t.data<uint8_t>()[i] ? 1.0 : 0.0;
-    default: return 0.0;
+    case DataType::kF32:
+      return t.data<float>()[i];
+    case DataType::kF64:
+      return t.data<double>()[i];
+    case DataType::kF16:
+      return HalfBitsToFloat(t.data<uint16_t>()[i]);
+    case DataType::kBF16:
+      return BFloat16BitsToFloat(t.data<uint16_t>()[i]);
+    case DataType::kU8:
+      return t.data<uint8_t>()[i];
+    case DataType::kI8:
+      return t.data<int8_t>()[i];
+    case DataType::kU16:
+      return t.data<uint16_t>()[i];
+    case DataType::kI16:
+      return t.data<int16_t>()[i];
+    case DataType::kI32:
+      return t.data<int32_t>()[i];
+    case DataType::kI64:
+      return static_cast<double>(t.data<int64_t>()[i]);
+    case DataType::kU32:
+      return t.data<uint32_t>()[i];
+    case DataType::kU64:
+      return static_cast<double>(t.data<uint64_t>()[i]);
+    case DataType::kBool:
+      return t.data<uint8_t>()[i] ? 1.0 : 0.0;
+    default:
+      return 0.0;
   }
 }
 
 int64_t ElementAsInt64(const Tensor& t, int64_t i) {
   switch (t.dtype()) {
-    case DataType::kI64: return t.data<int64_t>()[i];
-    case DataType::kI32: return t.data<int32_t>()[i];
-    case DataType::kU64: return static_cast<int64_t>(t.data<uint64_t>()[i]);
-    case DataType::kU32: return t.data<uint32_t>()[i];
-    case DataType::kI16: return t.data<int16_t>()[i];
-    case DataType::kU16: return t.data<uint16_t>()[i];
-    case DataType::kI8: return t.data<int8_t>()[i];
+    case DataType::kI64:
+      return t.data<int64_t>()[i];
+    case DataType::kI32:
+      return t.data<int32_t>()[i];
+    case DataType::kU64:
+      return static_cast<int64_t>(t.data<uint64_t>()[i]);
+    case DataType::kU32:
+      return t.data<uint32_t>()[i];
+    case DataType::kI16:
+      return t.data<int16_t>()[i];
+    case DataType::kU16:
+      return t.data<uint16_t>()[i];
+    case DataType::kI8:
+      return t.data<int8_t>()[i];
     case DataType::kU8:
-    case DataType::kBool: return t.data<uint8_t>()[i];
-    default: return static_cast<int64_t>(ElementAsDouble(t, i));
+    case DataType::kBool:
+      return t.data<uint8_t>()[i];
+    default:
+      return static_cast<int64_t>(ElementAsDouble(t, i));
   }
 }
 

@@ -10,14 +10,16 @@ namespace kiln::kernels {
 
 const char* BackendName(Backend b) {
   switch (b) {
-    case Backend::kCpu: return "cpu";
+    case Backend::kCpu:
+      return "cpu";
   }
   return "?";
 }
 
 const char* IsaName(Isa i) {
   switch (i) {
-    case Isa::kRef: return "ref";
+    case Isa::kRef:
+      return "ref";
   }
   return "?";
 }
@@ -53,9 +55,8 @@ absl::StatusOr<const KernelDef*> Registry::Find(const ir::Node& node) const {
     return absl::UnimplementedError(
         absl::StrCat(node.Label(), " unsupported op: no kernel for ", ir::OpName(node.op)));
   }
-  return absl::UnimplementedError(absl::StrCat(node.Label(), " unsupported dtype ",
-                                               DataTypeOnnxName(seen), " for ",
-                                               ir::OpName(node.op)));
+  return absl::UnimplementedError(absl::StrCat(
+      node.Label(), " unsupported dtype ", DataTypeOnnxName(seen), " for ", ir::OpName(node.op)));
 }
 
 const Registry& Registry::Default() {

@@ -166,9 +166,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Rebuild(v1::EngineMetadata meta, const c
       // n * es is compared by division: the product may wrap around 2^64 (2^61 doubles
       // "need" 0 bytes).
       if (n < 0 || es == 0 || t.weight_bytes() % es != 0 ||
-          static_cast<uint64_t>(n) != t.weight_bytes() / es ||
-          t.weight_offset() % kAlign != 0 || t.weight_offset() > weights_size ||
-          t.weight_bytes() > weights_size - t.weight_offset()) {
+          static_cast<uint64_t>(n) != t.weight_bytes() / es || t.weight_offset() % kAlign != 0 ||
+          t.weight_offset() > weights_size || t.weight_bytes() > weights_size - t.weight_offset()) {
         return Corrupt(absl::StrCat("constant tensor '", t.name(), "' is out of bounds"));
       }
       val->constant = ir::Tensor::Borrow(val->dtype, dims,
@@ -242,17 +241,17 @@ absl::StatusOr<std::unique_ptr<Engine>> Rebuild(v1::EngineMetadata meta, const c
 absl::StatusOr<std::unique_ptr<Engine>> Parse(const char* data, uint64_t size,
                                               std::shared_ptr<void> storage) {
   if (size < kHeaderBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("engine blob is truncated: ", size,
-                                                   " bytes is smaller than the header"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("engine blob is truncated: ", size, " bytes is smaller than the header"));
   }
   if (std::memcmp(data, kMagic, 8) != 0) {
     return absl::InvalidArgumentError("not a Kiln engine: wrong magic (expected 'KILNENG\\0')");
   }
   uint32_t version = Get<uint32_t>(data + 8);
   if (version != kFormatVersion) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "engine blob format version ", version, " is not supported (this build reads version ",
-        kFormatVersion, ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("engine blob format version ", version,
+                     " is not supported (this build reads version ", kFormatVersion, ")"));
   }
   uint32_t nsec = Get<uint32_t>(data + 12);
   uint64_t features = Get<uint64_t>(data + 16);
@@ -265,8 +264,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Parse(const char* data, uint64_t size,
     return Corrupt("header digest mismatch");
   }
   if (file_bytes != size) {
-    return absl::InvalidArgumentError(absl::StrCat("engine blob is truncated or padded: header "
-                                                   "says ", file_bytes, " bytes, file has ", size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("engine blob is truncated or padded: header "
+                     "says ",
+                     file_bytes, " bytes, file has ", size));
   }
   uint64_t missing = features & ~DetectCpuFeatures();
   if (missing != 0) {
@@ -424,7 +425,8 @@ absl::StatusOr<std::string> WriteEngine(const ir::Graph& graph, const std::vecto
   return out;
 }
 
-absl::StatusOr<std::unique_ptr<Engine>> LoadEngineFromBytes(std::shared_ptr<const std::string> bytes) {
+absl::StatusOr<std::unique_ptr<Engine>> LoadEngineFromBytes(
+    std::shared_ptr<const std::string> bytes) {
   // Weights are borrowed in place, so they must be 64-byte aligned in memory: copy into an
   // aligned buffer (std::string storage is only 16-byte aligned).
   size_t n = bytes->size();

@@ -52,7 +52,8 @@ absl::StatusOr<std::string> WriteEngine(const ir::Graph& graph, const std::vecto
                                         v1::EngineMetadata metadata, uint64_t required_features);
 
 /// Loads an engine from bytes (kept alive by the returned Engine).
-absl::StatusOr<std::unique_ptr<Engine>> LoadEngineFromBytes(std::shared_ptr<const std::string> bytes);
+absl::StatusOr<std::unique_ptr<Engine>> LoadEngineFromBytes(
+    std::shared_ptr<const std::string> bytes);
 
 /// Maps an engine file read-only and loads it.
 absl::StatusOr<std::unique_ptr<Engine>> LoadEngineFile(const std::string& path);

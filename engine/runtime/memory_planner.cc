@@ -85,8 +85,8 @@ MemoryPlan PlanMemory(const ir::Graph& graph, const std::vector<ir::Node*>& orde
         ++plan.dynamic_values;
         continue;
       }
-      uint64_t bytes = (static_cast<uint64_t>(n) * DataTypeSize(v->dtype) + kAlign - 1) / kAlign *
-                       kAlign;
+      uint64_t bytes =
+          (static_cast<uint64_t>(n) * DataTypeSize(v->dtype) + kAlign - 1) / kAlign * kAlign;
       if (bytes == 0) bytes = kAlign;
       slot_of[v->id] = static_cast<int>(plan.slots.size());
       plan.slots.push_back({v->id, free_list.Allocate(bytes), bytes});

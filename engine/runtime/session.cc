@@ -17,7 +17,10 @@ class NodeContext final : public kernels::KernelContext {
  public:
   NodeContext(const ir::Node& node, std::vector<ir::Tensor>& values, char* arena,
               const std::vector<int64_t>& slot_offset, const std::vector<uint64_t>& slot_bytes)
-      : node_(node), values_(values), arena_(arena), slot_offset_(slot_offset),
+      : node_(node),
+        values_(values),
+        arena_(arena),
+        slot_offset_(slot_offset),
         slot_bytes_(slot_bytes) {}
 
   int num_inputs() const override { return node_.num_inputs(); }
@@ -33,8 +36,8 @@ class NodeContext final : public kernels::KernelContext {
   }
   absl::StatusOr<ir::Tensor*> output(int i, DataType dtype, std::vector<int64_t> dims) override {
     if (i < 0 || i >= node_.num_outputs()) {
-      return absl::InternalError(absl::StrCat(node_.Label(), " kernel asked for output ", i,
-                                              " of ", node_.num_outputs()));
+      return absl::InternalError(
+          absl::StrCat(node_.Label(), " kernel asked for output ", i, " of ", node_.num_outputs()));
     }
     const ir::Value* v = node_.outputs[i];
     if (v == nullptr) {
@@ -44,9 +47,9 @@ class NodeContext final : public kernels::KernelContext {
       return &scratch_.back();
     }
     if (v->dtype != DataType::kUndefined && dtype != v->dtype) {
-      return absl::InternalError(absl::StrCat(node_.Label(), " output ", i, " '", v->name,
-                                              "' is ", DataTypeOnnxName(dtype), " but the graph ",
-                                              "says ", DataTypeOnnxName(v->dtype)));
+      return absl::InternalError(absl::StrCat(node_.Label(), " output ", i, " '", v->name, "' is ",
+                                              DataTypeOnnxName(dtype), " but the graph ", "says ",
+                                              DataTypeOnnxName(v->dtype)));
     }
     int64_t n = ir::NumElementsOf(dims);
     if (n < 0) {
@@ -120,8 +123,8 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Create(
 absl::Status Session::CheckInputs(const std::vector<ir::Tensor>& inputs) const {
   const auto& gin = engine_->graph->inputs();
   if (inputs.size() != gin.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("engine takes ", gin.size(), " inputs, got ",
-                                                   inputs.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("engine takes ", gin.size(), " inputs, got ", inputs.size()));
   }
   absl::flat_hash_map<std::string, int64_t> bound;  // symbolic dim -> value in this run
   for (size_t i = 0; i < gin.size(); ++i) {
@@ -129,15 +132,13 @@ absl::Status Session::CheckInputs(const std::vector<ir::Tensor>& inputs) const {
     const ir::Tensor& t = inputs[i];
     std::string what = absl::StrCat("input ", i, " '", v->name, "'");
     if (t.dtype() != v->dtype) {
-      return absl::InvalidArgumentError(absl::StrCat(what, " must be ",
-                                                     DataTypeOnnxName(v->dtype), ", got ",
-                                                     DataTypeOnnxName(t.dtype())));
+      return absl::InvalidArgumentError(absl::StrCat(what, " must be ", DataTypeOnnxName(v->dtype),
+                                                     ", got ", DataTypeOnnxName(t.dtype())));
     }
     if (!v->shape.rank_known) continue;
     if (t.rank() != v->shape.rank()) {
-      return absl::InvalidArgumentError(absl::StrCat(what, " must have shape ",
-                                                     v->shape.ToString(), ", got ",
-                                                     ir::DimsToString(t.dims())));
+      return absl::InvalidArgumentError(absl::StrCat(what, " must have shape ", v->shape.ToString(),
+                                                     ", got ", ir::DimsToString(t.dims())));
     }
     for (int d = 0; d < t.rank(); ++d) {
       const ir::Dim& dim = v->shape.dims[d];
@@ -149,9 +150,9 @@ absl::Status Session::CheckInputs(const std::vector<ir::Tensor>& inputs) const {
       if (!dim.is_static() && !dim.symbol.empty()) {
         auto [it, inserted] = bound.emplace(dim.symbol, t.dim(d));
         if (!inserted && it->second != t.dim(d)) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              what, " dim ", d, " ('", dim.symbol, "') is ", t.dim(d), " but another input bound '",
-              dim.symbol, "' to ", it->second));
+          return absl::InvalidArgumentError(
+              absl::StrCat(what, " dim ", d, " ('", dim.symbol, "') is ", t.dim(d),
+                           " but another input bound '", dim.symbol, "' to ", it->second));
         }
       }
     }
@@ -183,8 +184,8 @@ absl::StatusOr<std::vector<ir::Tensor>> Session::Run(const std::vector<ir::Tenso
     for (int k = 0; k < n.num_outputs(); ++k) {
       const ir::Value* v = n.outputs[k];
       if (v && !values[v->id].defined()) {
-        return absl::InternalError(absl::StrCat(n.Label(), " did not produce output ", k, " '",
-                                                v->name, "'"));
+        return absl::InternalError(
+            absl::StrCat(n.Label(), " did not produce output ", k, " '", v->name, "'"));
       }
     }
     if (observer) {

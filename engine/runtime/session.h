@@ -21,7 +21,8 @@ using NodeObserver = std::function<void(const ir::Node&, const std::vector<const
 class Session {
  public:
   /// Creates kernels for every node (fails naming the node if one has no kernel).
-  static absl::StatusOr<std::unique_ptr<Session>> Create(std::shared_ptr<const plan::Engine> engine);
+  static absl::StatusOr<std::unique_ptr<Session>> Create(
+      std::shared_ptr<const plan::Engine> engine);
 
   /// Runs with `inputs` in graph-input order; returns outputs in graph-output order.
   absl::StatusOr<std::vector<ir::Tensor>> Run(const std::vector<ir::Tensor>& inputs,
@@ -36,8 +37,8 @@ class Session {
 
   std::shared_ptr<const plan::Engine> engine_;
   std::vector<std::unique_ptr<kernels::Kernel>> kernels_;
-  std::vector<int> last_use_;           // per value id: index in order of its last consumer
-  std::vector<int64_t> slot_offset_;    // per value id: arena offset or -1
+  std::vector<int> last_use_;         // per value id: index in order of its last consumer
+  std::vector<int64_t> slot_offset_;  // per value id: arena offset or -1
   std::vector<uint64_t> slot_bytes_;
   uint64_t arena_bytes_ = 0;
   std::shared_ptr<void> arena_;

@@ -1,12 +1,13 @@
 // fp16/bf16 conversions: the portable scalar code must round exactly like the hardware (F16C
 // vcvtps2ph with round-to-nearest-even) and like bf16's definition (RNE on the top 16 bits).
+#include "engine/common/half.h"
+
 #include <immintrin.h>
 
 #include <cmath>
 #include <cstdint>
 
 #include "engine/common/cpu_features.h"
-#include "engine/common/half.h"
 #include "gtest/gtest.h"
 
 namespace kiln {

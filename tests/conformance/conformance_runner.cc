@@ -19,9 +19,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <cstdio>
 #include <iostream>
 #include <map>
 #include <regex>
@@ -46,8 +46,8 @@ constexpr double kRtol = 1e-3;
 constexpr double kAtol = 1e-7;
 
 struct Case {
-  std::string name;      // e.g. "node/test_abs"
-  std::string model;     // model path
+  std::string name;                    // e.g. "node/test_abs"
+  std::string model;                   // model path
   std::vector<std::string> data_sets;  // test_data_set_N folders (node cases)
   std::string light_expected;          // light models: expected output_0 path
 };
@@ -100,8 +100,8 @@ std::vector<Case> FindCases(const std::string& root) {
     } else if (absl::EndsWith(n, ".onnx") && IsFile(path)) {
       std::string stem = path.substr(0, path.size() - 5);
       if (IsFile(stem + "_output_0.pb")) {
-        cases.push_back(Case{absl::StrCat(label, "/", n.substr(0, n.size() - 5)), path, {},
-                             stem + "_output_0.pb"});
+        cases.push_back(Case{
+            absl::StrCat(label, "/", n.substr(0, n.size() - 5)), path, {}, stem + "_output_0.pb"});
       }
     }
   }
@@ -125,8 +125,7 @@ std::string Compare(const ir::Tensor& got, const ir::Tensor& want, const std::st
     bool ok;
     if (exact) {
       ok = ir::ElementAsInt64(got, i) == ir::ElementAsInt64(want, i) &&
-           (want.dtype() != DataType::kU64 ||
-            got.data<uint64_t>()[i] == want.data<uint64_t>()[i]);
+           (want.dtype() != DataType::kU64 || got.data<uint64_t>()[i] == want.data<uint64_t>()[i]);
     } else if (std::isnan(w)) {
       ok = std::isnan(g);
     } else if (std::isinf(w)) {
@@ -141,9 +140,11 @@ std::string Compare(const ir::Tensor& got, const ir::Tensor& want, const std::st
     }
   }
   if (bad == 0) return "";
-  return absl::StrFormat("%s: %d of %d elements differ (first at %d: got %.9g, expected %.9g; "
-                         "max abs diff %.3g)", what, bad, want.num_elements(), first,
-                         ir::ElementAsDouble(got, first), ir::ElementAsDouble(want, first), worst);
+  return absl::StrFormat(
+      "%s: %d of %d elements differ (first at %d: got %.9g, expected %.9g; "
+      "max abs diff %.3g)",
+      what, bad, want.num_elements(), first, ir::ElementAsDouble(got, first),
+      ir::ElementAsDouble(want, first), worst);
 }
 
 // Inputs of a light model: every graph input that is not an initializer, as arange(n)/n floats
@@ -254,8 +255,8 @@ std::string RunCase(const Case& c) {
       return absl::StrCat("SKIP unsupported mode: ", got.status().message());
     }
     if (!got.ok()) {
-      return absl::StrCat("FAIL run (data set ", s, "): ",
-                          absl::StatusCodeToString(got.status().code()), ": ",
+      return absl::StrCat("FAIL run (data set ", s,
+                          "): ", absl::StatusCodeToString(got.status().code()), ": ",
                           got.status().message());
     }
     if (got->size() < sets[s].second.size()) {
@@ -326,11 +327,16 @@ int Main(int argc, char** argv) {
   std::vector<std::string> roots;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--filter" && i + 1 < argc) filter = argv[++i];
-    else if (a == "--exclude" && i + 1 < argc) exclude = argv[++i];
-    else if (a == "--timeout" && i + 1 < argc) timeout = std::atoi(argv[++i]);
-    else if (a == "--known-divergent" && i + 1 < argc) known_file = argv[++i];
-    else if (a == "--verbose" || a == "-v") verbose = true;
+    if (a == "--filter" && i + 1 < argc)
+      filter = argv[++i];
+    else if (a == "--exclude" && i + 1 < argc)
+      exclude = argv[++i];
+    else if (a == "--timeout" && i + 1 < argc)
+      timeout = std::atoi(argv[++i]);
+    else if (a == "--known-divergent" && i + 1 < argc)
+      known_file = argv[++i];
+    else if (a == "--verbose" || a == "-v")
+      verbose = true;
     else if (a == "--help" || a == "-h") {
       std::cout << "usage: kiln_conformance [--filter REGEX] [--exclude REGEX] [--verbose] "
                    "[--timeout SEC] [--known-divergent FILE] DIR...\n";

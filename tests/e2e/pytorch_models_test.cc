@@ -71,7 +71,8 @@ TEST_P(PyTorchModelTest, MatchesOnnxRuntime) {
     ASSERT_EQ(got.dims(), want.dims());
     double worst = 0;
     for (int64_t i = 0; i < want.num_elements(); ++i) {
-      worst = std::max(worst, std::fabs(ir::ElementAsDouble(got, i) - ir::ElementAsDouble(want, i)));
+      worst =
+          std::max(worst, std::fabs(ir::ElementAsDouble(got, i) - ir::ElementAsDouble(want, i)));
     }
     EXPECT_LE(worst, kAtol) << GetParam() << " output " << o;
   }

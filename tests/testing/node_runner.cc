@@ -11,8 +11,7 @@ namespace {
 
 class VectorContext final : public kernels::KernelContext {
  public:
-  VectorContext(const std::vector<ir::Tensor>& in, int num_outputs)
-      : in_(in), out_(num_outputs) {}
+  VectorContext(const std::vector<ir::Tensor>& in, int num_outputs) : in_(in), out_(num_outputs) {}
   int num_inputs() const override { return static_cast<int>(in_.size()); }
   const ir::Tensor* input(int i) const override {
     return i < static_cast<int>(in_.size()) && in_[i].defined() ? &in_[i] : nullptr;
@@ -76,12 +75,10 @@ template ir::Tensor MakeTensor<int32_t>(std::vector<int64_t>, const std::vector<
                                         DataType);
 template ir::Tensor MakeTensor<uint8_t>(std::vector<int64_t>, const std::vector<uint8_t>&,
                                         DataType);
-template ir::Tensor MakeTensor<int8_t>(std::vector<int64_t>, const std::vector<int8_t>&,
-                                       DataType);
+template ir::Tensor MakeTensor<int8_t>(std::vector<int64_t>, const std::vector<int8_t>&, DataType);
 template ir::Tensor MakeTensor<uint16_t>(std::vector<int64_t>, const std::vector<uint16_t>&,
                                          DataType);
-template ir::Tensor MakeTensor<double>(std::vector<int64_t>, const std::vector<double>&,
-                                       DataType);
+template ir::Tensor MakeTensor<double>(std::vector<int64_t>, const std::vector<double>&, DataType);
 
 ir::Tensor MakeFloat(std::vector<int64_t> dims, const std::vector<float>& values) {
   return MakeTensor<float>(std::move(dims), values, DataType::kF32);

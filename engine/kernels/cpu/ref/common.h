@@ -55,20 +55,34 @@ inline T Store(C v) {
 
 template <typename T>
 constexpr DataType DataTypeOf() {
-  if constexpr (std::is_same_v<T, float>) return DataType::kF32;
-  else if constexpr (std::is_same_v<T, double>) return DataType::kF64;
-  else if constexpr (std::is_same_v<T, Float16>) return DataType::kF16;
-  else if constexpr (std::is_same_v<T, BFloat16>) return DataType::kBF16;
-  else if constexpr (std::is_same_v<T, int8_t>) return DataType::kI8;
-  else if constexpr (std::is_same_v<T, uint8_t>) return DataType::kU8;
-  else if constexpr (std::is_same_v<T, int16_t>) return DataType::kI16;
-  else if constexpr (std::is_same_v<T, uint16_t>) return DataType::kU16;
-  else if constexpr (std::is_same_v<T, int32_t>) return DataType::kI32;
-  else if constexpr (std::is_same_v<T, uint32_t>) return DataType::kU32;
-  else if constexpr (std::is_same_v<T, int64_t>) return DataType::kI64;
-  else if constexpr (std::is_same_v<T, uint64_t>) return DataType::kU64;
-  else if constexpr (std::is_same_v<T, bool>) return DataType::kBool;
-  else return DataType::kUndefined;
+  if constexpr (std::is_same_v<T, float>)
+    return DataType::kF32;
+  else if constexpr (std::is_same_v<T, double>)
+    return DataType::kF64;
+  else if constexpr (std::is_same_v<T, Float16>)
+    return DataType::kF16;
+  else if constexpr (std::is_same_v<T, BFloat16>)
+    return DataType::kBF16;
+  else if constexpr (std::is_same_v<T, int8_t>)
+    return DataType::kI8;
+  else if constexpr (std::is_same_v<T, uint8_t>)
+    return DataType::kU8;
+  else if constexpr (std::is_same_v<T, int16_t>)
+    return DataType::kI16;
+  else if constexpr (std::is_same_v<T, uint16_t>)
+    return DataType::kU16;
+  else if constexpr (std::is_same_v<T, int32_t>)
+    return DataType::kI32;
+  else if constexpr (std::is_same_v<T, uint32_t>)
+    return DataType::kU32;
+  else if constexpr (std::is_same_v<T, int64_t>)
+    return DataType::kI64;
+  else if constexpr (std::is_same_v<T, uint64_t>)
+    return DataType::kU64;
+  else if constexpr (std::is_same_v<T, bool>)
+    return DataType::kBool;
+  else
+    return DataType::kUndefined;
 }
 
 /// Tag carrying a storage type through a generic lambda: `[&](auto tag) { using T =
@@ -82,13 +96,16 @@ struct TypeTag {
 template <typename F>
 absl::Status DispatchFloat(DataType dt, F&& f) {
   switch (dt) {
-    case DataType::kF32: return f(TypeTag<float>{});
-    case DataType::kF64: return f(TypeTag<double>{});
-    case DataType::kF16: return f(TypeTag<Float16>{});
-    case DataType::kBF16: return f(TypeTag<BFloat16>{});
+    case DataType::kF32:
+      return f(TypeTag<float>{});
+    case DataType::kF64:
+      return f(TypeTag<double>{});
+    case DataType::kF16:
+      return f(TypeTag<Float16>{});
+    case DataType::kBF16:
+      return f(TypeTag<BFloat16>{});
     default:
-      return absl::UnimplementedError(
-          absl::StrCat("unsupported dtype ", DataTypeOnnxName(dt)));
+      return absl::UnimplementedError(absl::StrCat("unsupported dtype ", DataTypeOnnxName(dt)));
   }
 }
 
@@ -96,22 +113,34 @@ absl::Status DispatchFloat(DataType dt, F&& f) {
 template <typename F>
 absl::Status DispatchAll(DataType dt, F&& f) {
   switch (dt) {
-    case DataType::kF32: return f(TypeTag<float>{});
-    case DataType::kF64: return f(TypeTag<double>{});
-    case DataType::kF16: return f(TypeTag<Float16>{});
-    case DataType::kBF16: return f(TypeTag<BFloat16>{});
-    case DataType::kI8: return f(TypeTag<int8_t>{});
-    case DataType::kU8: return f(TypeTag<uint8_t>{});
-    case DataType::kI16: return f(TypeTag<int16_t>{});
-    case DataType::kU16: return f(TypeTag<uint16_t>{});
-    case DataType::kI32: return f(TypeTag<int32_t>{});
-    case DataType::kU32: return f(TypeTag<uint32_t>{});
-    case DataType::kI64: return f(TypeTag<int64_t>{});
-    case DataType::kU64: return f(TypeTag<uint64_t>{});
-    case DataType::kBool: return f(TypeTag<bool>{});
+    case DataType::kF32:
+      return f(TypeTag<float>{});
+    case DataType::kF64:
+      return f(TypeTag<double>{});
+    case DataType::kF16:
+      return f(TypeTag<Float16>{});
+    case DataType::kBF16:
+      return f(TypeTag<BFloat16>{});
+    case DataType::kI8:
+      return f(TypeTag<int8_t>{});
+    case DataType::kU8:
+      return f(TypeTag<uint8_t>{});
+    case DataType::kI16:
+      return f(TypeTag<int16_t>{});
+    case DataType::kU16:
+      return f(TypeTag<uint16_t>{});
+    case DataType::kI32:
+      return f(TypeTag<int32_t>{});
+    case DataType::kU32:
+      return f(TypeTag<uint32_t>{});
+    case DataType::kI64:
+      return f(TypeTag<int64_t>{});
+    case DataType::kU64:
+      return f(TypeTag<uint64_t>{});
+    case DataType::kBool:
+      return f(TypeTag<bool>{});
     default:
-      return absl::UnimplementedError(
-          absl::StrCat("unsupported dtype ", DataTypeOnnxName(dt)));
+      return absl::UnimplementedError(absl::StrCat("unsupported dtype ", DataTypeOnnxName(dt)));
   }
 }
 
@@ -119,13 +148,16 @@ absl::Status DispatchAll(DataType dt, F&& f) {
 template <typename F>
 absl::Status DispatchBySize(DataType dt, F&& f) {
   switch (DataTypeSize(dt)) {
-    case 1: return f(TypeTag<uint8_t>{});
-    case 2: return f(TypeTag<uint16_t>{});
-    case 4: return f(TypeTag<uint32_t>{});
-    case 8: return f(TypeTag<uint64_t>{});
+    case 1:
+      return f(TypeTag<uint8_t>{});
+    case 2:
+      return f(TypeTag<uint16_t>{});
+    case 4:
+      return f(TypeTag<uint32_t>{});
+    case 8:
+      return f(TypeTag<uint64_t>{});
     default:
-      return absl::UnimplementedError(
-          absl::StrCat("unsupported dtype ", DataTypeOnnxName(dt)));
+      return absl::UnimplementedError(absl::StrCat("unsupported dtype ", DataTypeOnnxName(dt)));
   }
 }
 

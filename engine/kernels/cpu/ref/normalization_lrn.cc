@@ -25,7 +25,8 @@ class LrnKernel final : public Kernel {
 
   absl::Status Run(KernelContext& ctx) override {
     ASSIGN_OR_RETURN(const ir::Tensor* x, RequireInput(node_, ctx, 0));
-    if (x->rank() < 3) return InvalidNode(node_, "input must be N x C x D1 ..., got rank ", x->rank());
+    if (x->rank() < 3)
+      return InvalidNode(node_, "input must be N x C x D1 ..., got rank ", x->rank());
     ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, x->dtype(), x->dims()));
     return DispatchFloat(x->dtype(), [&](auto tag) -> absl::Status {
       using T = typename decltype(tag)::type;

@@ -5,20 +5,20 @@
 
 namespace kiln::kernels::cpu::ref {
 
-void RegisterElementwise(Registry& r);  // elementwise.cc: unary, binary, logical, activations
-void RegisterCast(Registry& r);         // cast.cc: Cast, CastLike
-void RegisterReduce(Registry& r);       // reduce.cc: Reduce*, ArgMax/Min, Softmax family, ...
+void RegisterElementwise(Registry& r);    // elementwise.cc: unary, binary, logical, activations
+void RegisterCast(Registry& r);           // cast.cc: Cast, CastLike
+void RegisterReduce(Registry& r);         // reduce.cc: Reduce*, ArgMax/Min, Softmax family, ...
 void RegisterNormalization(Registry& r);  // normalization.cc: Batch/Instance/Layer/Group/RMS
-void RegisterNn(Registry& r);           // nn.cc: Conv, ConvTranspose, pools, Gemm, MatMul, ...
-void RegisterLayout(Registry& r);       // layout.cc: Reshape, Transpose, Concat, Slice, Pad, ...
-void RegisterIndexing(Registry& r);     // indexing.cc: Gather*, Scatter*, generators, quant
-void RegisterLrn(Registry& r);          // normalization_lrn.cc: LRN
-void RegisterLoss(Registry& r);         // loss.cc: NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss
-void RegisterBitwise(Registry& r);      // elementwise_bitwise.cc: Bitwise*, BitShift
-void RegisterSpatial(Registry& r);      // spatial.cc: LpPool, GlobalLpPool, GridSample, Col2Im,
-                                        // AffineGrid, MaxUnpool
-void RegisterDataOps(Registry& r);      // data_ops.cc: Compress, ReverseSequence, CenterCropPad,
-                                        // MeanVarianceNormalization, DynamicQuantizeLinear
+void RegisterNn(Registry& r);             // nn.cc: Conv, ConvTranspose, pools, Gemm, MatMul, ...
+void RegisterLayout(Registry& r);         // layout.cc: Reshape, Transpose, Concat, Slice, Pad, ...
+void RegisterIndexing(Registry& r);       // indexing.cc: Gather*, Scatter*, generators, quant
+void RegisterLrn(Registry& r);            // normalization_lrn.cc: LRN
+void RegisterLoss(Registry& r);     // loss.cc: NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss
+void RegisterBitwise(Registry& r);  // elementwise_bitwise.cc: Bitwise*, BitShift
+void RegisterSpatial(Registry& r);  // spatial.cc: LpPool, GlobalLpPool, GridSample, Col2Im,
+                                    // AffineGrid, MaxUnpool
+void RegisterDataOps(Registry& r);  // data_ops.cc: Compress, ReverseSequence, CenterCropPad,
+                                    // MeanVarianceNormalization, DynamicQuantizeLinear
 
 /// Registers every reference kernel.
 inline void RegisterAll(Registry& r) {
