@@ -99,12 +99,9 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Create(
   s->slot_offset_.assign(nv, -1);
   s->slot_bytes_.assign(nv, 0);
   const auto& mp = e.metadata.memory_plan();
-  // Slots in the metadata use blob tensor indices, which equal value ids of the rebuilt graph.
+  // Slots in the metadata use blob tensor indices, which equal value ids of the rebuilt graph;
+  // the blob reader has checked every slot lies inside the arena.
   for (const auto& slot : mp.slots()) {
-    if (slot.tensor() < 0 || slot.tensor() >= static_cast<int>(nv) ||
-        slot.offset() + slot.bytes() > mp.arena_bytes()) {
-      return absl::DataLossError("engine memory plan has a slot outside the arena");
-    }
     s->slot_offset_[slot.tensor()] = static_cast<int64_t>(slot.offset());
     s->slot_bytes_[slot.tensor()] = slot.bytes();
   }

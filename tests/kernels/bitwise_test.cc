@@ -12,19 +12,6 @@ using ir::OpType;
 using nn::ExpectInvalid;
 using nn::RunOp;
 
-// node_runner's MakeTensor is instantiated for a few types only; this covers every integer type.
-template <typename T>
-ir::Tensor Make(std::vector<int64_t> dims, const std::vector<T>& values, DataType dtype) {
-  ir::Tensor t = *ir::Tensor::Allocate(dtype, std::move(dims));
-  std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(T));
-  return t;
-}
-
-template <typename T>
-std::vector<T> Values(const ir::Tensor& t) {
-  return std::vector<T>(t.data<T>(), t.data<T>() + t.num_elements());
-}
-
 template <typename T>
 std::vector<T> RunInts(OpType op, std::vector<ir::Tensor> inputs, nn::Attrs attrs = {},
                        std::vector<int64_t>* dims = nullptr) {
@@ -37,8 +24,8 @@ std::vector<T> RunInts(OpType op, std::vector<ir::Tensor> inputs, nn::Attrs attr
 }
 
 TEST(BitwiseTest, AndOrXorInt32WithBroadcast) {
-  auto a = Make<int32_t>({2, 2}, {0b1100, 0b1010, -1, 0}, DataType::kI32);
-  auto b = Make<int32_t>({2}, {0b1010, 0b0110}, DataType::kI32);  // broadcast over rows
+  auto a = MakeTensor<int32_t>({2, 2}, {0b1100, 0b1010, -1, 0}, DataType::kI32);
+  auto b = MakeTensor<int32_t>({2}, {0b1010, 0b0110}, DataType::kI32);  // broadcast over rows
   std::vector<int64_t> dims;
   EXPECT_EQ(RunInts<int32_t>(OpType::kBitwiseAnd, {a, b}, {}, &dims),
             (std::vector<int32_t>{0b1000, 0b0010, 0b1010, 0}));
@@ -51,42 +38,43 @@ TEST(BitwiseTest, AndOrXorInt32WithBroadcast) {
 
 TEST(BitwiseTest, NarrowAndWideTypesKeepTheirBits) {
   // uint8 operands promote to int in C++; the result must be the uint8 bit pattern.
-  auto a = Make<uint8_t>({2}, {0xF0, 0xFF}, DataType::kU8);
-  auto b = Make<uint8_t>({2}, {0x0F, 0x81}, DataType::kU8);
+  auto a = MakeTensor<uint8_t>({2}, {0xF0, 0xFF}, DataType::kU8);
+  auto b = MakeTensor<uint8_t>({2}, {0x0F, 0x81}, DataType::kU8);
   EXPECT_EQ(RunInts<uint8_t>(OpType::kBitwiseXor, {a, b}), (std::vector<uint8_t>{0xFF, 0x7E}));
-  auto c = Make<uint64_t>({1}, {0x8000000000000001ull}, DataType::kU64);
-  auto d = Make<uint64_t>({1}, {0x8000000000000000ull}, DataType::kU64);
+  auto c = MakeTensor<uint64_t>({1}, {0x8000000000000001ull}, DataType::kU64);
+  auto d = MakeTensor<uint64_t>({1}, {0x8000000000000000ull}, DataType::kU64);
   EXPECT_EQ(RunInts<uint64_t>(OpType::kBitwiseAnd, {c, d}),
             (std::vector<uint64_t>{0x8000000000000000ull}));
-  auto e = Make<int16_t>({1}, {-32768}, DataType::kI16);
-  auto f = Make<int16_t>({1}, {1}, DataType::kI16);
+  auto e = MakeTensor<int16_t>({1}, {-32768}, DataType::kI16);
+  auto f = MakeTensor<int16_t>({1}, {1}, DataType::kI16);
   EXPECT_EQ(RunInts<int16_t>(OpType::kBitwiseOr, {e, f}), (std::vector<int16_t>{-32767}));
 }
 
 TEST(BitwiseTest, Not) {
-  EXPECT_EQ(RunInts<int8_t>(OpType::kBitwiseNot, {Make<int8_t>({3}, {5, 0, -128}, DataType::kI8)}),
-            (std::vector<int8_t>{-6, -1, 127}));
   EXPECT_EQ(
-      RunInts<uint16_t>(OpType::kBitwiseNot, {Make<uint16_t>({2}, {0, 0x00FF}, DataType::kU16)}),
-      (std::vector<uint16_t>{0xFFFF, 0xFF00}));
+      RunInts<int8_t>(OpType::kBitwiseNot, {MakeTensor<int8_t>({3}, {5, 0, -128}, DataType::kI8)}),
+      (std::vector<int8_t>{-6, -1, 127}));
+  EXPECT_EQ(RunInts<uint16_t>(OpType::kBitwiseNot,
+                              {MakeTensor<uint16_t>({2}, {0, 0x00FF}, DataType::kU16)}),
+            (std::vector<uint16_t>{0xFFFF, 0xFF00}));
 }
 
 TEST(BitShiftTest, LeftAndRightWithBroadcast) {
-  auto x = Make<uint8_t>({3}, {1, 2, 129}, DataType::kU8);
-  auto one = Make<uint8_t>({1}, {1}, DataType::kU8);
+  auto x = MakeTensor<uint8_t>({3}, {1, 2, 129}, DataType::kU8);
+  auto one = MakeTensor<uint8_t>({1}, {1}, DataType::kU8);
   EXPECT_EQ(RunInts<uint8_t>(OpType::kBitShift, {x, one}, {{"direction", StringAttr("LEFT")}}),
             (std::vector<uint8_t>{2, 4, 2}));  // 129 << 1 drops the top bit
   EXPECT_EQ(RunInts<uint8_t>(OpType::kBitShift, {x, one}, {{"direction", StringAttr("RIGHT")}}),
             (std::vector<uint8_t>{0, 1, 64}));
-  auto big = Make<uint64_t>({2}, {1ull << 63, 12}, DataType::kU64);
-  auto amt = Make<uint64_t>({2}, {63, 2}, DataType::kU64);
+  auto big = MakeTensor<uint64_t>({2}, {1ull << 63, 12}, DataType::kU64);
+  auto amt = MakeTensor<uint64_t>({2}, {63, 2}, DataType::kU64);
   EXPECT_EQ(RunInts<uint64_t>(OpType::kBitShift, {big, amt}, {{"direction", StringAttr("RIGHT")}}),
             (std::vector<uint64_t>{1, 3}));
 }
 
 TEST(BitShiftTest, ShiftByWidthOrMoreGivesZero) {
-  auto x = Make<uint32_t>({3}, {0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu}, DataType::kU32);
-  auto s = Make<uint32_t>({3}, {31, 32, 1000}, DataType::kU32);
+  auto x = MakeTensor<uint32_t>({3}, {0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu}, DataType::kU32);
+  auto s = MakeTensor<uint32_t>({3}, {31, 32, 1000}, DataType::kU32);
   EXPECT_EQ(RunInts<uint32_t>(OpType::kBitShift, {x, s}, {{"direction", StringAttr("LEFT")}}),
             (std::vector<uint32_t>{0x80000000u, 0, 0}));
   EXPECT_EQ(RunInts<uint32_t>(OpType::kBitShift, {x, s}, {{"direction", StringAttr("RIGHT")}}),
@@ -94,12 +82,12 @@ TEST(BitShiftTest, ShiftByWidthOrMoreGivesZero) {
 }
 
 TEST(BitwiseTest, Errors) {
-  auto a = Make<int32_t>({3}, {1, 2, 3}, DataType::kI32);
-  auto b = Make<int32_t>({2}, {1, 2}, DataType::kI32);
+  auto a = MakeTensor<int32_t>({3}, {1, 2, 3}, DataType::kI32);
+  auto b = MakeTensor<int32_t>({2}, {1, 2}, DataType::kI32);
   ExpectInvalid(RunOp(OpType::kBitwiseAnd, {a, b}).status());  // shapes do not broadcast
-  auto c = Make<int64_t>({3}, {1, 2, 3}, DataType::kI64);
+  auto c = MakeTensor<int64_t>({3}, {1, 2, 3}, DataType::kI64);
   ExpectInvalid(RunOp(OpType::kBitwiseOr, {a, c}).status());  // dtypes differ
-  auto u = Make<uint8_t>({1}, {1}, DataType::kU8);
+  auto u = MakeTensor<uint8_t>({1}, {1}, DataType::kU8);
   ExpectInvalid(RunOp(OpType::kBitShift, {u, u}, {{"direction", StringAttr("UP")}}).status());
   ExpectInvalid(RunOp(OpType::kBitShift, {u, u}).status());  // direction is required
   // Floats are not bitwise types: no kernel.

@@ -108,13 +108,15 @@ TEST(CastLike, TakesTargetDtypeFromSecondInput) {
 }
 
 TEST(Cast, UnsupportedTargetsAndBadAttributes) {
-  ExpectError(Cast(F32({1}, {1}), DataType::kString).status(), absl::StatusCode::kUnimplemented);
+  ExpectStatusError(Cast(F32({1}, {1}), DataType::kString).status(),
+                    absl::StatusCode::kUnimplemented);
   // 17 is float8e4m3fn.
-  ExpectError(RunOp(OpType::kCast, {F32({1}, {1})}, {{"to", IntAttr(17)}}).status(),
-              absl::StatusCode::kUnimplemented);
-  ExpectError(RunOp(OpType::kCast, {F32({1}, {1})}).status(), absl::StatusCode::kInvalidArgument);
-  ExpectError(RunOp(OpType::kCast, {F32({1}, {1})}, {{"to", FloatAttr(1)}}).status(),
-              absl::StatusCode::kInvalidArgument);
+  ExpectStatusError(RunOp(OpType::kCast, {F32({1}, {1})}, {{"to", IntAttr(17)}}).status(),
+                    absl::StatusCode::kUnimplemented);
+  ExpectStatusError(RunOp(OpType::kCast, {F32({1}, {1})}).status(),
+                    absl::StatusCode::kInvalidArgument);
+  ExpectStatusError(RunOp(OpType::kCast, {F32({1}, {1})}, {{"to", FloatAttr(1)}}).status(),
+                    absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

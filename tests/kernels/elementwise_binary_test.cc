@@ -110,10 +110,10 @@ TEST(ElementwiseBinary, DivTruncatesTowardZero) {
 }
 
 TEST(ElementwiseBinary, IntegerDivisionByZeroIsAnError) {
-  ExpectError(RunOp(OpType::kDiv, {I64({2}, {1, 2}), I64({2}, {1, 0})}).status(),
-              absl::StatusCode::kInvalidArgument);
-  ExpectError(RunOp(OpType::kMod, {U8({1}, {1}), U8({1}, {0})}).status(),
-              absl::StatusCode::kInvalidArgument);
+  ExpectStatusError(RunOp(OpType::kDiv, {I64({2}, {1, 2}), I64({2}, {1, 0})}).status(),
+                    absl::StatusCode::kInvalidArgument);
+  ExpectStatusError(RunOp(OpType::kMod, {U8({1}, {1}), U8({1}, {0})}).status(),
+                    absl::StatusCode::kInvalidArgument);
   // No element is divided when the output is empty.
   EXPECT_TRUE(RunOp(OpType::kDiv, {I64({0}, {}), I64({1}, {0})}).ok());
 }
@@ -133,8 +133,8 @@ TEST(ElementwiseBinary, ModFollowsSignRules) {
   auto fpy = RunOp(OpType::kMod, {F32({2}, {5.5f, -5.5f}), F32({2}, {2, 2})});
   ASSERT_TRUE(fpy.ok()) << fpy.status();
   EXPECT_EQ(Values<float>(*fpy), (std::vector<float>{1.5f, 0.5f}));
-  ExpectError(RunOp(OpType::kMod, {a, b}, {{"fmod", IntAttr(2)}}).status(),
-              absl::StatusCode::kInvalidArgument);
+  ExpectStatusError(RunOp(OpType::kMod, {a, b}, {{"fmod", IntAttr(2)}}).status(),
+                    absl::StatusCode::kInvalidArgument);
 }
 
 TEST(ElementwiseBinary, PowMixedTypes) {
@@ -246,10 +246,10 @@ TEST(ElementwiseWhere, BroadcastsThreeWays) {
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_EQ(b->dtype(), DataType::kBool);
   EXPECT_EQ(Values<uint8_t>(*b), (std::vector<uint8_t>{0, 1}));
-  ExpectError(RunOp(OpType::kWhere, {F32({1}, {1}), F32({1}, {1}), F32({1}, {2})}).status(),
-              absl::StatusCode::kInvalidArgument);
-  ExpectError(RunOp(OpType::kWhere, {Bool({1}, {1}), F32({1}, {1}), I64({1}, {2})}).status(),
-              absl::StatusCode::kInvalidArgument);
+  ExpectStatusError(RunOp(OpType::kWhere, {F32({1}, {1}), F32({1}, {1}), F32({1}, {2})}).status(),
+                    absl::StatusCode::kInvalidArgument);
+  ExpectStatusError(RunOp(OpType::kWhere, {Bool({1}, {1}), F32({1}, {1}), I64({1}, {2})}).status(),
+                    absl::StatusCode::kInvalidArgument);
 }
 
 TEST(ElementwiseClip, AttributesBeforeOpset11) {
@@ -279,10 +279,10 @@ TEST(ElementwiseClip, OptionalInputsFrom11) {
   auto crossed = RunOp(OpType::kClip, {F32({3}, {-5, 0, 5}), F32({}, {2}), F32({}, {1})}, {}, 13);
   ASSERT_TRUE(crossed.ok()) << crossed.status();
   EXPECT_EQ(Values<float>(*crossed), (std::vector<float>{1, 1, 1}));
-  ExpectError(RunOp(OpType::kClip, {F32({2}, {1, 2}), F32({2}, {0, 1})}, {}, 13).status(),
-              absl::StatusCode::kInvalidArgument);
-  ExpectError(RunOp(OpType::kClip, {F32({2}, {1, 2}), I64({}, {0})}, {}, 13).status(),
-              absl::StatusCode::kInvalidArgument);
+  ExpectStatusError(RunOp(OpType::kClip, {F32({2}, {1, 2}), F32({2}, {0, 1})}, {}, 13).status(),
+                    absl::StatusCode::kInvalidArgument);
+  ExpectStatusError(RunOp(OpType::kClip, {F32({2}, {1, 2}), I64({}, {0})}, {}, 13).status(),
+                    absl::StatusCode::kInvalidArgument);
   // fp16 input and bounds.
   auto h = RunOp(OpType::kClip, {F16({2}, {-3, 3}), F16({}, {-1.5f}), F16({}, {2.5f})}, {}, 13);
   ASSERT_TRUE(h.ok()) << h.status();
@@ -297,19 +297,20 @@ TEST(ElementwisePRelu, SlopeBroadcastsToX) {
   ASSERT_TRUE(ints.ok()) << ints.status();
   EXPECT_EQ(Values<int32_t>(*ints), (std::vector<int32_t>{-6, 3}));
   // The slope may not make the output larger than X.
-  ExpectError(RunOp(OpType::kPRelu, {F32({2}, {1, 2}), F32({2, 2}, {1, 1, 1, 1})}).status(),
-              absl::StatusCode::kInvalidArgument);
+  ExpectStatusError(RunOp(OpType::kPRelu, {F32({2}, {1, 2}), F32({2, 2}, {1, 1, 1, 1})}).status(),
+                    absl::StatusCode::kInvalidArgument);
 }
 
 TEST(ElementwiseBinary, ShapeAndDtypeErrors) {
-  ExpectError(RunOp(OpType::kAdd, {F32({2, 3}, {1, 2, 3, 4, 5, 6}), F32({2}, {1, 2})}).status(),
-              absl::StatusCode::kInvalidArgument);
-  ExpectError(RunOp(OpType::kMul, {F32({1}, {1}), F64({1}, {1})}).status(),
-              absl::StatusCode::kInvalidArgument);
-  ExpectError(RunOp(OpType::kSum, {F32({2}, {1, 2}), F32({3}, {1, 2, 3})}).status(),
-              absl::StatusCode::kInvalidArgument);
-  ExpectError(RunOp(OpType::kAnd, {F32({1}, {1}), F32({1}, {1})}).status(),
-              absl::StatusCode::kUnimplemented);
+  ExpectStatusError(
+      RunOp(OpType::kAdd, {F32({2, 3}, {1, 2, 3, 4, 5, 6}), F32({2}, {1, 2})}).status(),
+      absl::StatusCode::kInvalidArgument);
+  ExpectStatusError(RunOp(OpType::kMul, {F32({1}, {1}), F64({1}, {1})}).status(),
+                    absl::StatusCode::kInvalidArgument);
+  ExpectStatusError(RunOp(OpType::kSum, {F32({2}, {1, 2}), F32({3}, {1, 2, 3})}).status(),
+                    absl::StatusCode::kInvalidArgument);
+  ExpectStatusError(RunOp(OpType::kAnd, {F32({1}, {1}), F32({1}, {1})}).status(),
+                    absl::StatusCode::kUnimplemented);
 }
 
 }  // namespace

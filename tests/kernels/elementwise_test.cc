@@ -172,14 +172,16 @@ TEST(ElementwiseUnary, HalfPrecisionRoundsOnce) {
 }
 
 TEST(ElementwiseUnary, Errors) {
-  ExpectError(RunOp(OpType::kGelu, {F32({1}, {1})}, {{"approximate", StringAttr("erf")}}).status(),
-              absl::StatusCode::kInvalidArgument);
-  ExpectError(RunOp(OpType::kCelu, {F32({1}, {1})}, {{"alpha", FloatAttr(0)}}).status(),
-              absl::StatusCode::kInvalidArgument);
+  ExpectStatusError(
+      RunOp(OpType::kGelu, {F32({1}, {1})}, {{"approximate", StringAttr("erf")}}).status(),
+      absl::StatusCode::kInvalidArgument);
+  ExpectStatusError(RunOp(OpType::kCelu, {F32({1}, {1})}, {{"alpha", FloatAttr(0)}}).status(),
+                    absl::StatusCode::kInvalidArgument);
   // Float-only op on an integer tensor: no kernel for that dtype.
-  ExpectError(RunOp(OpType::kSin, {I32({1}, {1})}).status(), absl::StatusCode::kUnimplemented);
+  ExpectStatusError(RunOp(OpType::kSin, {I32({1}, {1})}).status(),
+                    absl::StatusCode::kUnimplemented);
   // Neg has no unsigned kernel (the schema has none).
-  ExpectError(RunOp(OpType::kNeg, {U8({1}, {1})}).status(), absl::StatusCode::kUnimplemented);
+  ExpectStatusError(RunOp(OpType::kNeg, {U8({1}, {1})}).status(), absl::StatusCode::kUnimplemented);
 }
 
 TEST(ElementwiseUnary, EmptyAndScalarTensors) {

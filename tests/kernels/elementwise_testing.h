@@ -54,23 +54,11 @@ inline ir::Tensor Bool(std::vector<int64_t> dims, const std::vector<uint8_t>& v)
 }
 /// fp16 / bf16 tensors from floats (each value rounded to nearest even).
 inline ir::Tensor F16(std::vector<int64_t> dims, const std::vector<float>& v) {
-  std::vector<uint16_t> bits;
-  for (float f : v) bits.push_back(Float16(f).bits);
-  return MakeTensor<uint16_t>(std::move(dims), bits, DataType::kF16);
+  return MakeHalf(std::move(dims), v);
 }
 inline ir::Tensor BF16(std::vector<int64_t> dims, const std::vector<float>& v) {
-  std::vector<uint16_t> bits;
-  for (float f : v) bits.push_back(BFloat16(f).bits);
-  return MakeTensor<uint16_t>(std::move(dims), bits, DataType::kBF16);
+  return MakeBf16(std::move(dims), v);
 }
-
-/// Raw element values of a tensor of storage type T.
-template <typename T>
-std::vector<T> Values(const ir::Tensor& t) {
-  const T* p = t.data<T>();
-  return std::vector<T>(p, p + t.num_elements());
-}
-inline std::vector<uint16_t> Bits16(const ir::Tensor& t) { return Values<uint16_t>(t); }
 
 /// Elementwise |got - want| <= tol * max(1, |want|); NaN matches NaN.
 inline void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, float tol) {
@@ -82,12 +70,6 @@ inline void ExpectClose(const std::vector<float>& got, const std::vector<float>&
     }
     EXPECT_NEAR(got[i], want[i], tol * std::max(1.0f, std::fabs(want[i]))) << "element " << i;
   }
-}
-
-/// The status is an error of `code` whose message names the test node.
-inline void ExpectError(const absl::Status& s, absl::StatusCode code) {
-  EXPECT_EQ(s.code(), code) << s;
-  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("test_node")) << s;
 }
 
 }  // namespace kiln::testing::ew

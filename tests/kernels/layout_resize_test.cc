@@ -10,21 +10,10 @@
 #include "gtest/gtest.h"
 #include "tests/testing/node_runner.h"
 
-namespace kiln {
+namespace kiln::testing {
 namespace {
 
 using ir::OpType;
-using ::kiln::testing::FloatAttr;
-using ::kiln::testing::FloatsAttr;
-using ::kiln::testing::IntAttr;
-using ::kiln::testing::IntsAttr;
-using ::kiln::testing::MakeFloat;
-using ::kiln::testing::MakeInt64;
-using ::kiln::testing::MakeTensor;
-using ::kiln::testing::NodeSpec;
-using ::kiln::testing::RunNode;
-using ::kiln::testing::StringAttr;
-using ::kiln::testing::ToFloats;
 using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
 using ::testing::FloatNear;
@@ -34,18 +23,6 @@ using ::testing::Pointwise;
 // Float results computed in fp32 against values computed in float64 by the ONNX reference:
 // a few fp32 roundings on values below 20 stay well inside 1e-5.
 constexpr float kTol = 1e-5f;
-
-std::vector<float> Iota(int n, float start = 1) {
-  std::vector<float> v(n);
-  for (int i = 0; i < n; ++i) v[i] = start + i;
-  return v;
-}
-
-ir::Tensor Run1(const NodeSpec& spec) {
-  auto r = RunNode(spec);
-  EXPECT_TRUE(r.ok()) << r.status();
-  return r.ok() && !r->empty() ? (*r)[0] : ir::Tensor();
-}
 
 // Resize-13+ call with scales (roi omitted).
 NodeSpec WithScales(std::vector<std::pair<std::string, ir::Attribute>> attrs, ir::Tensor x,
@@ -68,14 +45,14 @@ const std::vector<float> kNearest2x3 = {1, 1, 1, 2, 2, 2, 1, 1, 1, 2, 2, 2,
 TEST(Resize, NearestHalfPixelRoundPreferFloor) {
   // Rows: x = (y + 0.5) / 2 - 0.5 = -0.25, 0.25, 0.75, 1.25 -> 0, 0, 1, 1.
   // Cols: x = (y + 0.5) / 3 - 0.5 = -1/3, 0, 1/3, 2/3, 1, 4/3 -> 0, 0, 0, 1, 1, 1.
-  ir::Tensor y = Run1(WithScales({}, MakeFloat({1, 1, 2, 2}, k2x2), {1, 1, 2, 3}));
+  ir::Tensor y = RunNodeOk0(WithScales({}, MakeFloat({1, 1, 2, 2}, k2x2), {1, 1, 2, 3}));
   EXPECT_THAT(y.dims(), ElementsAre(1, 1, 4, 6));
   EXPECT_THAT(ToFloats(y), ElementsAreArray(kNearest2x3));
 }
 
 TEST(Resize, AxesAttributeInAnyOrder) {
   ir::Tensor y =
-      Run1(WithScales({{"axes", IntsAttr({3, -2})}}, MakeFloat({1, 1, 2, 2}, k2x2), {3, 2}));
+      RunNodeOk0(WithScales({{"axes", IntsAttr({3, -2})}}, MakeFloat({1, 1, 2, 2}, k2x2), {3, 2}));
   EXPECT_THAT(y.dims(), ElementsAre(1, 1, 4, 6));
   EXPECT_THAT(ToFloats(y), ElementsAreArray(kNearest2x3));
 }
@@ -84,9 +61,10 @@ TEST(Resize, NearestModes) {
   // 1-D [10, 20, 30, 40] to 8 with asymmetric coordinates x = y / 2 = 0, .5, 1, ..., 3.5.
   ir::Tensor x = MakeFloat({4}, {10, 20, 30, 40});
   auto run = [&](const char* mode) {
-    return ToFloats(Run1(WithSizes({{"coordinate_transformation_mode", StringAttr("asymmetric")},
-                                    {"nearest_mode", StringAttr(mode)}},
-                                   x, {8})));
+    return ToFloats(
+        RunNodeOk0(WithSizes({{"coordinate_transformation_mode", StringAttr("asymmetric")},
+                              {"nearest_mode", StringAttr(mode)}},
+                             x, {8})));
   };
   EXPECT_THAT(run("round_prefer_floor"), ElementsAre(10, 10, 20, 20, 30, 30, 40, 40));
   EXPECT_THAT(run("round_prefer_ceil"), ElementsAre(10, 20, 20, 30, 30, 40, 40, 40));
@@ -96,18 +74,19 @@ TEST(Resize, NearestModes) {
 
 TEST(Resize, TfHalfPixelForNnOpset11) {
   // 4x4 -> 3x2: rows x = (y + .5) / .75 = .67, 2, 3.33 -> 1, 2, 3; cols (y + .5) / .5 -> 1, 3.
-  ir::Tensor y = Run1({OpType::kResize,
-                       {{"coordinate_transformation_mode", StringAttr("tf_half_pixel_for_nn")}},
-                       {MakeFloat({1, 1, 4, 4}, Iota(16)), MakeFloat({0}, {}), MakeFloat({0}, {}),
-                        MakeInt64({4}, {1, 1, 3, 2})},
-                       1,
-                       11});
+  ir::Tensor y =
+      RunNodeOk0({OpType::kResize,
+                  {{"coordinate_transformation_mode", StringAttr("tf_half_pixel_for_nn")}},
+                  {MakeFloat({1, 1, 4, 4}, Iota(16, 1)), MakeFloat({0}, {}), MakeFloat({0}, {}),
+                   MakeInt64({4}, {1, 1, 3, 2})},
+                  1,
+                  11});
   EXPECT_THAT(ToFloats(y), ElementsAre(6, 8, 10, 12, 14, 16));
 }
 
 TEST(Resize, LinearHalfPixel) {
   // Coordinates -0.25 (clamps to 0), 0.25, 0.75, 1.25 (clamps to 1) on both axes.
-  ir::Tensor y = Run1(
+  ir::Tensor y = RunNodeOk0(
       WithScales({{"mode", StringAttr("linear")}}, MakeFloat({1, 1, 2, 2}, k2x2), {1, 1, 2, 2}));
   EXPECT_THAT(ToFloats(y), ElementsAre(1, 1.25, 1.75, 2, 1.5, 1.75, 2.25, 2.5, 2.5, 2.75, 3.25, 3.5,
                                        3, 3.25, 3.75, 4));
@@ -115,9 +94,10 @@ TEST(Resize, LinearHalfPixel) {
 
 TEST(Resize, LinearAlignCornersUsesFractionalWidth) {
   // Width 4 * 0.6 = 2.4: x(1) = 1 * 3 / 1.4 = 2.142857 -> 3 + 0.142857; height 2 -> 1 row x = 0.
-  ir::Tensor y = Run1(WithScales({{"mode", StringAttr("linear")},
-                                  {"coordinate_transformation_mode", StringAttr("align_corners")}},
-                                 MakeFloat({1, 1, 2, 4}, Iota(8)), {1, 1, 0.6f, 0.6f}));
+  ir::Tensor y =
+      RunNodeOk0(WithScales({{"mode", StringAttr("linear")},
+                             {"coordinate_transformation_mode", StringAttr("align_corners")}},
+                            MakeFloat({1, 1, 2, 4}, Iota(8, 1)), {1, 1, 0.6f, 0.6f}));
   EXPECT_THAT(y.dims(), ElementsAre(1, 1, 1, 2));
   EXPECT_THAT(ToFloats(y), Pointwise(FloatNear(kTol), {1.0f, 1.0f + 3.0f / 1.4f}));
 }
@@ -125,17 +105,17 @@ TEST(Resize, LinearAlignCornersUsesFractionalWidth) {
 TEST(Resize, LinearHalfPixelSymmetric) {
   // out_width 2.4, out 2: offset = 2 * (1 - 2 / 2.4) = 1/3; x = 1/3 + (y + .5) / .6 - .5
   // = 0.6667, 2.3333 -> 1.6667, 3.3333.
-  ir::Tensor y =
-      Run1(WithScales({{"mode", StringAttr("linear")},
-                       {"coordinate_transformation_mode", StringAttr("half_pixel_symmetric")}},
-                      MakeFloat({1, 1, 1, 4}, Iota(4)), {1, 1, 1, 0.6f}));
+  ir::Tensor y = RunNodeOk0(
+      WithScales({{"mode", StringAttr("linear")},
+                  {"coordinate_transformation_mode", StringAttr("half_pixel_symmetric")}},
+                 MakeFloat({1, 1, 1, 4}, Iota(4, 1)), {1, 1, 1, 0.6f}));
   EXPECT_THAT(ToFloats(y), Pointwise(FloatNear(kTol), {1.6666667f, 3.3333333f}));
 }
 
 TEST(Resize, CubicUpsample) {
   // test_resize_upsample_scales_cubic, first two rows.
-  ir::Tensor y = Run1(
-      WithScales({{"mode", StringAttr("cubic")}}, MakeFloat({1, 1, 4, 4}, Iota(16)), {1, 1, 2, 2}));
+  ir::Tensor y = RunNodeOk0(WithScales({{"mode", StringAttr("cubic")}},
+                                       MakeFloat({1, 1, 4, 4}, Iota(16, 1)), {1, 1, 2, 2}));
   ASSERT_THAT(y.dims(), ElementsAre(1, 1, 8, 8));
   std::vector<float> v = ToFloats(y);
   v.resize(16);
@@ -151,22 +131,22 @@ TEST(Resize, CubicExcludeOutsideRenormalises) {
   // k(.25) = 0.8671875, k(1.25) = -0.0703125 -> renormalised (1 * .8671875 - 0.0703125 * 2)
   // / (.8671875 - .0703125) = 0.91176471. (The 2-D backend test starts with 0.5588235, the
   // same weights applied down the column [0.9117647, 4.9117647].)
-  ir::Tensor y = Run1(WithScales({{"mode", StringAttr("cubic")},
-                                  {"cubic_coeff_a", FloatAttr(-0.5f)},
-                                  {"exclude_outside", IntAttr(1)}},
-                                 MakeFloat({4}, Iota(4)), {2}));
+  ir::Tensor y = RunNodeOk0(WithScales({{"mode", StringAttr("cubic")},
+                                        {"cubic_coeff_a", FloatAttr(-0.5f)},
+                                        {"exclude_outside", IntAttr(1)}},
+                                       MakeFloat({4}, Iota(4, 1)), {2}));
   ASSERT_EQ(y.num_elements(), 8);
   EXPECT_NEAR(ToFloats(y)[0], (0.8671875 - 0.0703125 * 2) / (0.8671875 - 0.0703125), kTol);
 }
 
 TEST(Resize, Antialias) {
   // test_resize_downsample_scales_{linear,cubic}_antialias.
-  ir::Tensor x = MakeFloat({1, 1, 4, 4}, Iota(16));
-  ir::Tensor lin = Run1(WithScales({{"mode", StringAttr("linear")}, {"antialias", IntAttr(1)}}, x,
-                                   {1, 1, 0.6f, 0.6f}));
+  ir::Tensor x = MakeFloat({1, 1, 4, 4}, Iota(16, 1));
+  ir::Tensor lin = RunNodeOk0(WithScales(
+      {{"mode", StringAttr("linear")}, {"antialias", IntAttr(1)}}, x, {1, 1, 0.6f, 0.6f}));
   EXPECT_THAT(ToFloats(lin), Pointwise(FloatNear(kTol), {2.875f, 4.5f, 9.375f, 11.0f}));
-  ir::Tensor cub = Run1(WithScales({{"mode", StringAttr("cubic")}, {"antialias", IntAttr(1)}}, x,
-                                   {1, 1, 0.6f, 0.6f}));
+  ir::Tensor cub = RunNodeOk0(WithScales({{"mode", StringAttr("cubic")}, {"antialias", IntAttr(1)}},
+                                         x, {1, 1, 0.6f, 0.6f}));
   EXPECT_THAT(ToFloats(cub),
               Pointwise(FloatNear(kTol), {2.5180721f, 4.2858863f, 9.5893288f, 11.357142f}));
 }
@@ -179,13 +159,13 @@ TEST(Resize, TfCropAndResizeExtrapolates) {
              {{"mode", StringAttr("linear")},
               {"coordinate_transformation_mode", StringAttr("tf_crop_and_resize")},
               {"extrapolation_value", FloatAttr(10)}},
-             {MakeFloat({1, 1, 4, 4}, Iota(16)),
+             {MakeFloat({1, 1, 4, 4}, Iota(16, 1)),
               MakeFloat({8}, {0, 0, 0.4f, 0.6f, 1, 1, 1.2f, 1.7f}),
               {},
               MakeInt64({4}, {1, 1, 3, 3})},
              1,
              13};
-  EXPECT_THAT(ToFloats(Run1(s)),
+  EXPECT_THAT(ToFloats(RunNodeOk0(s)),
               Pointwise(FloatNear(kTol), {7.6f, 10.f, 10.f, 12.4f, 10.f, 10.f, 10.f, 10.f, 10.f}));
   s.inputs[1] = MakeFloat({3}, {0, 0, 0});
   auto r = RunNode(s);
@@ -193,16 +173,16 @@ TEST(Resize, TfCropAndResizeExtrapolates) {
 }
 
 TEST(Resize, KeepAspectRatioPolicy) {
-  ir::Tensor x = MakeFloat({1, 1, 2, 4}, Iota(8));
+  ir::Tensor x = MakeFloat({1, 1, 2, 4}, Iota(8, 1));
   // not_larger: scale = min(1/2, 3/4) = 0.5 -> 1x2; half_pixel nearest x = (y+.5)*2-.5 -> 0.5,
   // 2.5 round_prefer_floor -> cols 0, 2.
-  ir::Tensor small = Run1(WithSizes(
+  ir::Tensor small = RunNodeOk0(WithSizes(
       {{"axes", IntsAttr({2, 3})}, {"keep_aspect_ratio_policy", StringAttr("not_larger")}}, x,
       {1, 3}));
   EXPECT_THAT(small.dims(), ElementsAre(1, 1, 1, 2));
   EXPECT_THAT(ToFloats(small), ElementsAre(1, 3));
   // not_smaller: scale = max(1/2, 3/4) = 0.75 -> round(1.5) = 2 rows, 3 cols.
-  ir::Tensor big = Run1(WithSizes(
+  ir::Tensor big = RunNodeOk0(WithSizes(
       {{"axes", IntsAttr({2, 3})}, {"keep_aspect_ratio_policy", StringAttr("not_smaller")}}, x,
       {1, 3}));
   EXPECT_THAT(big.dims(), ElementsAre(1, 1, 2, 3));
@@ -210,43 +190,44 @@ TEST(Resize, KeepAspectRatioPolicy) {
 
 TEST(Resize, Opset10NearestDownsampleRoundsUp) {
   // Resize-10 (asymmetric, pre-11 nearest): cols x = y / 0.6 = 0, 1.67 -> ceil -> 0, 2.
-  ir::Tensor y = Run1({OpType::kResize,
-                       {},
-                       {MakeFloat({1, 1, 2, 4}, Iota(8)), MakeFloat({4}, {1, 1, 0.6f, 0.6f})},
-                       1,
-                       10});
+  ir::Tensor y =
+      RunNodeOk0({OpType::kResize,
+                  {},
+                  {MakeFloat({1, 1, 2, 4}, Iota(8, 1)), MakeFloat({4}, {1, 1, 0.6f, 0.6f})},
+                  1,
+                  10});
   EXPECT_THAT(y.dims(), ElementsAre(1, 1, 1, 2));
   EXPECT_THAT(ToFloats(y), ElementsAre(1, 3));
 }
 
 TEST(Upsample, NearestAttributeAndLinearInput) {
-  ir::Tensor y7 = Run1({OpType::kUpsample,
-                        {{"scales", FloatsAttr({1, 1, 2, 3})}},
-                        {MakeFloat({1, 1, 2, 2}, k2x2)},
-                        1,
-                        7});
+  ir::Tensor y7 = RunNodeOk0({OpType::kUpsample,
+                              {{"scales", FloatsAttr({1, 1, 2, 3})}},
+                              {MakeFloat({1, 1, 2, 2}, k2x2)},
+                              1,
+                              7});
   EXPECT_THAT(ToFloats(y7), ElementsAreArray(kNearest2x3));
   // Linear, asymmetric x = y / 2 = 0, .5, 1, 1.5 (clamped to 1).
-  ir::Tensor y9 = Run1({OpType::kUpsample,
-                        {{"mode", StringAttr("linear")}},
-                        {MakeFloat({1, 1, 2, 2}, k2x2), MakeFloat({4}, {1, 1, 2, 2})},
-                        1,
-                        9});
+  ir::Tensor y9 = RunNodeOk0({OpType::kUpsample,
+                              {{"mode", StringAttr("linear")}},
+                              {MakeFloat({1, 1, 2, 2}, k2x2), MakeFloat({4}, {1, 1, 2, 2})},
+                              1,
+                              9});
   EXPECT_THAT(ToFloats(y9), ElementsAre(1, 1.5, 2, 2, 2, 2.5, 3, 3, 3, 3.5, 4, 4, 3, 3.5, 4, 4));
 }
 
 TEST(Resize, IntegerRoundsHalfToEvenAndSaturates) {
   // [1, 3] x2 linear half_pixel: 1, 0.75*1 + 0.25*3 = 1.5 -> 2, 2.5 -> 2, 3.
   ir::Tensor u = MakeTensor<uint8_t>({2}, {1, 3}, DataType::kU8);
-  ir::Tensor y = Run1(WithScales({{"mode", StringAttr("linear")}}, u, {2}));
+  ir::Tensor y = RunNodeOk0(WithScales({{"mode", StringAttr("linear")}}, u, {2}));
   EXPECT_EQ(y.dtype(), DataType::kU8);
   EXPECT_THAT(ToFloats(y), ElementsAre(1, 2, 2, 3));
   // Cubic overshoot past 255 and below 0 saturates instead of wrapping.
   std::vector<uint8_t> step = {255, 255, 0, 0};
-  ir::Tensor yc = Run1(WithScales({{"mode", StringAttr("cubic")}},
-                                  MakeTensor<uint8_t>({4}, step, DataType::kU8), {2}));
-  ir::Tensor yf =
-      Run1(WithScales({{"mode", StringAttr("cubic")}}, MakeFloat({4}, {255, 255, 0, 0}), {2}));
+  ir::Tensor yc = RunNodeOk0(WithScales({{"mode", StringAttr("cubic")}},
+                                        MakeTensor<uint8_t>({4}, step, DataType::kU8), {2}));
+  ir::Tensor yf = RunNodeOk0(
+      WithScales({{"mode", StringAttr("cubic")}}, MakeFloat({4}, {255, 255, 0, 0}), {2}));
   std::vector<float> fc = ToFloats(yf), uc = ToFloats(yc);
   ASSERT_EQ(fc.size(), 8u);
   bool overshoot = false, undershoot = false;
@@ -264,8 +245,8 @@ TEST(Resize, Fp16ComputesInFp32AndRoundsOnce) {
   // elements (checked below, so this test tells the two apart).
   const float a = 1.0f, b = 1.0f + 2.0f / 1024, c = b, d = 1.0f;
   std::vector<uint16_t> bits = {Float16(a).bits, Float16(b).bits, Float16(c).bits, Float16(d).bits};
-  ir::Tensor y = Run1(WithScales({{"mode", StringAttr("linear")}},
-                                 MakeTensor<uint16_t>({2, 2}, bits, DataType::kF16), {2, 2}));
+  ir::Tensor y = RunNodeOk0(WithScales({{"mode", StringAttr("linear")}},
+                                       MakeTensor<uint16_t>({2, 2}, bits, DataType::kF16), {2, 2}));
   ASSERT_EQ(y.dtype(), DataType::kF16);
   const float w[4][2] = {{1, 0}, {0.75f, 0.25f}, {0.25f, 0.75f}, {0, 1}};  // per position
   std::vector<uint16_t> expect, rounded_twice;
@@ -282,7 +263,7 @@ TEST(Resize, Fp16ComputesInFp32AndRoundsOnce) {
   EXPECT_EQ(got, expect);
   // bf16 nearest moves bits unchanged.
   ir::Tensor z =
-      Run1(WithScales({}, MakeTensor<uint16_t>({2}, {0x3f81, 0xff80}, DataType::kBF16), {2}));
+      RunNodeOk0(WithScales({}, MakeTensor<uint16_t>({2}, {0x3f81, 0xff80}, DataType::kBF16), {2}));
   EXPECT_THAT(std::vector<uint16_t>(z.data<uint16_t>(), z.data<uint16_t>() + 4),
               ElementsAre(0x3f81, 0x3f81, 0xff80, 0xff80));
 }
@@ -318,4 +299,4 @@ TEST(Resize, Errors) {
 }
 
 }  // namespace
-}  // namespace kiln
+}  // namespace kiln::testing

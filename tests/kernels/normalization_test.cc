@@ -12,17 +12,10 @@
 // NodeSpec literals leave output_dtypes (unused here) to its default.
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
-namespace kiln {
+namespace kiln::testing {
 namespace {
 
 using ir::OpType;
-using ::kiln::testing::FloatAttr;
-using ::kiln::testing::IntAttr;
-using ::kiln::testing::MakeFloat;
-using ::kiln::testing::MakeTensor;
-using ::kiln::testing::NodeSpec;
-using ::kiln::testing::RunNode;
-using ::kiln::testing::ToFloats;
 using ::testing::ElementsAre;
 using ::testing::FloatNear;
 using ::testing::HasSubstr;
@@ -30,19 +23,6 @@ using ::testing::Pointwise;
 
 // A few fp32 ulps around 1: results of one sqrt, one division and a multiply-add.
 constexpr float kTol = 1e-6f;
-
-std::vector<ir::Tensor> RunAll(NodeSpec spec) {
-  auto out = RunNode(spec);
-  EXPECT_TRUE(out.ok()) << out.status();
-  if (!out.ok()) return std::vector<ir::Tensor>(spec.num_outputs);
-  return *out;
-}
-
-ir::Tensor MakeHalf(std::vector<int64_t> dims, const std::vector<float>& v) {
-  std::vector<uint16_t> bits;
-  for (float f : v) bits.push_back(Float16(f).bits);
-  return MakeTensor<uint16_t>(std::move(dims), bits, DataType::kF16);
-}
 
 const std::pair<std::string, ir::Attribute> kEps0 = {"epsilon", FloatAttr(0)};
 
@@ -53,7 +33,7 @@ TEST(BatchNormTest, Inference) {
   std::vector<ir::Tensor> in = {x, MakeFloat({2}, {2, 1}), MakeFloat({2}, {0, 1}),
                                 MakeFloat({2}, {1.5f, 4}), MakeFloat({2}, {0.25f, 1})};
   for (int version : {7, 9, 14, 15}) {
-    auto out = RunAll({OpType::kBatchNormalization, {kEps0}, in, 1, version});
+    auto out = RunNodeOk({OpType::kBatchNormalization, {kEps0}, in, 1, version});
     EXPECT_THAT(ToFloats(out[0]), ElementsAre(-2, 2, 0, 2)) << "opset " << version;
   }
 }
@@ -62,11 +42,11 @@ TEST(BatchNormTest, Inference) {
 TEST(BatchNormTest, TrainingModeOpset15) {
   std::vector<ir::Tensor> in = {MakeFloat({2, 1, 2}, {1, 2, 3, 6}), MakeFloat({1}, {1}),
                                 MakeFloat({1}, {0}), MakeFloat({1}, {0}), MakeFloat({1}, {1})};
-  auto out = RunAll({OpType::kBatchNormalization,
-                     {kEps0, {"training_mode", IntAttr(1)}, {"momentum", FloatAttr(0.5f)}},
-                     in,
-                     3,
-                     15});
+  auto out = RunNodeOk({OpType::kBatchNormalization,
+                        {kEps0, {"training_mode", IntAttr(1)}, {"momentum", FloatAttr(0.5f)}},
+                        in,
+                        3,
+                        15});
   const float s = std::sqrt(3.5f);
   EXPECT_THAT(ToFloats(out[0]), Pointwise(FloatNear(kTol), {-2 / s, -1 / s, 0.0f, 3 / s}));
   EXPECT_THAT(ToFloats(out[1]), ElementsAre(1.5f));   // 0 * 0.5 + 3 * 0.5
@@ -78,7 +58,7 @@ TEST(BatchNormTest, TrainingModeOpset9FiveOutputs) {
   std::vector<ir::Tensor> in = {MakeFloat({2, 1, 2}, {1, 2, 3, 6}), MakeFloat({1}, {1}),
                                 MakeFloat({1}, {0}), MakeFloat({1}, {0}), MakeFloat({1}, {1})};
   auto out =
-      RunAll({OpType::kBatchNormalization, {kEps0, {"momentum", FloatAttr(0.5f)}}, in, 5, 9});
+      RunNodeOk({OpType::kBatchNormalization, {kEps0, {"momentum", FloatAttr(0.5f)}}, in, 5, 9});
   EXPECT_THAT(ToFloats(out[1]), ElementsAre(1.5f));
   EXPECT_THAT(ToFloats(out[2]), ElementsAre(2.25f));
   EXPECT_THAT(ToFloats(out[3]), ElementsAre(3));
@@ -90,7 +70,7 @@ TEST(BatchNormTest, NonSpatialOpset7) {
   std::vector<ir::Tensor> in = {MakeFloat({2, 1, 2}, {1, 2, 3, 6}), MakeFloat({1, 2}, {1, 1}),
                                 MakeFloat({1, 2}, {0, 0}), MakeFloat({1, 2}, {1, 2}),
                                 MakeFloat({1, 2}, {1, 4})};
-  auto out = RunAll({OpType::kBatchNormalization, {kEps0, {"spatial", IntAttr(0)}}, in, 1, 7});
+  auto out = RunNodeOk({OpType::kBatchNormalization, {kEps0, {"spatial", IntAttr(0)}}, in, 1, 7});
   EXPECT_THAT(ToFloats(out[0]), ElementsAre(0, 0, 2, 2));
 }
 
@@ -98,7 +78,7 @@ TEST(BatchNormTest, NonSpatialOpset7) {
 TEST(BatchNormTest, HalfInputFloatParams) {
   std::vector<ir::Tensor> in = {MakeHalf({1, 1, 3}, {1, 2, 4}), MakeFloat({1}, {1}),
                                 MakeFloat({1}, {0}), MakeFloat({1}, {0}), MakeFloat({1}, {3})};
-  auto out = RunAll({OpType::kBatchNormalization, {kEps0}, in, 1, 15});
+  auto out = RunNodeOk({OpType::kBatchNormalization, {kEps0}, in, 1, 15});
   EXPECT_EQ(out[0].dtype(), DataType::kF16);
   const float s = std::sqrt(3.0f);
   EXPECT_THAT(ToFloats(out[0]),
@@ -125,7 +105,7 @@ TEST(BatchNormTest, Errors) {
 // ---- InstanceNormalization ----
 
 TEST(InstanceNormTest, PerInstancePerChannel) {
-  auto out = RunAll(
+  auto out = RunNodeOk(
       {OpType::kInstanceNormalization,
        {kEps0},
        {MakeFloat({1, 2, 2}, {1, 3, 0, 4}), MakeFloat({2}, {1, 2}), MakeFloat({2}, {0, 1})}});
@@ -145,11 +125,11 @@ TEST(InstanceNormTest, ScaleSizeMismatch) {
 
 TEST(LayerNormTest, LastAxisWithMeanAndInvStdDev) {
   auto out =
-      RunAll({OpType::kLayerNormalization,
-              {kEps0},
-              {MakeFloat({2, 2}, {1, 3, 2, 6}), MakeFloat({2}, {1, 2}), MakeFloat({2}, {0, 1})},
-              3,
-              17});
+      RunNodeOk({OpType::kLayerNormalization,
+                 {kEps0},
+                 {MakeFloat({2, 2}, {1, 3, 2, 6}), MakeFloat({2}, {1, 2}), MakeFloat({2}, {0, 1})},
+                 3,
+                 17});
   EXPECT_THAT(ToFloats(out[0]), ElementsAre(-1, 3, -1, 3));
   EXPECT_THAT(out[1].dims(), ElementsAre(2, 1));
   EXPECT_EQ(out[1].dtype(), DataType::kF32);
@@ -159,29 +139,30 @@ TEST(LayerNormTest, LastAxisWithMeanAndInvStdDev) {
 
 TEST(LayerNormTest, Axis0AndBroadcastScale) {
   // Whole tensor: mean 3, variance 3.5; scale of shape [1] broadcasts, bias omitted.
-  auto out = RunAll({OpType::kLayerNormalization,
-                     {kEps0, {"axis", IntAttr(0)}},
-                     {MakeFloat({2, 2}, {1, 3, 2, 6}), MakeFloat({1}, {2})},
-                     1,
-                     17});
+  auto out = RunNodeOk({OpType::kLayerNormalization,
+                        {kEps0, {"axis", IntAttr(0)}},
+                        {MakeFloat({2, 2}, {1, 3, 2, 6}), MakeFloat({1}, {2})},
+                        1,
+                        17});
   const float s = std::sqrt(3.5f);
   EXPECT_THAT(ToFloats(out[0]), Pointwise(FloatNear(kTol), {-4 / s, 0.0f, -2 / s, 6 / s}));
   // Per-row scale of shape [2, 1] with axis -1 (broadcast across the leading dim too).
-  out = RunAll({OpType::kLayerNormalization,
-                {kEps0},
-                {MakeFloat({2, 2}, {1, 3, 2, 6}), MakeFloat({2, 1}, {1, 10})},
-                1,
-                17});
+  out = RunNodeOk({OpType::kLayerNormalization,
+                   {kEps0},
+                   {MakeFloat({2, 2}, {1, 3, 2, 6}), MakeFloat({2, 1}, {1, 10})},
+                   1,
+                   17});
   EXPECT_THAT(ToFloats(out[0]), ElementsAre(-1, 1, -10, 10));
 }
 
 // fp16 input, fp32 stash: stage one in fp32, each output rounded once to fp16.
 TEST(LayerNormTest, HalfRoundsOnce) {
-  auto out = RunAll({OpType::kLayerNormalization,
-                     {},
-                     {MakeHalf({3}, {0, 1, 2}), MakeHalf({3}, {1, 1, 1}), MakeHalf({3}, {0, 0, 0})},
-                     1,
-                     17});
+  auto out =
+      RunNodeOk({OpType::kLayerNormalization,
+                 {},
+                 {MakeHalf({3}, {0, 1, 2}), MakeHalf({3}, {1, 1, 1}), MakeHalf({3}, {0, 0, 0})},
+                 1,
+                 17});
   EXPECT_EQ(out[0].dtype(), DataType::kF16);
   const float inv = 1.0f / std::sqrt(2.0f / 3.0f + 1e-5f);
   EXPECT_THAT(ToFloats(out[0]), ElementsAre(static_cast<float>(Float16(-inv)), 0.0f,
@@ -189,11 +170,11 @@ TEST(LayerNormTest, HalfRoundsOnce) {
 }
 
 TEST(LayerNormTest, Bf16StashTypesStatistics) {
-  auto out = RunAll({OpType::kLayerNormalization,
-                     {kEps0, {"stash_type", IntAttr(16)}},
-                     {MakeFloat({1, 2}, {1, 3}), MakeFloat({2}, {1, 1})},
-                     3,
-                     17});
+  auto out = RunNodeOk({OpType::kLayerNormalization,
+                        {kEps0, {"stash_type", IntAttr(16)}},
+                        {MakeFloat({1, 2}, {1, 3}), MakeFloat({2}, {1, 1})},
+                        3,
+                        17});
   EXPECT_EQ(out[1].dtype(), DataType::kBF16);
   EXPECT_THAT(ToFloats(out[1]), ElementsAre(2));
   EXPECT_THAT(ToFloats(out[2]), ElementsAre(1));
@@ -201,8 +182,8 @@ TEST(LayerNormTest, Bf16StashTypesStatistics) {
 }
 
 TEST(LayerNormTest, EmptyRowsGiveNanStatistics) {
-  auto out =
-      RunAll({OpType::kLayerNormalization, {}, {MakeFloat({2, 0}, {}), MakeFloat({0}, {})}, 3, 17});
+  auto out = RunNodeOk(
+      {OpType::kLayerNormalization, {}, {MakeFloat({2, 0}, {}), MakeFloat({0}, {})}, 3, 17});
   EXPECT_EQ(out[0].num_elements(), 0);
   EXPECT_THAT(out[1].dims(), ElementsAre(2, 1));
   EXPECT_THAT(ToFloats(out[1]), ::testing::Each(::testing::IsNan()));
@@ -233,22 +214,22 @@ TEST(LayerNormTest, Errors) {
 
 // Two groups of two channels: [1, 3] and [2, 6] both normalise to [-1, 1].
 TEST(GroupNormTest, Opset18PerGroupParams) {
-  auto out =
-      RunAll({OpType::kGroupNormalization,
-              {kEps0, {"num_groups", IntAttr(2)}},
-              {MakeFloat({1, 4, 1}, {1, 3, 2, 6}), MakeFloat({2}, {2, 3}), MakeFloat({2}, {0, 1})},
-              1,
-              18});
+  auto out = RunNodeOk(
+      {OpType::kGroupNormalization,
+       {kEps0, {"num_groups", IntAttr(2)}},
+       {MakeFloat({1, 4, 1}, {1, 3, 2, 6}), MakeFloat({2}, {2, 3}), MakeFloat({2}, {0, 1})},
+       1,
+       18});
   EXPECT_THAT(ToFloats(out[0]), ElementsAre(-2, 2, -2, 4));
 }
 
 TEST(GroupNormTest, Opset21PerChannelParams) {
-  auto out = RunAll({OpType::kGroupNormalization,
-                     {kEps0, {"num_groups", IntAttr(2)}},
-                     {MakeFloat({1, 4, 1}, {1, 3, 2, 6}), MakeFloat({4}, {1, 2, 3, 4}),
-                      MakeFloat({4}, {0, 0, 0, 1})},
-                     1,
-                     21});
+  auto out = RunNodeOk({OpType::kGroupNormalization,
+                        {kEps0, {"num_groups", IntAttr(2)}},
+                        {MakeFloat({1, 4, 1}, {1, 3, 2, 6}), MakeFloat({4}, {1, 2, 3, 4}),
+                         MakeFloat({4}, {0, 0, 0, 1})},
+                        1,
+                        21});
   EXPECT_THAT(ToFloats(out[0]), ElementsAre(-1, 2, -3, 5));
 }
 
@@ -273,24 +254,24 @@ TEST(GroupNormTest, Errors) {
 
 TEST(RmsNormTest, LastAxisAndAxis0) {
   // Rows [3, -3] and [1, 1] have RMS 3 and 1.
-  auto out = RunAll({OpType::kRMSNormalization,
-                     {kEps0},
-                     {MakeFloat({2, 2}, {3, -3, 1, 1}), MakeFloat({2}, {1, 2})},
-                     1,
-                     23});
+  auto out = RunNodeOk({OpType::kRMSNormalization,
+                        {kEps0},
+                        {MakeFloat({2, 2}, {3, -3, 1, 1}), MakeFloat({2}, {1, 2})},
+                        1,
+                        23});
   EXPECT_THAT(ToFloats(out[0]), ElementsAre(1, -2, 1, 2));
   // Over everything: mean square (9 + 9 + 1 + 1) / 4 = 5.
-  out = RunAll({OpType::kRMSNormalization,
-                {kEps0, {"axis", IntAttr(0)}},
-                {MakeFloat({2, 2}, {3, -3, 1, 1}), MakeFloat({1}, {1})},
-                1,
-                23});
+  out = RunNodeOk({OpType::kRMSNormalization,
+                   {kEps0, {"axis", IntAttr(0)}},
+                   {MakeFloat({2, 2}, {3, -3, 1, 1}), MakeFloat({1}, {1})},
+                   1,
+                   23});
   const float r = std::sqrt(5.0f);
   EXPECT_THAT(ToFloats(out[0]), Pointwise(FloatNear(kTol), {3 / r, -3 / r, 1 / r, 1 / r}));
 }
 
 TEST(RmsNormTest, HalfRoundsOnceAndBadScale) {
-  auto out = RunAll(
+  auto out = RunNodeOk(
       {OpType::kRMSNormalization, {}, {MakeHalf({2}, {1, 2}), MakeFloat({2}, {1, 1})}, 1, 23});
   EXPECT_EQ(out[0].dtype(), DataType::kF16);
   const float rms = std::sqrt(2.5f + 1e-5f);
@@ -306,4 +287,4 @@ TEST(RmsNormTest, HalfRoundsOnceAndBadScale) {
 }
 
 }  // namespace
-}  // namespace kiln
+}  // namespace kiln::testing

@@ -12,8 +12,6 @@ using ir::OpType;
 using nn::Attrs;
 using nn::ExpectInvalid;
 using nn::ExpectNear;
-using nn::MakeBf16;
-using nn::MakeHalf;
 using nn::RunOp;
 
 std::vector<float> RunV(OpType op, std::vector<ir::Tensor> inputs, Attrs attrs = {},

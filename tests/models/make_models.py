@@ -206,17 +206,21 @@ def reference_all():
     import onnx.version_converter
     import onnxruntime as ort
 
-    # The opset-18 variant of the decomposed LayerNorm model (ReduceMean takes axes as input).
-    src = os.path.join(HERE, "bert_layernorm_decomposed")
-    dst = os.path.join(HERE, "bert_layernorm_decomposed_opset18")
-    os.makedirs(os.path.join(dst, "test_data_set_0"), exist_ok=True)
-    m18 = onnx.version_converter.convert_version(onnx.load(os.path.join(src, "model.onnx")), 18)
-    m18.ir_version = 8
-    onnx.save(m18, os.path.join(dst, "model.onnx"))
-    with open(os.path.join(src, "test_data_set_0", "input_0.pb"), "rb") as f:
-        data = f.read()
-    with open(os.path.join(dst, "test_data_set_0", "input_0.pb"), "wb") as f:
-        f.write(data)
+    # Opset-18 variants, as current exporters write them: the decomposed LayerNorm model
+    # (ReduceMean takes axes as an input) at IR 8, and the ViT at IR 10.
+    for src_name, dst_name, ir in [("bert_layernorm_decomposed",
+                                    "bert_layernorm_decomposed_opset18", 8),
+                                   ("vit_tiny", "vit_tiny_opset18_ir10", 10)]:
+        src = os.path.join(HERE, src_name)
+        dst = os.path.join(HERE, dst_name)
+        os.makedirs(os.path.join(dst, "test_data_set_0"), exist_ok=True)
+        m18 = onnx.version_converter.convert_version(onnx.load(os.path.join(src, "model.onnx")), 18)
+        m18.ir_version = ir
+        onnx.save(m18, os.path.join(dst, "model.onnx"))
+        with open(os.path.join(src, "test_data_set_0", "input_0.pb"), "rb") as f:
+            data = f.read()
+        with open(os.path.join(dst, "test_data_set_0", "input_0.pb"), "wb") as f:
+            f.write(data)
 
     for name in sorted(os.listdir(HERE)):
         d = os.path.join(HERE, name)

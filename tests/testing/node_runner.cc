@@ -3,8 +3,11 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "engine/common/half.h"
 #include "engine/common/status.h"
 #include "engine/kernels/registry.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
 
 namespace kiln::testing {
 namespace {
@@ -62,29 +65,72 @@ absl::StatusOr<std::vector<ir::Tensor>> RunNode(const NodeSpec& spec) {
   return std::move(ctx.outputs());
 }
 
+std::vector<ir::Tensor> RunNodeOk(const NodeSpec& spec) {
+  absl::StatusOr<std::vector<ir::Tensor>> r = RunNode(spec);
+  EXPECT_TRUE(r.ok()) << r.status();
+  if (!r.ok()) return std::vector<ir::Tensor>(spec.num_outputs);
+  return *std::move(r);
+}
+
+ir::Tensor RunNodeOk0(const NodeSpec& spec) {
+  std::vector<ir::Tensor> out = RunNodeOk(spec);
+  return out.empty() ? ir::Tensor() : std::move(out[0]);
+}
+
+void ExpectStatusError(const absl::Status& status, absl::StatusCode code,
+                       const std::string& fragment) {
+  EXPECT_EQ(status.code(), code) << status;
+  EXPECT_THAT(std::string(status.message()), ::testing::HasSubstr("test_node")) << status;
+  EXPECT_THAT(std::string(status.message()), ::testing::HasSubstr(fragment)) << status;
+}
+
+void ExpectNodeError(const NodeSpec& spec, absl::StatusCode code, const std::string& fragment) {
+  absl::StatusOr<std::vector<ir::Tensor>> r = RunNode(spec);
+  ASSERT_FALSE(r.ok()) << "expected an error containing '" << fragment << "'";
+  ExpectStatusError(r.status(), code, fragment);
+}
+
 template <typename T>
 ir::Tensor MakeTensor(std::vector<int64_t> dims, const std::vector<T>& values, DataType dtype) {
   ir::Tensor t = *ir::Tensor::Allocate(dtype, std::move(dims));
   if (!values.empty()) std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(T));
   return t;
 }
-template ir::Tensor MakeTensor<float>(std::vector<int64_t>, const std::vector<float>&, DataType);
-template ir::Tensor MakeTensor<int64_t>(std::vector<int64_t>, const std::vector<int64_t>&,
-                                        DataType);
-template ir::Tensor MakeTensor<int32_t>(std::vector<int64_t>, const std::vector<int32_t>&,
-                                        DataType);
-template ir::Tensor MakeTensor<uint8_t>(std::vector<int64_t>, const std::vector<uint8_t>&,
-                                        DataType);
-template ir::Tensor MakeTensor<int8_t>(std::vector<int64_t>, const std::vector<int8_t>&, DataType);
-template ir::Tensor MakeTensor<uint16_t>(std::vector<int64_t>, const std::vector<uint16_t>&,
-                                         DataType);
-template ir::Tensor MakeTensor<double>(std::vector<int64_t>, const std::vector<double>&, DataType);
+#define KILN_INSTANTIATE_MAKE_TENSOR(T) \
+  template ir::Tensor MakeTensor<T>(std::vector<int64_t>, const std::vector<T>&, DataType);
+KILN_INSTANTIATE_MAKE_TENSOR(int8_t)
+KILN_INSTANTIATE_MAKE_TENSOR(int16_t)
+KILN_INSTANTIATE_MAKE_TENSOR(int32_t)
+KILN_INSTANTIATE_MAKE_TENSOR(int64_t)
+KILN_INSTANTIATE_MAKE_TENSOR(uint8_t)
+KILN_INSTANTIATE_MAKE_TENSOR(uint16_t)
+KILN_INSTANTIATE_MAKE_TENSOR(uint32_t)
+KILN_INSTANTIATE_MAKE_TENSOR(uint64_t)
+KILN_INSTANTIATE_MAKE_TENSOR(float)
+KILN_INSTANTIATE_MAKE_TENSOR(double)
+#undef KILN_INSTANTIATE_MAKE_TENSOR
 
 ir::Tensor MakeFloat(std::vector<int64_t> dims, const std::vector<float>& values) {
   return MakeTensor<float>(std::move(dims), values, DataType::kF32);
 }
 ir::Tensor MakeInt64(std::vector<int64_t> dims, const std::vector<int64_t>& values) {
   return MakeTensor<int64_t>(std::move(dims), values, DataType::kI64);
+}
+ir::Tensor MakeHalf(std::vector<int64_t> dims, const std::vector<float>& values) {
+  std::vector<uint16_t> bits(values.size());
+  for (size_t i = 0; i < values.size(); ++i) bits[i] = FloatToHalfBits(values[i]);
+  return MakeTensor<uint16_t>(std::move(dims), bits, DataType::kF16);
+}
+ir::Tensor MakeBf16(std::vector<int64_t> dims, const std::vector<float>& values) {
+  std::vector<uint16_t> bits(values.size());
+  for (size_t i = 0; i < values.size(); ++i) bits[i] = FloatToBFloat16Bits(values[i]);
+  return MakeTensor<uint16_t>(std::move(dims), bits, DataType::kBF16);
+}
+
+std::vector<float> Iota(int n, float start) {
+  std::vector<float> v(n);
+  for (int i = 0; i < n; ++i) v[i] = start + i;
+  return v;
 }
 
 ir::Attribute IntAttr(int64_t v) {
@@ -117,6 +163,12 @@ ir::Attribute FloatsAttr(std::vector<float> v) {
   a.floats = std::move(v);
   return a;
 }
+ir::Attribute TensorAttr(ir::Tensor v) {
+  ir::Attribute a;
+  a.type = ir::Attribute::Type::kTensor;
+  a.t = std::move(v);
+  return a;
+}
 
 std::vector<float> ToFloats(const ir::Tensor& t) {
   std::vector<float> out(t.num_elements());
@@ -124,6 +176,11 @@ std::vector<float> ToFloats(const ir::Tensor& t) {
     out[i] = static_cast<float>(ir::ElementAsDouble(t, i));
   }
   return out;
+}
+
+std::vector<uint16_t> Bits16(const ir::Tensor& t) {
+  if (DataTypeSize(t.dtype()) != 2) return {};
+  return Values<uint16_t>(t);
 }
 
 }  // namespace kiln::testing

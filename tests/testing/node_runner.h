@@ -1,9 +1,11 @@
 // Runs one op on given tensors through the kernel registry, for kernel tests.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/ir/graph.h"
 #include "engine/ir/tensor.h"
@@ -25,13 +27,35 @@ struct NodeSpec {
 /// Builds a one-node graph, finds the kernel in the default registry and runs it.
 absl::StatusOr<std::vector<ir::Tensor>> RunNode(const NodeSpec& spec);
 
-/// Tensor from values: `MakeTensor<float>({2, 2}, {1, 2, 3, 4})` (also Float16, BFloat16,
-/// int64_t, bool as uint8_t via DataType::kBool overload below).
+/// Runs the node; on error records a test failure and returns `spec.num_outputs` undefined
+/// tensors.
+std::vector<ir::Tensor> RunNodeOk(const NodeSpec& spec);
+
+/// Output 0 of RunNodeOk (an undefined tensor, and a test failure, on error).
+ir::Tensor RunNodeOk0(const NodeSpec& spec);
+
+/// Expects `status` to be an error of `code` whose message names the node ("test_node") and
+/// contains `fragment`.
+void ExpectStatusError(const absl::Status& status, absl::StatusCode code,
+                       const std::string& fragment = "");
+
+/// Expects running the node to fail as ExpectStatusError describes.
+void ExpectNodeError(const NodeSpec& spec, absl::StatusCode code, const std::string& fragment);
+
+/// Tensor from values of its storage type: `MakeTensor<float>({2, 2}, {1, 2, 3, 4}, kF32)`.
+/// Instantiated for every integer type, float and double (uint8_t also for kBool, uint16_t for
+/// raw fp16/bf16 bits).
 template <typename T>
 ir::Tensor MakeTensor(std::vector<int64_t> dims, const std::vector<T>& values, DataType dtype);
 
 ir::Tensor MakeFloat(std::vector<int64_t> dims, const std::vector<float>& values);
 ir::Tensor MakeInt64(std::vector<int64_t> dims, const std::vector<int64_t>& values);
+/// fp16 / bf16 tensors from floats (each value rounded to nearest even).
+ir::Tensor MakeHalf(std::vector<int64_t> dims, const std::vector<float>& values);
+ir::Tensor MakeBf16(std::vector<int64_t> dims, const std::vector<float>& values);
+
+/// `n` consecutive floats from `start`.
+std::vector<float> Iota(int n, float start);
 
 /// Attribute helpers.
 ir::Attribute IntAttr(int64_t v);
@@ -39,8 +63,19 @@ ir::Attribute FloatAttr(float v);
 ir::Attribute StringAttr(std::string v);
 ir::Attribute IntsAttr(std::vector<int64_t> v);
 ir::Attribute FloatsAttr(std::vector<float> v);
+ir::Attribute TensorAttr(ir::Tensor v);
 
 /// Element values as floats (any numeric dtype), for comparisons.
 std::vector<float> ToFloats(const ir::Tensor& t);
+
+/// Raw element values of a tensor of storage type T.
+template <typename T>
+std::vector<T> Values(const ir::Tensor& t) {
+  const T* p = t.data<T>();
+  return std::vector<T>(p, p + t.num_elements());
+}
+
+/// Raw bits of a 16-bit tensor (fp16, bf16, int16, uint16); empty for any other element size.
+std::vector<uint16_t> Bits16(const ir::Tensor& t);
 
 }  // namespace kiln::testing

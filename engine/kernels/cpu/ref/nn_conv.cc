@@ -63,13 +63,32 @@ absl::Status CheckSpatialRank(const ir::Node& node, int nd) {
   return absl::OkStatus();
 }
 
-// Output storage: accumulate straight into Y when T is its own accumulator type, else into a
-// scratch buffer rounded once at the end.
+// X, W and B in accumulator type (converted copies unless T already is it).
+template <typename T>
+struct AccOperands {
+  using A = Acc<T>;
+  AccOperands(const ir::Tensor& xt, const ir::Tensor& wt, const ir::Tensor* bt)
+      : x(AccData(xt.data<T>(), xt.num_elements(), xbuf)),
+        w(AccData(wt.data<T>(), wt.num_elements(), wbuf)),
+        bias(bt ? AccData(bt->data<T>(), bt->num_elements(), bbuf) : nullptr) {}
+  std::vector<A> xbuf, wbuf, bbuf;
+  const A* x;
+  const A* w;
+  const A* bias;
+};
+
+// Output storage [N, channels, spatial], every channel starting at its bias (or 0): accumulate
+// straight into Y when T is its own accumulator type, else into a scratch buffer rounded once
+// at the end.
 template <typename T>
 struct OutputAcc {
   using A = Acc<T>;
-  OutputAcc(T* y, int64_t n) : y_(y), n_(n) {
+  OutputAcc(T* y, int64_t n, const A* bias, int64_t channels, int64_t spatial) : y_(y), n_(n) {
     if constexpr (!std::is_same_v<T, A>) buf_.resize(n);
+    A* p = data();
+    for (int64_t i = 0; i < n; i += spatial) {
+      std::fill(p + i, p + i + spatial, bias ? bias[(i / spatial) % channels] : A(0));
+    }
   }
   A* data() {
     if constexpr (std::is_same_v<T, A>) {
@@ -88,18 +107,30 @@ struct OutputAcc {
   std::vector<A> buf_;
 };
 
-class ConvKernel final : public Kernel {
+// What Conv and ConvTranspose share: the window and group attributes, the operand checks, and
+// the output: Y [N, M, out...] starts at the bias and Derived::Evaluate accumulates into it, in
+// accumulator type A, given X and W in A.
+template <typename Derived>
+class ConvKernelBase : public Kernel {
  public:
-  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const ir::Node& node) {
-    auto k = std::make_unique<ConvKernel>(node);
-    ASSIGN_OR_RETURN(k->attrs_, ReadWindowAttrs(node));
-    k->group_ = node.GetInt("group", 1);
-    if (k->group_ <= 0) return InvalidNode(node, "group must be positive");
-    return std::unique_ptr<Kernel>(std::move(k));
-  }
-  explicit ConvKernel(const ir::Node& node) : node_(node) {}
+  explicit ConvKernelBase(const ir::Node& node) : node_(node) {}
 
-  absl::Status Run(KernelContext& ctx) override {
+ protected:
+  struct Operands {
+    const ir::Tensor* x;
+    const ir::Tensor* w;
+    const ir::Tensor* b;  // null when omitted
+  };
+
+  absl::Status ReadAttrs() {
+    ASSIGN_OR_RETURN(attrs_, ReadWindowAttrs(node_));
+    group_ = node_.GetInt("group", 1);
+    if (group_ <= 0) return InvalidNode(node_, "group must be positive");
+    return absl::OkStatus();
+  }
+
+  // X, W and the optional B, with the spatial rank, W's rank and the dtypes checked.
+  absl::StatusOr<Operands> ReadOperands(KernelContext& ctx) const {
     ASSIGN_OR_RETURN(const ir::Tensor* x, RequireInput(node_, ctx, 0));
     ASSIGN_OR_RETURN(const ir::Tensor* w, RequireInput(node_, ctx, 1));
     const ir::Tensor* b = ctx.input(2);
@@ -110,40 +141,73 @@ class ConvKernel final : public Kernel {
     if (w->dtype() != x->dtype() || (b && b->dtype() != x->dtype())) {
       return InvalidNode(node_, "X, W and B must have the same dtype");
     }
-    const int64_t c = x->dim(1), m = w->dim(0), cg = w->dim(1);
-    if (cg * group_ != c || m % group_ != 0) {
-      return InvalidNode(node_, "X has ", c, " channels and W is ", ir::DimsToString(w->dims()),
-                         ", inconsistent with group ", group_);
+    return Operands{x, w, b};
+  }
+
+  // The channel-count error, once the caller has found X, W and group inconsistent.
+  absl::Status GroupMismatch(const Operands& in) const {
+    return InvalidNode(node_, "X has ", in.x->dim(1), " channels and W is ",
+                       ir::DimsToString(in.w->dims()), ", inconsistent with group ", group_);
+  }
+
+  // B has shape [m]; kernel_shape, when given, matches W's spatial dims. Returns those dims.
+  absl::StatusOr<std::vector<int64_t>> CheckBiasAndKernel(const Operands& in, int64_t m) const {
+    if (in.b && (in.b->rank() != 1 || in.b->dim(0) != m)) {
+      return InvalidNode(node_, "B must have shape [", m, "], got ",
+                         ir::DimsToString(in.b->dims()));
     }
-    if (b && (b->rank() != 1 || b->dim(0) != m)) {
-      return InvalidNode(node_, "B must have shape [", m, "], got ", ir::DimsToString(b->dims()));
-    }
-    std::vector<int64_t> kernel(w->dims().begin() + 2, w->dims().end());
+    std::vector<int64_t> kernel(in.w->dims().begin() + 2, in.w->dims().end());
     if (!attrs_.kernel.empty() && attrs_.kernel != kernel) {
       return InvalidNode(node_, "kernel_shape ", ir::DimsToString(attrs_.kernel),
-                         " does not match W ", ir::DimsToString(w->dims()));
+                         " does not match W ", ir::DimsToString(in.w->dims()));
     }
-    std::vector<int64_t> in(x->dims().begin() + 2, x->dims().end());
-    ASSIGN_OR_RETURN(Window win, ResolveWindow(node_, attrs_, in, kernel));
-    std::vector<int64_t> out_dims = {x->dim(0), m};
+    return kernel;
+  }
+
+  // Allocates Y [N, m, win.out...] and fills it through Derived::Evaluate.
+  absl::Status WriteOutput(KernelContext& ctx, const Operands& in, int64_t m,
+                           const Window& win) const {
+    std::vector<int64_t> out_dims = {in.x->dim(0), m};
     out_dims.insert(out_dims.end(), win.out.begin(), win.out.end());
-    ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, x->dtype(), out_dims));
-    return DispatchFloat(x->dtype(), [&](auto tag) {
+    ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, in.x->dtype(), out_dims));
+    return DispatchFloat(in.x->dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
-      Evaluate<T>(*x, *w, b, win, y->data<T>(), y->num_elements());
+      const AccOperands<T> acc(*in.x, *in.w, in.b);
+      OutputAcc<T> yacc(y->data<T>(), y->num_elements(), acc.bias, m, ir::NumElementsOf(win.out));
+      static_cast<const Derived*>(this)->Evaluate(*in.x, *in.w, win, acc.x, acc.w, yacc.data());
+      yacc.Finish();
       return absl::OkStatus();
     });
   }
 
- private:
-  template <typename T>
-  void Evaluate(const ir::Tensor& xt, const ir::Tensor& wt, const ir::Tensor* bt, const Window& win,
-                T* y, int64_t y_size) const {
-    using A = Acc<T>;
-    std::vector<A> xbuf, wbuf, bbuf;
-    const A* x = AccData(xt.data<T>(), xt.num_elements(), xbuf);
-    const A* w = AccData(wt.data<T>(), wt.num_elements(), wbuf);
-    const A* bias = bt ? AccData(bt->data<T>(), bt->num_elements(), bbuf) : nullptr;
+  const ir::Node& node_;
+  WindowAttrs attrs_;
+  int64_t group_ = 1;
+};
+
+class ConvKernel final : public ConvKernelBase<ConvKernel> {
+ public:
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const ir::Node& node) {
+    auto k = std::make_unique<ConvKernel>(node);
+    RETURN_IF_ERROR(k->ReadAttrs());
+    return std::unique_ptr<Kernel>(std::move(k));
+  }
+  explicit ConvKernel(const ir::Node& node) : ConvKernelBase(node) {}
+
+  absl::Status Run(KernelContext& ctx) override {
+    ASSIGN_OR_RETURN(const Operands in, ReadOperands(ctx));
+    const int64_t c = in.x->dim(1), m = in.w->dim(0), cg = in.w->dim(1);
+    if (cg * group_ != c || m % group_ != 0) return GroupMismatch(in);
+    ASSIGN_OR_RETURN(const std::vector<int64_t> kernel, CheckBiasAndKernel(in, m));
+    std::vector<int64_t> spatial(in.x->dims().begin() + 2, in.x->dims().end());
+    ASSIGN_OR_RETURN(Window win, ResolveWindow(node_, attrs_, spatial, kernel));
+    return WriteOutput(ctx, in, m, win);
+  }
+
+  // im2col + GEMM per (batch, group); y holds the bias already.
+  template <typename A>
+  void Evaluate(const ir::Tensor& xt, const ir::Tensor& wt, const Window& win, const A* x,
+                const A* w, A* y) const {
     const int nd = win.rank();
     const int64_t n_batch = xt.dim(0), c = xt.dim(1), m = wt.dim(0), cg = wt.dim(1);
     const int64_t mg = m / group_;
@@ -168,13 +232,9 @@ class ConvKernel final : public Kernel {
         kColumnElements / std::max<int64_t>(kdim * out_last, 1), 1, std::max<int64_t>(n_outer, 1));
     std::vector<A> col(pointwise ? 0 : kdim * rows_per_chunk * out_last);
     std::vector<int64_t> origin;
-    OutputAcc<T> yacc(y, y_size);
     for (int64_t n = 0; n < n_batch; ++n) {
       for (int64_t g = 0; g < group_; ++g) {
-        A* yg = yacc.data() + (n * m + g * mg) * out_sp;
-        for (int64_t r = 0; r < mg; ++r) {
-          std::fill(yg + r * out_sp, yg + (r + 1) * out_sp, bias ? bias[g * mg + r] : A(0));
-        }
+        A* yg = y + (n * m + g * mg) * out_sp;
         const A* xg = x + (n * c + g * cg) * in_sp;
         const MatView<A> wv{w + g * mg * kdim, kdim, 1};
         if (pointwise) {
@@ -213,63 +273,73 @@ class ConvKernel final : public Kernel {
         }
       }
     }
-    yacc.Finish();
   }
-
-  const ir::Node& node_;
-  WindowAttrs attrs_;
-  int64_t group_ = 1;
 };
 
-class ConvTransposeKernel final : public Kernel {
+class ConvTransposeKernel final : public ConvKernelBase<ConvTransposeKernel> {
  public:
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const ir::Node& node) {
     auto k = std::make_unique<ConvTransposeKernel>(node);
-    ASSIGN_OR_RETURN(k->attrs_, ReadWindowAttrs(node));
-    k->group_ = node.GetInt("group", 1);
-    if (k->group_ <= 0) return InvalidNode(node, "group must be positive");
+    RETURN_IF_ERROR(k->ReadAttrs());
     k->output_padding_ = node.GetInts("output_padding");
     k->output_shape_ = node.GetInts("output_shape");
     return std::unique_ptr<Kernel>(std::move(k));
   }
-  explicit ConvTransposeKernel(const ir::Node& node) : node_(node) {}
+  explicit ConvTransposeKernel(const ir::Node& node) : ConvKernelBase(node) {}
 
   absl::Status Run(KernelContext& ctx) override {
-    ASSIGN_OR_RETURN(const ir::Tensor* x, RequireInput(node_, ctx, 0));
-    ASSIGN_OR_RETURN(const ir::Tensor* w, RequireInput(node_, ctx, 1));
-    const ir::Tensor* b = ctx.input(2);
-    const int nd = x->rank() - 2;
-    RETURN_IF_ERROR(CheckSpatialRank(node_, nd));
-    if (w->rank() != x->rank()) {
-      return InvalidNode(node_, "W rank ", w->rank(), " differs from X rank ", x->rank());
-    }
-    if (w->dtype() != x->dtype() || (b && b->dtype() != x->dtype())) {
-      return InvalidNode(node_, "X, W and B must have the same dtype");
-    }
-    const int64_t c = x->dim(1), mg = w->dim(1), m = mg * group_;
-    if (w->dim(0) != c || c % group_ != 0) {
-      return InvalidNode(node_, "X has ", c, " channels and W is ", ir::DimsToString(w->dims()),
-                         ", inconsistent with group ", group_);
-    }
-    if (b && (b->rank() != 1 || b->dim(0) != m)) {
-      return InvalidNode(node_, "B must have shape [", m, "], got ", ir::DimsToString(b->dims()));
-    }
+    ASSIGN_OR_RETURN(const Operands in, ReadOperands(ctx));
+    const int64_t c = in.x->dim(1), mg = in.w->dim(1), m = mg * group_;
+    if (in.w->dim(0) != c || c % group_ != 0) return GroupMismatch(in);
     Window win;
-    win.in.assign(x->dims().begin() + 2, x->dims().end());
-    win.kernel.assign(w->dims().begin() + 2, w->dims().end());
-    if (!attrs_.kernel.empty() && attrs_.kernel != win.kernel) {
-      return InvalidNode(node_, "kernel_shape ", ir::DimsToString(attrs_.kernel),
-                         " does not match W ", ir::DimsToString(w->dims()));
+    ASSIGN_OR_RETURN(win.kernel, CheckBiasAndKernel(in, m));
+    win.in.assign(in.x->dims().begin() + 2, in.x->dims().end());
+    RETURN_IF_ERROR(Geometry(in.x->rank() - 2, win));
+    return WriteOutput(ctx, in, m, win);
+  }
+
+  // GEMM + col2im per (batch, group); y holds the bias already.
+  template <typename A>
+  void Evaluate(const ir::Tensor& xt, const ir::Tensor& wt, const Window& win, const A* x,
+                const A* w, A* y) const {
+    const int nd = win.rank();
+    const int64_t n_batch = xt.dim(0), c = xt.dim(1), mg = wt.dim(1), m = mg * group_;
+    const int64_t cg = c / group_;
+    const int64_t ksp = ir::NumElementsOf(win.kernel);
+    const int64_t in_sp = ir::NumElementsOf(win.in), out_sp = ir::NumElementsOf(win.out);
+    const int64_t rows = mg * ksp;  // one row per (output channel, kernel position)
+    const int64_t chunk = std::clamp<int64_t>(kColumnElements / std::max<int64_t>(rows, 1), 1,
+                                              std::max<int64_t>(in_sp, 1));
+    std::vector<A> col(rows * chunk);
+    std::vector<int64_t> origin;
+    for (int64_t n = 0; n < n_batch; ++n) {
+      for (int64_t g = 0; g < group_; ++g) {
+        A* yg = y + (n * m + g * mg) * out_sp;
+        // W[g] is (cg x rows); the columns are W[g]^T * X[g].
+        const MatView<A> wt_view{w + g * cg * rows, 1, rows};
+        const A* xg = x + (n * c + g * cg) * in_sp;
+        for (int64_t p0 = 0; p0 < in_sp; p0 += chunk) {
+          const int64_t cn = std::min(chunk, in_sp - p0);
+          std::fill(col.begin(), col.begin() + rows * cn, A(0));
+          GemmAccumulate(rows, cn, cg, wt_view, MatView<A>{xg + p0, in_sp, 1}, col.data(), cn);
+          Origins(p0, cn, win.in, win.strides, win.pad_begin, origin);
+          // col2im: each output channel is scattered by one thread, so writes never race.
+#pragma omp parallel for schedule(static) if (rows * cn >= (int64_t{1} << 16))
+          for (int64_t oc = 0; oc < mg; ++oc) {
+            A* yc = yg + oc * out_sp;
+            for (int64_t kk = 0; kk < ksp; ++kk) {
+              int64_t off[kMaxSpatial];
+              KernelOffsets(kk, win.kernel, win.dilations, off);
+              const A* src = col.data() + (oc * ksp + kk) * cn;
+              for (int64_t q = 0; q < cn; ++q) {
+                const int64_t idx = Locate(&origin[q * nd], off, win.out);
+                if (idx >= 0) yc[idx] += src[q];
+              }
+            }
+          }
+        }
+      }
     }
-    RETURN_IF_ERROR(Geometry(nd, win));
-    std::vector<int64_t> out_dims = {x->dim(0), m};
-    out_dims.insert(out_dims.end(), win.out.begin(), win.out.end());
-    ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, x->dtype(), out_dims));
-    return DispatchFloat(x->dtype(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      Evaluate<T>(*x, *w, b, win, y->data<T>(), y->num_elements());
-      return absl::OkStatus();
-    });
   }
 
  private:
@@ -330,62 +400,6 @@ class ConvTransposeKernel final : public Kernel {
     return absl::OkStatus();
   }
 
-  template <typename T>
-  void Evaluate(const ir::Tensor& xt, const ir::Tensor& wt, const ir::Tensor* bt, const Window& win,
-                T* y, int64_t y_size) const {
-    using A = Acc<T>;
-    std::vector<A> xbuf, wbuf, bbuf;
-    const A* x = AccData(xt.data<T>(), xt.num_elements(), xbuf);
-    const A* w = AccData(wt.data<T>(), wt.num_elements(), wbuf);
-    const A* bias = bt ? AccData(bt->data<T>(), bt->num_elements(), bbuf) : nullptr;
-    const int nd = win.rank();
-    const int64_t n_batch = xt.dim(0), c = xt.dim(1), mg = wt.dim(1), m = mg * group_;
-    const int64_t cg = c / group_;
-    const int64_t ksp = ir::NumElementsOf(win.kernel);
-    const int64_t in_sp = ir::NumElementsOf(win.in), out_sp = ir::NumElementsOf(win.out);
-    const int64_t rows = mg * ksp;  // one row per (output channel, kernel position)
-    const int64_t chunk = std::clamp<int64_t>(kColumnElements / std::max<int64_t>(rows, 1), 1,
-                                              std::max<int64_t>(in_sp, 1));
-    std::vector<A> col(rows * chunk);
-    std::vector<int64_t> origin;
-    OutputAcc<T> yacc(y, y_size);
-    for (int64_t n = 0; n < n_batch; ++n) {
-      for (int64_t g = 0; g < group_; ++g) {
-        A* yg = yacc.data() + (n * m + g * mg) * out_sp;
-        for (int64_t r = 0; r < mg; ++r) {
-          std::fill(yg + r * out_sp, yg + (r + 1) * out_sp, bias ? bias[g * mg + r] : A(0));
-        }
-        // W[g] is (cg x rows); the columns are W[g]^T * X[g].
-        const MatView<A> wt_view{w + g * cg * rows, 1, rows};
-        const A* xg = x + (n * c + g * cg) * in_sp;
-        for (int64_t p0 = 0; p0 < in_sp; p0 += chunk) {
-          const int64_t cn = std::min(chunk, in_sp - p0);
-          std::fill(col.begin(), col.begin() + rows * cn, A(0));
-          GemmAccumulate(rows, cn, cg, wt_view, MatView<A>{xg + p0, in_sp, 1}, col.data(), cn);
-          Origins(p0, cn, win.in, win.strides, win.pad_begin, origin);
-          // col2im: each output channel is scattered by one thread, so writes never race.
-#pragma omp parallel for schedule(static) if (rows * cn >= (int64_t{1} << 16))
-          for (int64_t oc = 0; oc < mg; ++oc) {
-            A* yc = yg + oc * out_sp;
-            for (int64_t kk = 0; kk < ksp; ++kk) {
-              int64_t off[kMaxSpatial];
-              KernelOffsets(kk, win.kernel, win.dilations, off);
-              const A* src = col.data() + (oc * ksp + kk) * cn;
-              for (int64_t q = 0; q < cn; ++q) {
-                const int64_t idx = Locate(&origin[q * nd], off, win.out);
-                if (idx >= 0) yc[idx] += src[q];
-              }
-            }
-          }
-        }
-      }
-    }
-    yacc.Finish();
-  }
-
-  const ir::Node& node_;
-  WindowAttrs attrs_;
-  int64_t group_ = 1;
   std::vector<int64_t> output_padding_, output_shape_;
 };
 

@@ -85,6 +85,41 @@ absl::StatusOr<Window> ResolveWindow(const ir::Node& node, const WindowAttrs& at
                                      const std::vector<int64_t>& in,
                                      const std::vector<int64_t>& kernel);
 
+/// Every window of one (n, c) plane, the same for all planes: for output position p, the flat
+/// input offsets (row-major, and column-major for MaxPool's storage_order=1 Indices) of the
+/// window cells inside the input are offs[begin[p] .. begin[p + 1]), and padded[p] counts the
+/// cells inside input + explicit pads (the count_include_pad divisor; cells that ceil_mode adds
+/// past the end pad never count).
+struct WindowList {
+  std::vector<int64_t> begin, offs, col_offs, padded;
+};
+
+/// Builds the WindowList of `w` (an odometer over each window's cells inside the input). Used by
+/// the pools (nn_pool.cc) and by LpPool (spatial.cc), which reads only begin and offs.
+WindowList BuildWindowList(const Window& w);
+
+/// ReadWindowAttrs for the windowed pools (MaxPool, AveragePool, LpPool): kernel_shape required.
+absl::StatusOr<WindowAttrs> ReadPoolAttrs(const ir::Node& node);
+
+/// A windowed pool's X [N, C, in...], resolved window and Y [N, C, out...].
+struct PoolIo {
+  const ir::Tensor* x = nullptr;
+  ir::Tensor* y = nullptr;
+  Window win;
+};
+/// Checks X's rank against kernel_shape, resolves the window and allocates output 0.
+absl::StatusOr<PoolIo> StartPool(const ir::Node& node, const WindowAttrs& attrs,
+                                 KernelContext& ctx);
+
+/// A global pool's X [N, C, ...] and Y [N, C, 1, ...]: `planes` = N * C planes of `plane_size`.
+struct GlobalPoolIo {
+  const ir::Tensor* x = nullptr;
+  ir::Tensor* y = nullptr;
+  int64_t planes = 0, plane_size = 0;
+};
+/// Checks X's rank (>= 2) and allocates output 0.
+absl::StatusOr<GlobalPoolIo> StartGlobalPool(const ir::Node& node, KernelContext& ctx);
+
 void RegisterGemmOps(Registry& r);    // nn_gemm.cc: Gemm, MatMul
 void RegisterConvOps(Registry& r);    // nn_conv.cc: Conv, ConvTranspose
 void RegisterPoolOps(Registry& r);    // nn_pool.cc: AveragePool, MaxPool, Global*Pool

@@ -7,18 +7,6 @@
 #include "engine/kernels/cpu/ref/nn_internal.h"
 
 namespace kiln::kernels::cpu::ref::nn {
-namespace {
-
-enum class PoolKind { kAverage, kMax };
-
-// Every window of one (n, c) plane, the same for all planes: for output position p, the flat
-// input offsets (row-major, and column-major for MaxPool's storage_order=1 Indices) of the
-// window cells inside the input are offs[begin[p] .. begin[p + 1]), and padded[p] counts the
-// cells inside input + explicit pads (the count_include_pad divisor; cells that ceil_mode adds
-// past the end pad never count).
-struct WindowList {
-  std::vector<int64_t> begin, offs, col_offs, padded;
-};
 
 WindowList BuildWindowList(const Window& w) {
   const int nd = w.rank();
@@ -79,13 +67,52 @@ WindowList BuildWindowList(const Window& w) {
   return list;
 }
 
+absl::StatusOr<WindowAttrs> ReadPoolAttrs(const ir::Node& node) {
+  ASSIGN_OR_RETURN(WindowAttrs attrs, ReadWindowAttrs(node));
+  if (attrs.kernel.empty()) return InvalidNode(node, "kernel_shape is required");
+  return attrs;
+}
+
+absl::StatusOr<PoolIo> StartPool(const ir::Node& node, const WindowAttrs& attrs,
+                                 KernelContext& ctx) {
+  PoolIo io;
+  ASSIGN_OR_RETURN(io.x, RequireInput(node, ctx, 0));
+  const int nd = io.x->rank() - 2;
+  if (nd < 1) return InvalidNode(node, "input must have rank >= 3, got ", io.x->rank());
+  if (static_cast<int>(attrs.kernel.size()) != nd) {
+    return InvalidNode(node, "kernel_shape has ", attrs.kernel.size(), " values for ", nd,
+                       " spatial dims");
+  }
+  std::vector<int64_t> in(io.x->dims().begin() + 2, io.x->dims().end());
+  ASSIGN_OR_RETURN(io.win, ResolveWindow(node, attrs, in, attrs.kernel));
+  std::vector<int64_t> out_dims = {io.x->dim(0), io.x->dim(1)};
+  out_dims.insert(out_dims.end(), io.win.out.begin(), io.win.out.end());
+  ASSIGN_OR_RETURN(io.y, ctx.output(0, io.x->dtype(), out_dims));
+  return io;
+}
+
+absl::StatusOr<GlobalPoolIo> StartGlobalPool(const ir::Node& node, KernelContext& ctx) {
+  GlobalPoolIo io;
+  ASSIGN_OR_RETURN(io.x, RequireInput(node, ctx, 0));
+  if (io.x->rank() < 2) return InvalidNode(node, "input must have rank >= 2, got ", io.x->rank());
+  std::vector<int64_t> out_dims = io.x->dims();
+  std::fill(out_dims.begin() + 2, out_dims.end(), 1);
+  ASSIGN_OR_RETURN(io.y, ctx.output(0, io.x->dtype(), out_dims));
+  io.planes = io.x->dim(0) * io.x->dim(1);
+  io.plane_size = io.planes == 0 ? 0 : io.x->num_elements() / io.planes;
+  return io;
+}
+
+namespace {
+
+enum class PoolKind { kAverage, kMax };
+
 class PoolKernel final : public Kernel {
  public:
   template <PoolKind kKind>
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const ir::Node& node) {
     auto k = std::make_unique<PoolKernel>(node, kKind);
-    ASSIGN_OR_RETURN(k->attrs_, ReadWindowAttrs(node));
-    if (k->attrs_.kernel.empty()) return InvalidNode(node, "kernel_shape is required");
+    ASSIGN_OR_RETURN(k->attrs_, ReadPoolAttrs(node));
     k->count_include_pad_ = node.GetInt("count_include_pad", 0) != 0;
     const int64_t order = node.GetInt("storage_order", 0);
     if (order != 0 && order != 1) return InvalidNode(node, "storage_order must be 0 or 1");
@@ -95,21 +122,13 @@ class PoolKernel final : public Kernel {
   PoolKernel(const ir::Node& node, PoolKind kind) : node_(node), kind_(kind) {}
 
   absl::Status Run(KernelContext& ctx) override {
-    ASSIGN_OR_RETURN(const ir::Tensor* x, RequireInput(node_, ctx, 0));
-    const int nd = x->rank() - 2;
-    if (nd < 1) return InvalidNode(node_, "input must have rank >= 3, got ", x->rank());
-    if (static_cast<int>(attrs_.kernel.size()) != nd) {
-      return InvalidNode(node_, "kernel_shape has ", attrs_.kernel.size(), " values for ", nd,
-                         " spatial dims");
-    }
-    std::vector<int64_t> in(x->dims().begin() + 2, x->dims().end());
-    ASSIGN_OR_RETURN(Window win, ResolveWindow(node_, attrs_, in, attrs_.kernel));
-    std::vector<int64_t> out_dims = {x->dim(0), x->dim(1)};
-    out_dims.insert(out_dims.end(), win.out.begin(), win.out.end());
-    ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, x->dtype(), out_dims));
+    ASSIGN_OR_RETURN(const PoolIo io, StartPool(node_, attrs_, ctx));
+    const ir::Tensor* x = io.x;
+    ir::Tensor* y = io.y;
+    const Window& win = io.win;
     ir::Tensor* indices = nullptr;
     if (kind_ == PoolKind::kMax && ctx.num_outputs() > 1 && ctx.output_requested(1)) {
-      ASSIGN_OR_RETURN(indices, ctx.output(1, DataType::kI64, out_dims));
+      ASSIGN_OR_RETURN(indices, ctx.output(1, DataType::kI64, y->dims()));
     }
     const WindowList windows = BuildWindowList(win);
     return DispatchAll(x->dtype(), [&](auto tag) -> absl::Status {
@@ -174,13 +193,10 @@ class PoolKernel final : public Kernel {
 // Global pools reduce each (n, c) plane to one value.
 template <PoolKind kKind>
 absl::Status GlobalPoolRun(const ir::Node& node, KernelContext& ctx) {
-  ASSIGN_OR_RETURN(const ir::Tensor* x, RequireInput(node, ctx, 0));
-  if (x->rank() < 2) return InvalidNode(node, "input must have rank >= 2, got ", x->rank());
-  std::vector<int64_t> out_dims = x->dims();
-  std::fill(out_dims.begin() + 2, out_dims.end(), 1);
-  ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, x->dtype(), out_dims));
-  const int64_t planes = x->dim(0) * x->dim(1);
-  const int64_t sp = planes == 0 ? 0 : x->num_elements() / planes;
+  ASSIGN_OR_RETURN(const GlobalPoolIo io, StartGlobalPool(node, ctx));
+  const ir::Tensor* x = io.x;
+  ir::Tensor* y = io.y;
+  const int64_t planes = io.planes, sp = io.plane_size;
   return DispatchFloat(x->dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using C = Compute<T>;

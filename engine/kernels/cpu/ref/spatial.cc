@@ -41,82 +41,22 @@ absl::StatusOr<int64_t> ReadP(const ir::Node& node) {
   return p;
 }
 
-/// For every output position of one (n, c) plane, the flat offsets of the window cells that lie
-/// inside the input: offs[begin[q] .. begin[q + 1]). Cells in the padding are left out; they are
-/// zeros and add nothing to an Lp sum.
-struct WindowCells {
-  std::vector<int64_t> begin, offs;
-};
-
-WindowCells BuildWindowCells(const Window& w) {
-  const int nd = w.rank();
-  // Per dim and output coordinate: the covered input coordinates.
-  std::vector<std::vector<std::vector<int64_t>>> valid(nd);
-  for (int d = 0; d < nd; ++d) {
-    valid[d].resize(w.out[d]);
-    for (int64_t o = 0; o < w.out[d]; ++o) {
-      const int64_t start = o * w.strides[d] - w.pad_begin[d];
-      for (int64_t k = 0; k < w.kernel[d]; ++k) {
-        const int64_t i = start + k * w.dilations[d];
-        if (i >= 0 && i < w.in[d]) valid[d][o].push_back(i);
-      }
-    }
-  }
-  const std::vector<int64_t> stride = Strides(w.in);
-  const int64_t out_sp = ir::NumElementsOf(w.out);
-  WindowCells cells;
-  cells.begin.reserve(out_sp + 1);
-  std::vector<int64_t> o(nd, 0), kpos(nd, 0);
-  for (int64_t q = 0; q < out_sp; ++q) {
-    cells.begin.push_back(static_cast<int64_t>(cells.offs.size()));
-    bool empty = false;
-    for (int d = 0; d < nd; ++d) empty |= valid[d][o[d]].empty();
-    std::fill(kpos.begin(), kpos.end(), 0);
-    while (!empty) {  // odometer over the window's valid cells
-      int64_t off = 0;
-      for (int d = 0; d < nd; ++d) off += valid[d][o[d]][kpos[d]] * stride[d];
-      cells.offs.push_back(off);
-      int d = nd - 1;
-      for (; d >= 0; --d) {
-        if (++kpos[d] < static_cast<int64_t>(valid[d][o[d]].size())) break;
-        kpos[d] = 0;
-      }
-      if (d < 0) break;
-    }
-    for (int d = nd - 1; d >= 0; --d) {
-      if (++o[d] < w.out[d]) break;
-      o[d] = 0;
-    }
-  }
-  cells.begin.push_back(static_cast<int64_t>(cells.offs.size()));
-  return cells;
-}
-
 class LpPoolKernel final : public Kernel {
  public:
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const ir::Node& node) {
     auto k = std::make_unique<LpPoolKernel>(node);
-    ASSIGN_OR_RETURN(k->attrs_, nn::ReadWindowAttrs(node));
-    if (k->attrs_.kernel.empty()) return InvalidNode(node, "kernel_shape is required");
+    ASSIGN_OR_RETURN(k->attrs_, nn::ReadPoolAttrs(node));
     ASSIGN_OR_RETURN(k->p_, ReadP(node));
     return std::unique_ptr<Kernel>(std::move(k));
   }
   explicit LpPoolKernel(const ir::Node& node) : node_(node) {}
 
   absl::Status Run(KernelContext& ctx) override {
-    ASSIGN_OR_RETURN(const ir::Tensor* x, RequireInput(node_, ctx, 0));
-    const int nd = x->rank() - 2;
-    if (nd < 1) return InvalidNode(node_, "input must have rank >= 3, got ", x->rank());
-    if (static_cast<int>(attrs_.kernel.size()) != nd) {
-      return InvalidNode(node_, "kernel_shape has ", attrs_.kernel.size(), " values for ", nd,
-                         " spatial dims");
-    }
-    std::vector<int64_t> in(x->dims().begin() + 2, x->dims().end());
-    ASSIGN_OR_RETURN(Window win, nn::ResolveWindow(node_, attrs_, in, attrs_.kernel));
-    std::vector<int64_t> out_dims = {x->dim(0), x->dim(1)};
-    out_dims.insert(out_dims.end(), win.out.begin(), win.out.end());
-    ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, x->dtype(), out_dims));
-    const WindowCells cells = BuildWindowCells(win);
+    ASSIGN_OR_RETURN(const nn::PoolIo io, nn::StartPool(node_, attrs_, ctx));
+    const ir::Tensor* x = io.x;
+    ir::Tensor* y = io.y;
+    const Window& win = io.win;
+    const nn::WindowList cells = nn::BuildWindowList(win);
     const int64_t planes = x->dim(0) * x->dim(1);
     const int64_t in_sp = ir::NumElementsOf(win.in), out_sp = ir::NumElementsOf(win.out);
     return DispatchFloat(x->dtype(), [&](auto tag) {
@@ -149,13 +89,10 @@ class LpPoolKernel final : public Kernel {
 /// GlobalLpPool: the p-norm of each (n, c) plane.
 absl::Status GlobalLpPoolRun(const ir::Node& node, KernelContext& ctx) {
   ASSIGN_OR_RETURN(const int64_t p, ReadP(node));
-  ASSIGN_OR_RETURN(const ir::Tensor* x, RequireInput(node, ctx, 0));
-  if (x->rank() < 2) return InvalidNode(node, "input must have rank >= 2, got ", x->rank());
-  std::vector<int64_t> out_dims = x->dims();
-  std::fill(out_dims.begin() + 2, out_dims.end(), 1);
-  ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, x->dtype(), out_dims));
-  const int64_t planes = x->dim(0) * x->dim(1);
-  const int64_t sp = planes == 0 ? 0 : x->num_elements() / planes;
+  ASSIGN_OR_RETURN(const nn::GlobalPoolIo io, nn::StartGlobalPool(node, ctx));
+  const ir::Tensor* x = io.x;
+  ir::Tensor* y = io.y;
+  const int64_t planes = io.planes, sp = io.plane_size;
   return DispatchFloat(x->dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using C = Compute<T>;
