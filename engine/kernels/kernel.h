@@ -54,4 +54,13 @@ class FunctionKernel final : public Kernel {
   const ir::Node& node_;
 };
 
+/// A factory for a `FunctionKernel<Fn>` that validates the node's attributes with `Check` first,
+/// so bad attributes fail at build time rather than on the first run.
+template <absl::Status (*Check)(const ir::Node&),
+          absl::Status (*Fn)(const ir::Node&, KernelContext&)>
+absl::StatusOr<std::unique_ptr<Kernel>> CheckedFactory(const ir::Node& node) {
+  RETURN_IF_ERROR(Check(node));
+  return FunctionKernel<Fn>::Create(node);
+}
+
 }  // namespace kiln::kernels

@@ -37,6 +37,7 @@
 #include "engine/import/tensor_proto.h"
 #include "engine/plan/engine_blob.h"
 #include "engine/runtime/session.h"
+#include "tools/cli_io.h"
 
 namespace kiln::conformance {
 namespace {
@@ -212,36 +213,16 @@ std::string RunCase(const Case& c) {
     sets.push_back({std::move(*in), {std::move(*want)}});
   } else {
     for (const std::string& ds : c.data_sets) {
-      std::vector<ir::Tensor> ins, outs;
-      for (int i = 0;; ++i) {
-        std::string p = absl::StrCat(ds, "/input_", i, ".pb");
-        if (!IsFile(p)) break;
-        auto bytes = import::ReadFile(p, int64_t{1} << 32);
-        if (!bytes.ok()) return absl::StrCat("FAIL ", bytes.status().message());
-        auto t = import::ParseTensorProto(*bytes, p);
-        if (!t.ok()) {
-          if (t.status().code() == absl::StatusCode::kUnimplemented) {
-            return absl::StrCat("SKIP unsupported dtype: ", t.status().message());
-          }
-          return absl::StrCat("FAIL ", t.status().message());
+      auto ins = tools::ReadTensorDir(ds, "input");
+      auto outs = ins.ok() ? tools::ReadTensorDir(ds, "output") : ins;
+      for (const auto* r : {&ins, &outs}) {
+        if (r->ok()) continue;
+        if (r->status().code() == absl::StatusCode::kUnimplemented) {
+          return absl::StrCat("SKIP unsupported dtype: ", r->status().message());
         }
-        ins.push_back(std::move(*t));
+        return absl::StrCat("FAIL ", r->status().message());
       }
-      for (int i = 0;; ++i) {
-        std::string p = absl::StrCat(ds, "/output_", i, ".pb");
-        if (!IsFile(p)) break;
-        auto bytes = import::ReadFile(p, int64_t{1} << 32);
-        if (!bytes.ok()) return absl::StrCat("FAIL ", bytes.status().message());
-        auto t = import::ParseTensorProto(*bytes, p);
-        if (!t.ok()) {
-          if (t.status().code() == absl::StatusCode::kUnimplemented) {
-            return absl::StrCat("SKIP unsupported dtype: ", t.status().message());
-          }
-          return absl::StrCat("FAIL ", t.status().message());
-        }
-        outs.push_back(std::move(*t));
-      }
-      sets.push_back({std::move(ins), std::move(outs)});
+      sets.push_back({std::move(*ins), std::move(*outs)});
     }
   }
   for (size_t s = 0; s < sets.size(); ++s) {

@@ -202,6 +202,9 @@ absl::StatusOr<std::vector<int64_t>> BroadcastShapes(const ir::Node& node,
                                                      const std::vector<int64_t>& a,
                                                      const std::vector<int64_t>& b);
 
+/// Product of dims[begin, end) (1 for an empty range).
+int64_t Product(const std::vector<int64_t>& dims, size_t begin, size_t end);
+
 /// Row-major strides of `dims`.
 std::vector<int64_t> Strides(const std::vector<int64_t>& dims);
 

@@ -17,12 +17,6 @@ void RegisterDataOpsNumeric(Registry& r);  // data_ops_numeric.cc
 
 namespace {
 
-int64_t Product(const std::vector<int64_t>& dims, size_t begin, size_t end) {
-  int64_t p = 1;
-  for (size_t i = begin; i < end; ++i) p *= dims[i];
-  return p;
-}
-
 // ---------------------------------------------------------------------------------------------
 // Compress: keeps the slices along `axis` (or the elements of the flattened input when there is
 // no axis) whose condition is true. The condition may be shorter than the axis: the slices past
@@ -222,13 +216,6 @@ absl::Status RunCenterCropPad(const ir::Node& node, KernelContext& ctx) {
     if (k < 0) break;
   }
   return absl::OkStatus();
-}
-
-template <absl::Status (*Check)(const ir::Node&),
-          absl::Status (*Fn)(const ir::Node&, KernelContext&)>
-absl::StatusOr<std::unique_ptr<Kernel>> CheckedFactory(const ir::Node& node) {
-  RETURN_IF_ERROR(Check(node));
-  return FunctionKernel<Fn>::Create(node);
 }
 
 }  // namespace

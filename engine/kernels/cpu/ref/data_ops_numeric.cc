@@ -136,13 +136,6 @@ absl::Status RunDynamicQuantizeLinear(const ir::Node& node, KernelContext& ctx) 
   return absl::OkStatus();
 }
 
-template <absl::Status (*Check)(const ir::Node&),
-          absl::Status (*Fn)(const ir::Node&, KernelContext&)>
-absl::StatusOr<std::unique_ptr<Kernel>> CheckedFactory(const ir::Node& node) {
-  RETURN_IF_ERROR(Check(node));
-  return FunctionKernel<Fn>::Create(node);
-}
-
 absl::Status CheckDynamicQuantizeLinear(const ir::Node& node) {
   if (node.num_outputs() > 3) return InvalidNode(node, "has more than 3 outputs");
   return absl::OkStatus();

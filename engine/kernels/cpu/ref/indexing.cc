@@ -24,20 +24,6 @@ void RegisterIndexingQuant(Registry& r);
 
 namespace {
 
-// A factory that validates the node's attributes with `Check` before building the kernel.
-template <absl::Status (*Check)(const ir::Node&),
-          absl::Status (*Fn)(const ir::Node&, KernelContext&)>
-absl::StatusOr<std::unique_ptr<Kernel>> CheckedFactory(const ir::Node& node) {
-  RETURN_IF_ERROR(Check(node));
-  return FunctionKernel<Fn>::Create(node);
-}
-
-int64_t Product(const std::vector<int64_t>& dims, size_t begin, size_t end) {
-  int64_t p = 1;
-  for (size_t i = begin; i < end; ++i) p *= dims[i];
-  return p;
-}
-
 // Reads an int32/int64 index tensor of any rank into int64s.
 absl::StatusOr<std::vector<int64_t>> ReadIndices(const ir::Node& node, const ir::Tensor& t) {
   if (t.dtype() != DataType::kI64 && t.dtype() != DataType::kI32) {

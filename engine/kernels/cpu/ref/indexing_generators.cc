@@ -18,20 +18,6 @@ void RegisterIndexingGenerators(Registry& r);
 
 namespace {
 
-// A factory that validates the node's attributes with `Check` before building the kernel.
-template <absl::Status (*Check)(const ir::Node&),
-          absl::Status (*Fn)(const ir::Node&, KernelContext&)>
-absl::StatusOr<std::unique_ptr<Kernel>> CheckedFactory(const ir::Node& node) {
-  RETURN_IF_ERROR(Check(node));
-  return FunctionKernel<Fn>::Create(node);
-}
-
-int64_t Product(const std::vector<int64_t>& dims, size_t begin, size_t end) {
-  int64_t p = 1;
-  for (size_t i = begin; i < end; ++i) p *= dims[i];
-  return p;
-}
-
 // The dtype the importer recorded for output 0 (kUndefined when unknown).
 DataType DeclaredOutputType(const ir::Node& node) {
   return node.outputs.empty() || node.outputs[0] == nullptr ? DataType::kUndefined

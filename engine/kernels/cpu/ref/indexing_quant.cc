@@ -22,12 +22,6 @@ void RegisterIndexingQuant(Registry& r);
 
 namespace {
 
-int64_t Product(const std::vector<int64_t>& dims, size_t begin, size_t end) {
-  int64_t p = 1;
-  for (size_t i = begin; i < end; ++i) p *= dims[i];
-  return p;
-}
-
 // How scale/zero-point elements map onto x: element (o, a, i) of x viewed as
 // [outer, axis_dim, inner] uses scale element o * so + (a / block) * sa + i * si.
 struct QuantLayout {
@@ -349,13 +343,6 @@ absl::Status RunDequantize(const ir::Node& node, KernelContext& ctx) {
     default:
       return InvalidNode(node, "unsupported quantized dtype ", DataTypeOnnxName(x->dtype()));
   }
-}
-
-template <absl::Status (*Check)(const ir::Node&),
-          absl::Status (*Fn)(const ir::Node&, KernelContext&)>
-absl::StatusOr<std::unique_ptr<Kernel>> CheckedFactory(const ir::Node& node) {
-  RETURN_IF_ERROR(Check(node));
-  return FunctionKernel<Fn>::Create(node);
 }
 
 }  // namespace

@@ -9,12 +9,6 @@
 namespace kiln::kernels::cpu::ref {
 namespace {
 
-int64_t Product(const std::vector<int64_t>& dims, int from, int to) {
-  int64_t p = 1;
-  for (int a = from; a < to; ++a) p *= dims[a];
-  return p;
-}
-
 absl::Status RunConcat(const ir::Node& node, KernelContext& ctx) {
   const int n = ctx.num_inputs();
   if (n < 1) return InvalidNode(node, "needs at least one input");
