@@ -15,8 +15,8 @@
 namespace kiln::builder {
 namespace {
 
-// Evaluates nodes whose inputs are all constants with the reference kernels and turns their
-// outputs into constants. Returns the folded nodes.
+// The kernel context of constant folding: inputs are the nodes' constant values, outputs are
+// freshly allocated tensors that become constants.
 class FoldContext final : public kernels::KernelContext {
  public:
   explicit FoldContext(const ir::Node& n) : node_(n), out_(n.num_outputs()) {}
@@ -91,8 +91,10 @@ absl::StatusOr<BuildResult> BuildEngine(const std::string& model_bytes, const Bu
   logger->info("import: {} nodes, {} values, opset {}, ir_version {}", g.nodes().size(),
                g.values().size(), g.opset(), g.ir_version());
 
-  // Every node needs a kernel: report all that have none at once.
+  // Every node needs a kernel: report all that have none at once. Creating each kernel also
+  // checks its attributes now, so a bad attribute fails the build rather than the first run.
   const kernels::Registry& reg = kernels::Registry::Default();
+  std::vector<const kernels::KernelDef*> defs(g.nodes().size(), nullptr);
   std::vector<std::string> missing;
   bool any_op_missing = false;
   for (const auto& n : g.nodes()) {
@@ -100,7 +102,11 @@ absl::StatusOr<BuildResult> BuildEngine(const std::string& model_bytes, const Bu
     if (!def.ok()) {
       missing.emplace_back(def.status().message());
       any_op_missing |= absl::StrContains(def.status().message(), "unsupported op");
+      continue;
     }
+    defs[n->id] = *def;
+    auto kernel = (*def)->factory(*n);
+    if (!kernel.ok()) return kernel.status();
   }
   if (!missing.empty()) {
     // Import only lets through ops of the op list, and every one of them must have a kernel: a
@@ -123,8 +129,7 @@ absl::StatusOr<BuildResult> BuildEngine(const std::string& model_bytes, const Bu
     bool feeds_output = false;
     for (const ir::Value* v : n->outputs) feeds_output |= v && v->is_graph_output;
     if (feeds_output) continue;  // keep graph outputs computed by a kernel
-    ASSIGN_OR_RETURN(const kernels::KernelDef* def, reg.Find(*n));
-    ASSIGN_OR_RETURN(auto kernel, def->factory(*n));
+    ASSIGN_OR_RETURN(auto kernel, defs[n->id]->factory(*n));
     FoldContext ctx(*n);
     absl::Status st = kernel->Run(ctx);
     if (!st.ok()) {
@@ -185,7 +190,7 @@ absl::StatusOr<BuildResult> BuildEngine(const std::string& model_bytes, const Bu
 
   std::vector<plan::KernelChoice> choices(g.nodes().size());
   for (ir::Node* n : live) {
-    ASSIGN_OR_RETURN(const kernels::KernelDef* def, reg.Find(*n));
+    const kernels::KernelDef* def = defs[n->id];
     plan::KernelChoice& c = choices[n->id];
     c.backend = kernels::BackendName(def->backend);
     c.isa = kernels::IsaName(def->isa);

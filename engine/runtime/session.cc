@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
@@ -73,7 +74,7 @@ class NodeContext final : public kernels::KernelContext {
   char* arena_;
   const std::vector<int64_t>& slot_offset_;
   const std::vector<uint64_t>& slot_bytes_;
-  std::vector<ir::Tensor> scratch_;
+  std::deque<ir::Tensor> scratch_;  // deque: pointers handed out stay valid as it grows
 };
 
 }  // namespace

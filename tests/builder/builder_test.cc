@@ -1,0 +1,48 @@
+// The build function: attribute errors surface at build time, naming the node.
+#include "engine/builder/builder.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/onnx_models.h"
+
+namespace kiln::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(BuilderTest, BadAttributeFailsTheBuildNamingTheNode) {
+  onnx::ModelProto m = AddReluMulModel();
+  // LRN with size 0: the importer accepts the node, the kernel factory
+  // rejects it, and the build must report that instead of leaving it to `kiln run`.
+  onnx::NodeProto* n = AddOnnxNode(m.mutable_graph(), "LRN", {"y"}, {"z"}, "bad_lrn");
+  onnx::AttributeProto* a = n->add_attribute();
+  a->set_name("size");
+  a->set_type(onnx::AttributeProto::INT);
+  a->set_i(0);
+  m.mutable_graph()->mutable_output(0)->set_name("z");
+  auto built = builder::BuildEngine(SerializeModel(m), builder::BuildOptions{}, nullptr);
+  ASSERT_FALSE(built.ok());
+  EXPECT_EQ(built.status().code(), absl::StatusCode::kInvalidArgument) << built.status();
+  EXPECT_THAT(std::string(built.status().message()), HasSubstr("bad_lrn"));
+  EXPECT_THAT(std::string(built.status().message()), HasSubstr("size"));
+}
+
+TEST(BuilderTest, ValidModelBuilds) {
+  auto built =
+      builder::BuildEngine(SerializeModel(AddReluMulModel()), builder::BuildOptions{}, nullptr);
+  ASSERT_TRUE(built.ok()) << built.status();
+  EXPECT_EQ(built->summary.source_nodes, 3);
+  EXPECT_EQ(built->summary.kernels, 3);
+}
+
+TEST(BuilderTest, OnlyTheFp32PolicyExistsYet) {
+  builder::BuildOptions opts;
+  opts.policy = "fp16";
+  auto built = builder::BuildEngine(SerializeModel(AddReluMulModel()), opts, nullptr);
+  ASSERT_FALSE(built.ok());
+  EXPECT_EQ(built.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(built.status().message()), HasSubstr("fp16"));
+}
+
+}  // namespace
+}  // namespace kiln::testing
