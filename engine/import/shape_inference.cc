@@ -89,6 +89,13 @@ Shape RankOnly(int rank) {
   return s;
 }
 
+// a * b for non-negative dims, or -1 (unknown) when either is unknown or the product overflows.
+int64_t MulDims(int64_t a, int64_t b) {
+  int64_t r;
+  if (a < 0 || b < 0 || __builtin_mul_overflow(a, b, &r)) return -1;
+  return r;
+}
+
 std::optional<int> NormAxis(int64_t axis, int rank) {
   int64_t a = axis < 0 ? axis + rank : axis;
   if (a < 0 || a >= rank) return std::nullopt;
@@ -116,14 +123,20 @@ Shape ConvLikeShape(const Node& n, const Shape& x, int64_t out_channels,
   for (int i = 0; i < sp; ++i) {
     const Dim& d = x.dims[2 + i];
     if (!d.is_static() || strides[i] <= 0 || dil[i] <= 0) continue;
-    int64_t eff = (kernel[i] - 1) * dil[i] + 1;
+    // Attributes are untrusted: any overflow leaves the dim unknown (the kernel reports it).
+    int64_t eff, span;
+    if (kernel[i] < 1 || __builtin_mul_overflow(kernel[i] - 1, dil[i], &eff) ||
+        __builtin_add_overflow(eff, 1, &eff) || __builtin_add_overflow(d.value, pads[i], &span) ||
+        __builtin_add_overflow(span, pads[i + sp], &span) ||
+        __builtin_sub_overflow(span, eff, &span) || strides[i] > (int64_t{1} << 40)) {
+      continue;
+    }
     int64_t o;
     if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
       o = (d.value + strides[i] - 1) / strides[i];
     } else if (auto_pad == "VALID") {
       o = (d.value - eff) / strides[i] + 1;
     } else {
-      int64_t span = d.value + pads[i] + pads[i + sp] - eff;
       if (span < 0) continue;
       o = ceil_mode ? (span + strides[i] - 1) / strides[i] + 1 : span / strides[i] + 1;
       if (ceil_mode && (o - 1) * strides[i] >= d.value + pads[i]) --o;
@@ -355,10 +368,7 @@ Shape InferShape(const Node& n, int k) {
         } else if (d >= 0) {
           out.dims[i] = Dim::Static(d);
         }
-        if (out.dims[i].is_static())
-          known *= out.dims[i].value;
-        else
-          known = -1;
+        known = out.dims[i].is_static() ? MulDims(known, out.dims[i].value) : -1;
       }
       if (infer >= 0 && in && known > 0) {
         int64_t total = ir::NumElementsOf(*in);
@@ -374,8 +384,7 @@ Shape InferShape(const Node& n, int k) {
       int64_t a = 1, b = 1;
       for (int i = 0; i < r; ++i) {
         int64_t& p = i < *axis ? a : b;
-        if (p < 0) continue;
-        p = x->shape.dims[i].is_static() ? p * x->shape.dims[i].value : -1;
+        p = MulDims(p, x->shape.dims[i].value);  // -1 for symbolic dims (value < 0)
       }
       Shape s = RankOnly(2);
       if (a >= 0) s.dims[0] = Dim::Static(a);

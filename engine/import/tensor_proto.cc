@@ -21,6 +21,11 @@ absl::Status Bad(const std::string& context, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(context, ": ", what));
 }
 
+// memcpy that accepts an empty source (an empty repeated field has a null data pointer).
+void CopyBytes(void* dst, const void* src, int64_t bytes) {
+  if (bytes > 0) std::memcpy(dst, src, static_cast<size_t>(bytes));
+}
+
 // Copies typed repeated fields into the tensor buffer. ONNX stores int8/16, uint8/16, bool, fp16
 // and bf16 in int32_data (fp16/bf16 as their bit patterns), uint32/uint64 in uint64_data.
 absl::Status CopyTypedData(const onnx::TensorProto& p, ir::Tensor& t, const std::string& ctx) {
@@ -35,19 +40,19 @@ absl::Status CopyTypedData(const onnx::TensorProto& p, ir::Tensor& t, const std:
   switch (t.dtype()) {
     case DataType::kF32:
       RETURN_IF_ERROR(check(p.float_data_size()));
-      std::memcpy(t.raw_data(), p.float_data().data(), n * 4);
+      CopyBytes(t.raw_data(), p.float_data().data(), n * 4);
       return absl::OkStatus();
     case DataType::kF64:
       RETURN_IF_ERROR(check(p.double_data_size()));
-      std::memcpy(t.raw_data(), p.double_data().data(), n * 8);
+      CopyBytes(t.raw_data(), p.double_data().data(), n * 8);
       return absl::OkStatus();
     case DataType::kI64:
       RETURN_IF_ERROR(check(p.int64_data_size()));
-      std::memcpy(t.raw_data(), p.int64_data().data(), n * 8);
+      CopyBytes(t.raw_data(), p.int64_data().data(), n * 8);
       return absl::OkStatus();
     case DataType::kU64:
       RETURN_IF_ERROR(check(p.uint64_data_size()));
-      std::memcpy(t.raw_data(), p.uint64_data().data(), n * 8);
+      CopyBytes(t.raw_data(), p.uint64_data().data(), n * 8);
       return absl::OkStatus();
     case DataType::kU32:
       RETURN_IF_ERROR(check(p.uint64_data_size()));
@@ -56,7 +61,7 @@ absl::Status CopyTypedData(const onnx::TensorProto& p, ir::Tensor& t, const std:
       return absl::OkStatus();
     case DataType::kI32:
       RETURN_IF_ERROR(check(p.int32_data_size()));
-      std::memcpy(t.raw_data(), p.int32_data().data(), n * 4);
+      CopyBytes(t.raw_data(), p.int32_data().data(), n * 4);
       return absl::OkStatus();
     case DataType::kI16:
     case DataType::kU16:
