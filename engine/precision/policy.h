@@ -1,0 +1,73 @@
+// The policy language (DESIGN.md §6, contract): a base precision plus ordered rules
+// `SELECTOR = PRECISION`; later rules override earlier ones for the nodes they match.
+//
+//   # comment
+//   base = fp16                      (or: preset = fp32-layernorm, which sets base and rules)
+//   op:LayerNormalization = fp32
+//   name:/encoder/layer.*/attention/* = fp32
+//   re:^/encoder/layer\.(10|11)/.* = fp16
+//   scope:/encoder/layer.3/ = bf16
+//   pattern:layernorm = fp32
+//
+// Presets: fp32, fp16, bf16, fp32-layernorm, bf16-layernorm, fp16-safe.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "engine/precision/precision.h"
+
+namespace kiln::precision {
+
+enum class SelectorKind { kOp, kName, kRegex, kScope, kPattern };
+
+/// "op", "name", "re", "scope", "pattern".
+const char* SelectorKindName(SelectorKind k);
+
+/// One rule, with where it was written so errors and `kiln explain` can point at it.
+struct Rule {
+  SelectorKind kind = SelectorKind::kOp;
+  std::string pattern;           // the text after "kind:" (op type, glob, regex, prefix, pattern)
+  Precision precision = Precision::kFp32;
+  std::string text;              // the rule as written, trimmed ("op:Softmax = fp32")
+  std::string origin;            // "policy.txt:3:1", "--rule 2", "preset fp32-layernorm"
+};
+
+/// A parsed policy.
+struct Policy {
+  std::string name;  // preset name or file path; "custom" for rules only
+  Precision base = Precision::kFp32;
+  std::vector<Rule> rules;
+
+  /// A canonical text form (base and rules in order), stable for caching and the engine blob.
+  std::string Canonical() const;
+};
+
+/// The names of the shipped presets.
+std::vector<std::string> PresetNames();
+
+/// A shipped preset; InvalidArgument listing the presets for an unknown name.
+absl::StatusOr<Policy> Preset(absl::string_view name);
+
+/// Parses policy file contents. `origin` names the file in errors and rule origins. Errors are
+/// InvalidArgument "ORIGIN:LINE:COL: message".
+absl::StatusOr<Policy> ParsePolicyText(absl::string_view text, const std::string& origin);
+
+/// Parses one `SELECTOR = PRECISION` rule (a `--rule` flag). `origin` as above; `line` and
+/// `column` locate the rule's first character in its source.
+absl::StatusOr<Rule> ParseRule(absl::string_view text, const std::string& origin, int line = 1,
+                               int column = 1);
+
+/// `--policy` argument: a preset name, or a path to a policy file.
+absl::StatusOr<Policy> LoadPolicy(const std::string& preset_or_path);
+
+/// Appends `--rule` flags (in order, after the policy's own rules).
+absl::Status AddRuleFlags(Policy& policy, const std::vector<std::string>& rules);
+
+/// Glob match of a whole node name: `*` any run (including '/'), `?` one character, `[...]` a
+/// character class (`[!...]` or `[^...]` negated, ranges `a-z`).
+bool GlobMatch(absl::string_view glob, absl::string_view text);
+
+}  // namespace kiln::precision
