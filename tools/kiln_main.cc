@@ -10,10 +10,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "engine/builder/builder.h"
 #include "engine/common/cpu_features.h"
 #include "engine/common/status.h"
 #include "engine/plan/engine_blob.h"
+#include "engine/precision/assign.h"
 #include "engine/runtime/session.h"
 #include "google/protobuf/util/json_util.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
@@ -24,14 +26,21 @@ namespace kiln::tools {
 namespace {
 
 constexpr char kUsage[] = R"(usage:
-  kiln build MODEL.onnx [--policy fp32] -o ENGINE [--quiet]
+  kiln build MODEL.onnx [--policy PRESET|FILE] [--rule 'SEL=PREC']... [--constraints obey|prefer]
+             [--typing auto|strong|weak] -o ENGINE [--quiet]
   kiln run ENGINE --inputs DIR --outputs DIR
   kiln inspect ENGINE [--json]
+  kiln explain MODEL.onnx [--policy ...] [--rule ...] [--constraints ...] [--typing ...] --node NAME
 
   build    import MODEL.onnx, check it, and write an engine blob to ENGINE
   run      run ENGINE on DIR/input_<i>.pb (ONNX TensorProto, graph input order) and write
            DIR/output_<i>.pb
   inspect  print the engine's kernels, tensors, memory plan and provenance
+  explain  why a node gets its precision: every rule that matched, the winner, the assigned and
+           the effective precision
+
+  presets: fp32, fp16, bf16, fp32-layernorm, bf16-layernorm, fp16-safe
+  selectors: op:TYPE  name:GLOB  re:REGEX  scope:PREFIX  pattern:layernorm|rmsnorm|gelu|softmax|attention
 )";
 
 // Usage errors are InvalidArgument statuses carrying this payload key, so Main can print
@@ -47,7 +56,8 @@ absl::Status UsageError(const std::string& message) {
 // Parsed command line: positional arguments and --flags (with or without a value).
 struct Args {
   std::vector<std::string> positional;
-  std::map<std::string, std::string> flags;
+  std::map<std::string, std::string> flags;             // last value of each flag
+  std::map<std::string, std::vector<std::string>> all;  // every value, for repeatable flags
 };
 
 // Flags each command takes; `true` means the flag takes a value.
@@ -62,6 +72,7 @@ absl::StatusOr<Args> Parse(int argc, char** argv, int first,
       if (it->second) {
         if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat(s, " needs a value"));
         a.flags[s] = argv[++i];
+        a.all[s].push_back(a.flags[s]);
       } else {
         a.flags[s] = "";
       }
@@ -73,36 +84,107 @@ absl::StatusOr<Args> Parse(int argc, char** argv, int first,
 }
 
 // Options of later DESIGN.md §10 features: recognised so users get a precise message.
-const char* kLaterBuildFlags[] = {"--rule", "--constraints", "--fusion", "--inputs",
-                                  "--seed", "--report",      "--html"};
+const char* kLaterBuildFlags[] = {"--fusion", "--no-fuse", "--inputs",
+                                  "--seed",   "--report",  "--html"};
+
+// The build options shared by `build` and `explain`.
+absl::StatusOr<builder::BuildOptions> BuildOptionsFrom(Args& args) {
+  builder::BuildOptions opts;
+  if (args.flags.count("--policy")) opts.policy = args.flags["--policy"];
+  opts.rules = args.all["--rule"];
+  if (args.flags.count("--constraints")) {
+    auto c = precision::ParseConstraints(args.flags["--constraints"]);
+    if (!c) return UsageError("--constraints takes obey or prefer");
+    opts.constraints = *c;
+  }
+  if (args.flags.count("--typing")) {
+    auto t = precision::ParseTyping(args.flags["--typing"]);
+    if (!t) return UsageError("--typing takes auto, strong or weak");
+    opts.typing = *t;
+  }
+  for (const char* f : kLaterBuildFlags) {
+    if (args.flags.count(f)) {
+      return absl::UnimplementedError(absl::StrCat(f, " is not supported by this build yet"));
+    }
+  }
+  return opts;
+}
+
+std::map<std::string, bool> BuildFlags() {
+  std::map<std::string, bool> known = {{"--policy", true},
+                                       {"--rule", true},
+                                       {"--constraints", true},
+                                       {"--typing", true},
+                                       {"--quiet", false}};
+  for (const char* f : kLaterBuildFlags) known[f] = true;
+  return known;
+}
+
+std::shared_ptr<spdlog::logger> StderrLogger(bool quiet) {
+  auto logger = spdlog::stderr_color_mt("kiln");
+  logger->set_pattern("[%H:%M:%S.%e] %^%l%$ %v");
+  logger->set_level(quiet ? spdlog::level::warn : spdlog::level::info);
+  return logger;
+}
 
 absl::Status Build(int argc, char** argv) {
-  std::map<std::string, bool> known = {{"--policy", true}, {"-o", true}, {"--quiet", false}};
-  for (const char* f : kLaterBuildFlags) known[f] = true;
+  std::map<std::string, bool> known = BuildFlags();
+  known["-o"] = true;
   auto args = Parse(argc, argv, 2, known);
   if (!args.ok()) return UsageError(std::string(args.status().message()));
   if (args->positional.size() != 1) return UsageError("build takes exactly one MODEL.onnx");
   if (!args->flags.count("-o")) return UsageError("build needs -o ENGINE");
-  for (const char* f : kLaterBuildFlags) {
-    if (args->flags.count(f)) {
-      return absl::UnimplementedError(absl::StrCat(f, " is not supported by this build yet"));
-    }
-  }
-  builder::BuildOptions opts;
-  if (args->flags.count("--policy")) opts.policy = args->flags["--policy"];
-  auto logger = spdlog::stderr_color_mt("kiln");
-  logger->set_pattern("[%H:%M:%S.%e] %v");
-  logger->set_level(args->flags.count("--quiet") ? spdlog::level::warn : spdlog::level::info);
+  ASSIGN_OR_RETURN(builder::BuildOptions opts, BuildOptionsFrom(*args));
+  auto logger = StderrLogger(args->flags.count("--quiet") > 0);
   ASSIGN_OR_RETURN(auto result, builder::BuildEngineFromFile(args->positional[0], opts, logger));
   RETURN_IF_ERROR(WriteFileAtomic(args->flags["-o"], result.blob));
   const auto& s = result.summary;
   std::cout << absl::StrFormat(
       "built %s -> %s\n  %d source nodes -> %d kernels (%d folded, %d dead)\n"
-      "  weights %d bytes; activation arena %d bytes for %d bytes of activations%s\n",
+      "  weights %d bytes; activation arena %d bytes for %d bytes of activations%s\n"
+      "  precision (%s typing): %d floating nodes fp32, %d fp16, %d bf16; %d dtype change(s), "
+      "%d conversion(s) inserted, %d weight(s) converted\n",
       args->positional[0], args->flags["-o"], s.source_nodes, s.kernels, s.folded_nodes,
       s.dead_nodes, s.weight_bytes, s.arena_bytes, s.total_activation_bytes,
       s.dynamic_activations ? absl::StrCat(" (+", s.dynamic_activations, " sized at run time)")
-                            : "");
+                            : "",
+      s.strong_typing ? "strong" : "weak", s.nodes_fp32, s.nodes_fp16, s.nodes_bf16,
+      s.dtype_changes, s.inserted_conversions, s.converted_weights);
+  for (const std::string& w : s.warnings) std::cout << "  warning: " << w << "\n";
+  return absl::OkStatus();
+}
+
+absl::Status Explain(int argc, char** argv) {
+  std::map<std::string, bool> known = BuildFlags();
+  known["--node"] = true;
+  auto args = Parse(argc, argv, 2, known);
+  if (!args.ok()) return UsageError(std::string(args.status().message()));
+  if (args->positional.size() != 1) return UsageError("explain takes exactly one MODEL.onnx");
+  if (!args->flags.count("--node")) return UsageError("explain needs --node NAME");
+  ASSIGN_OR_RETURN(builder::BuildOptions opts, BuildOptionsFrom(*args));
+  auto logger = StderrLogger(/*quiet=*/true);
+  ASSIGN_OR_RETURN(auto result, builder::BuildEngineFromFile(args->positional[0], opts, logger));
+  const std::string& want = args->flags["--node"];
+  const v1::NodeProvenance* p = nullptr;
+  for (const auto& n : result.nodes) {
+    if (n.node_name() == want) p = &n;
+  }
+  if (!p) {
+    return absl::NotFoundError(absl::StrCat("no node named '", want, "' in ", args->positional[0]));
+  }
+  std::cout << absl::StrFormat("node '%s' (%s) #%d\n", p->node_name(), p->op_type(),
+                               p->node_index());
+  std::cout << "  rules that matched, in policy order:\n";
+  if (p->matched_rules().empty()) std::cout << "    (none: the policy's base applies)\n";
+  for (const auto& m : p->matched_rules()) std::cout << "    " << m << "\n";
+  std::cout << "  decided by:  " << p->rule() << "\n";
+  std::cout << "  assigned:    "
+            << (p->assigned_precision().empty() ? "- (not floating)" : p->assigned_precision())
+            << "\n";
+  std::cout << "  effective:   "
+            << (p->effective_precision().empty() ? "-" : p->effective_precision()) << "\n";
+  std::cout << "  fusion:      "
+            << (p->fusion().empty() ? "none (runs as its own kernel)" : p->fusion()) << "\n";
   return absl::OkStatus();
 }
 
@@ -127,6 +209,8 @@ absl::Status Run(int argc, char** argv) {
   }
   return absl::OkStatus();
 }
+
+std::string OrDash(const std::string& s) { return s.empty() ? "-" : s; }
 
 std::string ShapeString(const v1::TensorInfo& t) {
   if (!t.rank_known()) return "[?]";
@@ -161,9 +245,10 @@ absl::Status Inspect(int argc, char** argv) {
   };
   std::cout << absl::StrFormat(
       "engine %s\n  format v%d, builder %s, model sha256 %s\n  model '%s', opset %d, ir_version "
-      "%d, policy %s\n  requires CPU features: %s\n",
+      "%d\n  policy: %s\n  constraints %s, typing %s\n  requires CPU features: %s\n",
       args->positional[0], plan::kFormatVersion, m.builder_version(), m.model_sha256(),
-      m.model_name(), m.opset(), m.ir_version(), m.policy(),
+      m.model_name(), m.opset(), m.ir_version(), absl::StrReplaceAll(m.policy(), {{"\n", "; "}}),
+      m.constraints(), m.typing(),
       m.required_cpu_features().empty() ? "none" : absl::StrJoin(m.required_cpu_features(), ","));
   std::cout << "inputs:\n";
   for (int i : m.graph_inputs()) std::cout << "  " << tensor(i) << "\n";
@@ -187,10 +272,21 @@ absl::Status Inspect(int argc, char** argv) {
     for (const auto& p : k.nodes()) {
       std::cout << absl::StrFormat(
           "        node '%s' (%s) #%d  assigned %s, effective %s, rule: %s%s\n", p.node_name(),
-          p.op_type(), p.node_index(), p.assigned_precision(), p.effective_precision(), p.rule(),
+          p.op_type(), p.node_index(), OrDash(p.assigned_precision()),
+          OrDash(p.effective_precision()), p.rule(),
           p.fusion().empty() ? "" : absl::StrCat(", fusion: ", p.fusion()));
     }
   }
+  if (m.dtype_changes_size() > 0) {
+    std::cout << absl::StrFormat("dtype changes against the authored model: %d\n",
+                                 m.dtype_changes_size());
+    for (const auto& c : m.dtype_changes()) {
+      std::cout << absl::StrFormat("        %s: %s -> %s (%s)\n", c.value(),
+                                   DataTypeName(DataTypeFromOnnx(c.from_dtype())),
+                                   DataTypeName(DataTypeFromOnnx(c.to_dtype())), c.reason());
+    }
+  }
+  for (const auto& w : m.warnings()) std::cout << "warning: " << w << "\n";
   if (m.removed_nodes_size() > 0) {
     std::cout << absl::StrFormat("removed at build time: %d node(s)\n", m.removed_nodes_size());
     for (const auto& p : m.removed_nodes()) {

@@ -8,7 +8,10 @@
 #include "engine/common/status.h"
 #include "engine/import/shape_inference.h"
 #include "engine/kernels/registry.h"
+#include "engine/passes/precision_lowering.h"
 #include "engine/plan/engine_blob.h"
+#include "engine/precision/patterns.h"
+#include "engine/precision/policy.h"
 #include "engine/runtime/memory_planner.h"
 #include "spdlog/sinks/null_sink.h"
 
@@ -56,16 +59,35 @@ bool SmallEnough(const ir::Node& n, int64_t limit) {
   return true;
 }
 
-v1::NodeProvenance Provenance(const ir::Node& n, const std::string& policy,
-                              const std::string& fusion) {
+// Provenance of a node of the built graph: source nodes carry their assignment; nodes the build
+// inserted (conversions) say so.
+v1::NodeProvenance Provenance(const ir::Node& n, int source_nodes,
+                              const precision::Assignment& assignment,
+                              const passes::LoweringResult& lowering, const std::string& fusion) {
   v1::NodeProvenance p;
   p.set_node_name(n.name);
   p.set_op_type(ir::OpName(n.op));
-  p.set_node_index(n.id);
-  p.set_assigned_precision("fp32");
-  p.set_effective_precision("fp32");
-  p.set_rule(absl::StrCat("preset ", policy));
   p.set_fusion(fusion);
+  if (n.id >= source_nodes) {
+    p.set_node_index(-1);
+    const ir::Value* out = n.outputs.empty() ? nullptr : n.outputs[0];
+    auto prec = out ? precision::PrecisionOfDataType(out->dtype) : std::nullopt;
+    if (prec) p.set_effective_precision(precision::PrecisionName(*prec));
+    p.set_rule("inserted by precision lowering (conversion at a precision boundary)");
+    return p;
+  }
+  const precision::NodeAssignment& a = assignment.nodes[n.id];
+  p.set_node_index(n.id);
+  if (a.floating) {
+    p.set_assigned_precision(precision::PrecisionName(a.assigned));
+    p.set_effective_precision(precision::PrecisionName(lowering.effective[n.id]));
+  }
+  std::string rule = a.rule;
+  if (!lowering.fallback_reason[n.id].empty()) {
+    rule = absl::StrCat(rule, "; runs higher: ", lowering.fallback_reason[n.id]);
+  }
+  p.set_rule(rule);
+  for (const std::string& m : a.matched) p.add_matched_rules(m);
   return p;
 }
 
@@ -76,10 +98,8 @@ absl::StatusOr<BuildResult> BuildEngine(const std::string& model_bytes, const Bu
   if (!logger)
     logger =
         std::make_shared<spdlog::logger>("kiln", std::make_shared<spdlog::sinks::null_sink_mt>());
-  if (options.policy != "fp32") {
-    return absl::UnimplementedError(absl::StrCat(
-        "policy '", options.policy, "' is not supported by this build; only 'fp32' is"));
-  }
+  ASSIGN_OR_RETURN(precision::Policy policy, precision::LoadPolicy(options.policy));
+  RETURN_IF_ERROR(precision::AddRuleFlags(policy, options.rules));
   BuildResult result;
   BuildSummary& sum = result.summary;
   sum.model_sha256 = DigestHex(Sha256(model_bytes));
@@ -91,9 +111,52 @@ absl::StatusOr<BuildResult> BuildEngine(const std::string& model_bytes, const Bu
   logger->info("import: {} nodes, {} values, opset {}, ir_version {}", g.nodes().size(),
                g.values().size(), g.opset(), g.ir_version());
 
+  // Precision: patterns -> assignment -> lowering (retyping, weights in their precision,
+  // conversions at boundaries).
+  std::vector<precision::PatternInstance> patterns = precision::FindPatterns(g);
+  ASSIGN_OR_RETURN(precision::Assignment assignment,
+                   precision::AssignPrecision(g, policy, patterns, options.constraints,
+                                              options.typing, logger.get()));
+  sum.strong_typing = assignment.strong_typing;
+  sum.warnings = assignment.warnings;
+  logger->info(
+      "policy: {} (base {}, {} rule(s)), constraints {}, typing {}; {} pattern "
+      "instance(s)",
+      policy.name, precision::PrecisionName(policy.base), policy.rules.size(),
+      precision::ConstraintsName(options.constraints),
+      assignment.strong_typing ? "strong (authored mixed precision)" : "weak", patterns.size());
+  const kernels::Registry& reg = kernels::Registry::Default();
+  ASSIGN_OR_RETURN(passes::LoweringResult lowering,
+                   passes::LowerPrecision(g, assignment, options.constraints, reg, logger.get()));
+  sum.dtype_changes = static_cast<int>(lowering.changes.size());
+  sum.inserted_conversions = lowering.inserted_conversions;
+  sum.converted_weights = lowering.converted_weights;
+  for (const auto& n : g.nodes()) {
+    if (n->id >= sum.source_nodes || !assignment.nodes[n->id].floating) continue;
+    switch (lowering.effective[n->id]) {
+      case precision::Precision::kFp32:
+        ++sum.nodes_fp32;
+        break;
+      case precision::Precision::kFp16:
+        ++sum.nodes_fp16;
+        break;
+      case precision::Precision::kBf16:
+        ++sum.nodes_bf16;
+        break;
+    }
+  }
+  if (!lowering.changes.empty()) {
+    logger->info(
+        "precision: {} floating node(s) fp32, {} fp16, {} bf16; {} dtype change(s), "
+        "{} conversion(s) inserted, {} weight(s) converted",
+        sum.nodes_fp32, sum.nodes_fp16, sum.nodes_bf16, sum.dtype_changes, sum.inserted_conversions,
+        sum.converted_weights);
+    ASSIGN_OR_RETURN(auto lowered_order, g.TopologicalOrder());
+    RETURN_IF_ERROR(import::InferTypesAndShapes(g, lowered_order));
+  }
+
   // Every node needs a kernel: report all that have none at once. Creating each kernel also
   // checks its attributes now, so a bad attribute fails the build rather than the first run.
-  const kernels::Registry& reg = kernels::Registry::Default();
   std::vector<const kernels::KernelDef*> defs(g.nodes().size(), nullptr);
   std::vector<std::string> missing;
   bool any_op_missing = false;
@@ -145,7 +208,8 @@ absl::StatusOr<BuildResult> BuildEngine(const std::string& model_bytes, const Bu
       }
     }
     removed[n->id] = true;
-    removed_prov.push_back(Provenance(*n, options.policy, "constant-folded"));
+    removed_prov.push_back(
+        Provenance(*n, sum.source_nodes, assignment, lowering, "constant-folded"));
     ++sum.folded_nodes;
   }
   // Dead code: nodes none of whose outputs reach a graph output.
@@ -163,7 +227,8 @@ absl::StatusOr<BuildResult> BuildEngine(const std::string& model_bytes, const Bu
     for (const ir::Value* v : n->outputs) live |= v && (v->is_graph_output || uses[v->id] > 0);
     if (live) continue;
     removed[n->id] = true;
-    removed_prov.push_back(Provenance(*n, options.policy, "removed: output unused"));
+    removed_prov.push_back(
+        Provenance(*n, sum.source_nodes, assignment, lowering, "removed: output unused"));
     ++sum.dead_nodes;
     for (const ir::Value* v : n->inputs) {
       if (v) --uses[v->id];
@@ -195,7 +260,7 @@ absl::StatusOr<BuildResult> BuildEngine(const std::string& model_bytes, const Bu
     c.backend = kernels::BackendName(def->backend);
     c.isa = kernels::IsaName(def->isa);
     c.dtype = DataTypeName(kernels::KernelKeyType(*n, def->type_source));
-    c.provenance = Provenance(*n, options.policy, "");
+    c.provenance = Provenance(*n, sum.source_nodes, assignment, lowering, "");
   }
   v1::EngineMetadata meta;
   meta.set_builder_version(KILN_VERSION);
@@ -203,8 +268,25 @@ absl::StatusOr<BuildResult> BuildEngine(const std::string& model_bytes, const Bu
   meta.set_model_name(g.name());
   meta.set_opset(g.opset());
   meta.set_ir_version(g.ir_version());
-  meta.set_policy(options.policy);
+  meta.set_policy(policy.Canonical());
+  meta.set_constraints(precision::ConstraintsName(options.constraints));
+  meta.set_typing(assignment.strong_typing ? "strong" : "weak");
+  for (const std::string& w : assignment.warnings) meta.add_warnings(w);
+  for (const auto& c : lowering.changes) {
+    v1::DtypeChange* dc = meta.add_dtype_changes();
+    dc->set_value(c.value);
+    dc->set_from_dtype(static_cast<int32_t>(c.from));
+    dc->set_to_dtype(static_cast<int32_t>(c.to));
+    dc->set_reason(c.reason);
+  }
   meta.set_source_node_count(sum.source_nodes);
+  result.nodes.resize(sum.source_nodes);
+  for (ir::Node* n : live) {
+    if (n->id < sum.source_nodes) result.nodes[n->id] = choices[n->id].provenance;
+  }
+  for (const auto& p : removed_prov) {
+    if (p.node_index() >= 0) result.nodes[p.node_index()] = p;
+  }
   for (auto& p : removed_prov) *meta.add_removed_nodes() = std::move(p);
   std::vector<int> index = plan::TensorIndexOfValues(g, live);
   auto* mpp = meta.mutable_memory_plan();

@@ -8,14 +8,21 @@
 
 #include "absl/status/statusor.h"
 #include "engine/import/onnx_importer.h"
+#include "engine/precision/assign.h"
+#include "kiln/v1/engine.pb.h"
 #include "spdlog/logger.h"
 
 namespace kiln::builder {
 
 /// Options of one build.
 struct BuildOptions {
-  /// Preset name or policy; this build accepts only "fp32".
+  /// `--policy`: a preset name (fp32, fp16, bf16, fp32-layernorm, bf16-layernorm, fp16-safe) or
+  /// the path of a policy file.
   std::string policy = "fp32";
+  /// `--rule` flags, applied after the policy's own rules.
+  std::vector<std::string> rules;
+  precision::Constraints constraints = precision::Constraints::kObey;
+  precision::Typing typing = precision::Typing::kAuto;
   import::ImportOptions import;
   /// Fold nodes whose inputs are all constant when each folded output is at most this many bytes
   /// (larger constants are cheaper to compute at run time than to store in the blob).
@@ -33,11 +40,19 @@ struct BuildSummary {
   int dynamic_activations = 0;
   uint64_t weight_bytes = 0;
   std::string model_sha256;
+  bool strong_typing = false;
+  int nodes_fp32 = 0, nodes_fp16 = 0, nodes_bf16 = 0;  // floating source nodes by effective
+  int dtype_changes = 0;
+  int inserted_conversions = 0;
+  int converted_weights = 0;
+  std::vector<std::string> warnings;
 };
 
 struct BuildResult {
   std::string blob;
   BuildSummary summary;
+  /// Per source ONNX node (by index): how it was built, as recorded in the blob.
+  std::vector<v1::NodeProvenance> nodes;
 };
 
 /// Builds an engine from serialized ONNX. `logger` receives the build log (may be null).

@@ -314,6 +314,7 @@ class Importer {
       ir::OpType op = *ir::OpFromName(n.op_type());
       std::string name = n.name().empty() ? absl::StrCat(n.op_type(), "_", i) : n.name();
       ir::Node* node = graph_->AddNode(op, name);
+      node->sources = {node->id};
       std::string label = node->Label();
       OpVersion ver = *ResolveOpVersion(op, opset_);
       node->since_version = ver.since_version;

@@ -111,6 +111,16 @@ Value* Graph::FindValue(const std::string& name) const {
   return it == by_name_.end() ? nullptr : it->second;
 }
 
+absl::Status Graph::RenameValue(Value* v, const std::string& new_name) {
+  if (by_name_.contains(new_name)) {
+    return absl::InvalidArgumentError(absl::StrCat("duplicate value name '", new_name, "'"));
+  }
+  by_name_.erase(v->name);
+  v->name = new_name;
+  by_name_[new_name] = v;
+  return absl::OkStatus();
+}
+
 Node* Graph::AddNode(OpType op, std::string name) {
   auto n = std::make_unique<Node>();
   n->id = static_cast<int>(nodes_.size());
@@ -143,6 +153,18 @@ void Graph::RebuildEdges() {
   }
   for (Value* v : inputs_) v->is_graph_input = true;
   for (Value* v : outputs_) v->is_graph_output = true;
+}
+
+void Graph::RemoveNodes(const std::vector<bool>& remove) {
+  std::vector<std::unique_ptr<Node>> kept;
+  kept.reserve(nodes_.size());
+  for (auto& n : nodes_) {
+    if (n->id < static_cast<int>(remove.size()) && remove[n->id]) continue;
+    n->id = static_cast<int>(kept.size());
+    kept.push_back(std::move(n));
+  }
+  nodes_ = std::move(kept);
+  RebuildEdges();
 }
 
 absl::StatusOr<std::vector<Node*>> Graph::TopologicalOrder() const {

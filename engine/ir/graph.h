@@ -69,6 +69,11 @@ class Node {
   std::vector<Value*> inputs;   // nullptr for an omitted optional input
   std::vector<Value*> outputs;  // nullptr for an omitted optional output
   absl::flat_hash_map<std::string, Attribute> attrs;
+  /// The source ONNX nodes (import indices) this node implements: {id} after import, several
+  /// after a fusion, none for nodes a pass inserted (conversions).
+  std::vector<int> sources;
+  /// The fusion that produced this node ("layernorm", "matmul+bias+gelu", ...); empty otherwise.
+  std::string fusion;
 
   /// "[node 'conv1' (Conv) #12]": the context every node error message starts with.
   std::string Label() const;
@@ -99,6 +104,8 @@ class Graph {
   /// Creates a value; fails if the name is taken.
   absl::StatusOr<Value*> AddValue(const std::string& name);
   Value* FindValue(const std::string& name) const;
+  /// Gives `v` a new name; fails if the name is taken.
+  absl::Status RenameValue(Value* v, const std::string& new_name);
   Node* AddNode(OpType op, std::string name);
 
   const std::vector<std::unique_ptr<Node>>& nodes() const { return nodes_; }
@@ -110,6 +117,10 @@ class Graph {
 
   /// Connects producers/consumers from node inputs/outputs (call after building).
   void RebuildEdges();
+
+  /// Removes the nodes whose id has `remove[id]` set, renumbers the rest (ids stay indices into
+  /// nodes(), in their previous relative order) and rebuilds the edges. Values are kept.
+  void RemoveNodes(const std::vector<bool>& remove);
 
   /// Kahn order (ties by node id, so ONNX order is kept when valid). Fails naming a node on a
   /// cycle. O(nodes + edges).

@@ -32,15 +32,15 @@ struct PatternInstance {
   const ir::Value* input = nullptr;
 
   // What a fused kernel needs; meaning depends on `kind`. Unset fields keep their defaults.
-  const ir::Value* scale = nullptr;   // LayerNorm/RMSNorm gamma (nullptr: none)
-  const ir::Value* bias = nullptr;    // LayerNorm beta (nullptr: none)
-  float epsilon = 0;                  // LayerNorm/RMSNorm epsilon
-  int64_t axis = -1;                  // normalised/softmax axis (negative: from the end)
-  bool tanh_approximation = false;    // GELU: tanh form
-  const ir::Value* key = nullptr;     // attention K (as fed to the Q*K^T MatMul, i.e. K^T)
-  const ir::Value* value = nullptr;   // attention V
-  const ir::Value* mask = nullptr;    // attention additive mask (nullptr: none)
-  float attention_scale = 1;          // attention: scores are (Q K^T) * scale
+  const ir::Value* scale = nullptr;  // LayerNorm/RMSNorm gamma (nullptr: none)
+  const ir::Value* bias = nullptr;   // LayerNorm beta (nullptr: none)
+  float epsilon = 0;                 // LayerNorm/RMSNorm epsilon
+  int64_t axis = -1;                 // normalised/softmax axis (negative: from the end)
+  bool tanh_approximation = false;   // GELU: tanh form
+  const ir::Value* key = nullptr;    // attention K (as fed to the Q*K^T MatMul, i.e. K^T)
+  const ir::Value* value = nullptr;  // attention V
+  const ir::Value* mask = nullptr;   // attention additive mask (nullptr: none)
+  float attention_scale = 1;         // attention: scores are (Q K^T) * scale
 };
 
 /// Finds every instance in `graph`. Instances do not overlap, except that an attention instance

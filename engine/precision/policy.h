@@ -29,10 +29,13 @@ const char* SelectorKindName(SelectorKind k);
 /// One rule, with where it was written so errors and `kiln explain` can point at it.
 struct Rule {
   SelectorKind kind = SelectorKind::kOp;
-  std::string pattern;           // the text after "kind:" (op type, glob, regex, prefix, pattern)
+  std::string pattern;  // the text after "kind:" (op type, glob, regex, prefix, pattern)
   Precision precision = Precision::kFp32;
-  std::string text;              // the rule as written, trimmed ("op:Softmax = fp32")
-  std::string origin;            // "policy.txt:3:1", "--rule 2", "preset fp32-layernorm"
+  std::string text;    // the rule as written, trimmed ("op:Softmax = fp32")
+  std::string origin;  // "policy.txt:3:1", "--rule 2", "preset fp32-layernorm"
+  /// Rules a user wrote must match a node (an error under `obey`); a preset's rules need not
+  /// (fp32-layernorm on a CNN without LayerNorm is fine).
+  bool must_match = true;
 };
 
 /// A parsed policy.

@@ -4,9 +4,12 @@ namespace kiln::precision {
 
 const char* PrecisionName(Precision p) {
   switch (p) {
-    case Precision::kFp32: return "fp32";
-    case Precision::kFp16: return "fp16";
-    case Precision::kBf16: return "bf16";
+    case Precision::kFp32:
+      return "fp32";
+    case Precision::kFp16:
+      return "fp16";
+    case Precision::kBf16:
+      return "bf16";
   }
   return "?";
 }
@@ -20,9 +23,12 @@ std::optional<Precision> ParsePrecision(absl::string_view s) {
 
 DataType PrecisionDataType(Precision p) {
   switch (p) {
-    case Precision::kFp32: return DataType::kF32;
-    case Precision::kFp16: return DataType::kF16;
-    case Precision::kBf16: return DataType::kBF16;
+    case Precision::kFp32:
+      return DataType::kF32;
+    case Precision::kFp16:
+      return DataType::kF16;
+    case Precision::kBf16:
+      return DataType::kBF16;
   }
   return DataType::kF32;
 }
@@ -30,10 +36,14 @@ DataType PrecisionDataType(Precision p) {
 std::optional<Precision> PrecisionOfDataType(DataType t) {
   switch (t) {
     case DataType::kF32:
-    case DataType::kF64: return Precision::kFp32;
-    case DataType::kF16: return Precision::kFp16;
-    case DataType::kBF16: return Precision::kBf16;
-    default: return std::nullopt;
+    case DataType::kF64:
+      return Precision::kFp32;
+    case DataType::kF16:
+      return Precision::kFp16;
+    case DataType::kBF16:
+      return Precision::kBf16;
+    default:
+      return std::nullopt;
   }
 }
 

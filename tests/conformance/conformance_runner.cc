@@ -2,7 +2,8 @@
 // (import -> build -> engine blob -> load -> run) and compares with the expected outputs.
 //
 //   kiln_conformance [--filter REGEX] [--exclude REGEX] [--verbose] [--timeout SEC]
-//                    [--known-divergent FILE] DIR...
+//                    [--known-divergent FILE] [--policy P] [--rtol X] [--atol X]
+//                    [--mismatch-is-not-failure] DIR...
 //
 // DIR is a folder of cases (`<case>/model.onnx` + `<case>/test_data_set_N/`) or a folder of
 // `light_*.onnx` full models with `light_*_output_0.pb` (their inputs are generated the way the
@@ -42,9 +43,14 @@
 namespace kiln::conformance {
 namespace {
 
-// ONNX backend-test default tolerances.
-constexpr double kRtol = 1e-3;
-constexpr double kAtol = 1e-7;
+// Run settings (one process, set once from the command line before any case runs).
+struct Settings {
+  std::string policy = "fp32";
+  // ONNX backend-test default tolerances, for the fp32 policy.
+  double rtol = 1e-3;
+  double atol = 1e-7;
+};
+Settings g_settings;
 
 struct Case {
   std::string name;                    // e.g. "node/test_abs"
@@ -132,7 +138,7 @@ std::string Compare(const ir::Tensor& got, const ir::Tensor& want, const std::st
     } else if (std::isinf(w)) {
       ok = g == w;
     } else {
-      ok = std::fabs(g - w) <= kAtol + kRtol * std::fabs(w);
+      ok = std::fabs(g - w) <= g_settings.atol + g_settings.rtol * std::fabs(w);
       worst = std::max(worst, std::fabs(g - w));
     }
     if (!ok) {
@@ -180,6 +186,12 @@ ir::Tensor AsBFloat16IfBits(const ir::Tensor& t, DataType want) {
 // Runs one case; returns "PASS", "SKIP <reason>" or "FAIL <message>".
 std::string RunCase(const Case& c) {
   builder::BuildOptions opts;
+  opts.policy = g_settings.policy;
+  if (opts.policy != "fp32") {
+    // Reduced-precision runs keep authored types (the node cases that carry fp16/bf16 tensors)
+    // instead of failing on the conflict.
+    opts.constraints = precision::Constraints::kPrefer;
+  }
   auto built = builder::BuildEngineFromFile(c.model, opts, nullptr);
   if (!built.ok()) {
     std::string msg(built.status().message());
@@ -303,6 +315,8 @@ std::string RunIsolated(const Case& c, int timeout_sec) {
 
 int Main(int argc, char** argv) {
   std::string filter, exclude, known_file;
+  bool mismatch_ok = false;  // reduced-precision runs: only crashes and errors fail
+  int mismatched = 0;
   bool verbose = false;
   int timeout = 300;
   std::vector<std::string> roots;
@@ -319,7 +333,8 @@ int Main(int argc, char** argv) {
     else if (a == "--verbose" || a == "-v")
       verbose = true;
     else if (a == "--help" || a == "-h") {
-      std::cout << "usage: kiln_conformance [--filter REGEX] [--exclude REGEX] [--verbose] "
+      std::cout << "usage: kiln_conformance [--policy P] [--rtol X] [--atol X] "
+                   "[--mismatch-is-not-failure] [--filter REGEX] [--exclude REGEX] [--verbose] "
                    "[--timeout SEC] [--known-divergent FILE] DIR...\n";
       return 0;
     } else if (!a.empty() && a[0] == '-') {
@@ -396,6 +411,10 @@ int Main(int argc, char** argv) {
         }
         skip_groups[absl::StrCat(reason, ": ", detail)]++;
         if (verbose) std::cout << "SKIP " << c.name << ": " << r.substr(5) << "\n";
+      } else if (mismatch_ok && absl::StrContains(r, " elements differ (")) {
+        ++mismatched;
+        ++passed;
+        if (verbose) std::cout << "DIFF " << c.name << ": " << r.substr(5) << "\n";
       } else {
         ++failed;
         failures.push_back(absl::StrCat(c.name, ": ", r.substr(std::min<size_t>(5, r.size()))));
@@ -412,6 +431,12 @@ int Main(int argc, char** argv) {
     for (const auto& [count, reason] : groups) {
       std::cout << absl::StrFormat("  %5d  %s\n", count, reason);
     }
+  }
+  if (mismatch_ok) {
+    std::cout << absl::StrFormat(
+        "policy %s: %d case(s) ran outside rtol %g / atol %g (counted as passed: this run checks "
+        "that reduced precision builds and runs without crash or error)\n",
+        g_settings.policy, mismatched, g_settings.rtol, g_settings.atol);
   }
   std::cout << absl::StrFormat("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
   return failed > 0 ? 1 : 0;

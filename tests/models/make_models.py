@@ -186,6 +186,32 @@ def export_all():
             save_tensor(x.numpy(), os.path.join(d, "test_data_set_0", f"input_{i}.pb"))
         print("exported", name)
 
+    class OverflowClassifier(nn.Module):
+        """A small encoder with decomposed LayerNorm whose hidden states are a few hundred with
+        deviations of several hundred: (x - mean)^2 exceeds fp16's 65504, so per-node fp16
+        overflows at the Pow while fp32 LayerNorm is exact enough."""
+
+        def __init__(self, vocab=100, d=32, heads=4, layers=2, t=16, classes=10):
+            super().__init__()
+            self.tok = nn.Embedding(vocab, d)
+            with torch.no_grad():
+                self.tok.weight.mul_(300.0).add_(200.0)
+            self.blocks = nn.ModuleList(
+                Block(d, heads, DecomposedLayerNorm, F.gelu, False) for _ in range(layers))
+            self.ln = DecomposedLayerNorm(d)
+            self.head = nn.Linear(d, classes)
+
+        def forward(self, ids):
+            x = self.tok(ids)
+            for b in self.blocks:
+                x = b(x)
+            return self.head(self.ln(x).mean(1))
+
+    torch.manual_seed(1)
+    clf_ids = torch.randint(0, 100, (256, 16), dtype=torch.int64)
+    export("ln_overflow_classifier", OverflowClassifier(), [clf_ids], ["ids"])
+    torch.manual_seed(0)
+
     ids = torch.randint(0, 100, (2, 16), dtype=torch.int64)
     seq_axes = {"ids": {0: "batch", 1: "seq"}, "output": {0: "batch", 1: "seq"}}
     export("bert_layernorm_op", Bert(nn.LayerNorm), [ids], ["ids"], seq_axes)
@@ -222,10 +248,12 @@ def reference_all():
         with open(os.path.join(dst, "test_data_set_0", "input_0.pb"), "wb") as f:
             f.write(data)
 
+    make_authored_mixed(np, onnx)
+
     for name in sorted(os.listdir(HERE)):
         d = os.path.join(HERE, name)
-        if not os.path.isfile(os.path.join(d, "model.onnx")):
-            continue
+        if not os.path.isfile(os.path.join(d, "model.onnx")) or name == "authored_mixed":
+            continue  # authored_mixed is checked against its exact emulation, not ORT
         opts = ort.SessionOptions()
         # Reference numerics, not ORT's fused approximations.
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
@@ -245,6 +273,56 @@ def reference_all():
         ops = sorted({n.op_type for n in m.graph.node})
         print(f"{name}: opset {m.opset_import[0].version} ir {m.ir_version}, "
               f"{len(m.graph.node)} nodes, output max|y| {np.abs(outs[0]).max():.3f}, ops {ops}")
+
+
+def make_authored_mixed(np, onnx):
+    """A model authored in mixed precision: fp16 MatMuls, with Casts keeping Pow, ReduceSum, Sqrt
+    and Div in fp32. Its expected output is an exact emulation of those types (inputs rounded to
+    the op's type, float64 arithmetic, result rounded once to the op's type)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((4, 16)).astype(np.float32)
+    w1 = (rng.standard_normal((16, 32)) * 0.5).astype(np.float16)
+    w2 = (rng.standard_normal((32, 8)) * 0.5).astype(np.float16)
+    two = np.array(2.0, np.float32)
+    axes = np.array([-1], np.int64)
+    nodes = [
+        helper.make_node("Cast", ["x"], ["x16"], to=TensorProto.FLOAT16, name="/cast_in"),
+        helper.make_node("MatMul", ["x16", "w1"], ["h16"], name="/mm1"),
+        helper.make_node("Cast", ["h16"], ["h"], to=TensorProto.FLOAT, name="/cast_h"),
+        helper.make_node("Pow", ["h", "two"], ["sq"], name="/pow"),
+        helper.make_node("ReduceSum", ["sq", "axes"], ["ss"], keepdims=1, name="/reducesum"),
+        helper.make_node("Sqrt", ["ss"], ["norm"], name="/sqrt"),
+        helper.make_node("Div", ["h", "norm"], ["n"], name="/div"),
+        helper.make_node("Cast", ["n"], ["n16"], to=TensorProto.FLOAT16, name="/cast_n"),
+        helper.make_node("MatMul", ["n16", "w2"], ["y16"], name="/mm2"),
+        helper.make_node("Cast", ["y16"], ["y"], to=TensorProto.FLOAT, name="/cast_out"),
+    ]
+    graph = helper.make_graph(
+        nodes, "authored_mixed",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])],
+        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2"),
+         numpy_helper.from_array(two, "two"), numpy_helper.from_array(axes, "axes")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    d = os.path.join(HERE, "authored_mixed")
+    os.makedirs(os.path.join(d, "test_data_set_0"), exist_ok=True)
+    onnx.save(model, os.path.join(d, "model.onnx"))
+
+    f64 = np.float64
+    h16 = (x.astype(np.float16).astype(f64) @ w1.astype(f64)).astype(np.float16)
+    h = h16.astype(np.float32)
+    sq = (h.astype(f64) ** 2).astype(np.float32)
+    ss = sq.astype(f64).sum(-1, keepdims=True).astype(np.float32)
+    norm = np.sqrt(ss.astype(f64)).astype(np.float32)
+    n = (h.astype(f64) / norm.astype(f64)).astype(np.float32)
+    y16 = (n.astype(np.float16).astype(f64) @ w2.astype(f64)).astype(np.float16)
+    y = y16.astype(np.float32)
+    for name, arr in [("input_0", x), ("emulated_output_0", y)]:
+        with open(os.path.join(d, "test_data_set_0", f"{name}.pb"), "wb") as f:
+            f.write(numpy_helper.from_array(arr).SerializeToString())
 
 
 if __name__ == "__main__":

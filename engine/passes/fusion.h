@@ -1,0 +1,56 @@
+// Fusion under the precision guarantee (DESIGN.md §1, §5).
+//
+// Rewrites, each into one kernel:
+//   - decomposed LayerNorm  -> LayerNormalization (stash fp32)
+//   - decomposed RMSNorm    -> RMSNormalization (stash fp32)
+//   - decomposed GELU       -> Gelu (approximate none | tanh)
+//   - decomposed Softmax    -> Softmax
+//   - Conv + BatchNormalization (inference) -> Conv with the normalisation folded into its
+//     weights and bias (computed in float64, stored in the Conv's precision)
+// A fused kernel computes its interior in fp32 and reads/writes its boundary values at its
+// precision T. For pattern fusions T is the join of the members' assigned precisions, so nothing
+// is computed lower than assigned. For Conv + BatchNorm T is the Conv's precision (its weights
+// carry the folded normalisation); when the BatchNorm is assigned higher, the fusion would lower
+// it and is refused, and the refusal is logged with the node names and the rule.
+//
+// Preconditions: `assignment` and `patterns` were computed on this graph, before any other
+// rewrite. Node ids change (removed nodes are compacted); `ir::Node::sources` keeps provenance.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "engine/ir/graph.h"
+#include "engine/precision/assign.h"
+#include "engine/precision/patterns.h"
+#include "spdlog/logger.h"
+
+namespace kiln::passes {
+
+/// `--fusion on|off` and `--no-fuse SELECTOR` (op:TYPE, scope:PREFIX, pattern:NAME).
+struct FusionOptions {
+  bool enabled = true;
+  std::vector<std::string> no_fuse;
+};
+
+/// What fusion did.
+struct FusionResult {
+  /// Precision of each fused node (its boundary dtype).
+  absl::flat_hash_map<const ir::Node*, precision::Precision> precision;
+  /// Effective precision of each fused source node (by source id).
+  absl::flat_hash_map<int, precision::Precision> effective;
+  std::vector<std::string> applied;   // "layernorm: 9 nodes ('/ln/ReduceMean' ...) -> ..."
+  std::vector<std::string> refusals;  // why a fusion did not happen, naming nodes and rule
+};
+
+/// Checks `--no-fuse` selectors (InvalidArgument naming a bad one).
+absl::Status ValidateNoFuse(const std::vector<std::string>& selectors);
+
+/// Applies every allowed fusion to `graph`.
+absl::StatusOr<FusionResult> Fuse(ir::Graph& graph, const precision::Assignment& assignment,
+                                  const std::vector<precision::PatternInstance>& patterns,
+                                  const FusionOptions& options, spdlog::logger* logger);
+
+}  // namespace kiln::passes

@@ -1,0 +1,283 @@
+#include "engine/passes/precision_lowering.h"
+
+#include <algorithm>
+#include <map>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "engine/common/half.h"
+#include "engine/common/status.h"
+
+namespace kiln::passes {
+namespace {
+
+using precision::Precision;
+
+// Slots whose dtype the op fixes regardless of the compute precision.
+bool FixedInput(const ir::Node& n, int i) {
+  switch (n.op) {
+    case ir::OpType::kResize:
+      return i == 1 || i == 2;  // roi, scales
+    case ir::OpType::kUpsample:
+      return i == 1;  // scales
+    case ir::OpType::kQuantizeLinear:
+    case ir::OpType::kDequantizeLinear:
+    case ir::OpType::kDynamicQuantizeLinear:
+      return true;  // quantization keeps fp32 scales
+    default:
+      return false;
+  }
+}
+
+bool FixedOutput(const ir::Node& n, int k) {
+  switch (n.op) {
+    case ir::OpType::kLayerNormalization:
+      return k > 0;  // Mean, InvStdDev follow stash_type
+    case ir::OpType::kQuantizeLinear:
+    case ir::OpType::kDequantizeLinear:
+    case ir::OpType::kDynamicQuantizeLinear:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Element-wise conversion of a floating tensor to another floating dtype (RNE).
+absl::StatusOr<ir::Tensor> ConvertFloatTensor(const ir::Tensor& t, DataType to) {
+  ASSIGN_OR_RETURN(ir::Tensor out, ir::Tensor::Allocate(to, t.dims()));
+  for (int64_t i = 0; i < t.num_elements(); ++i) {
+    double v = ir::ElementAsDouble(t, i);
+    switch (to) {
+      case DataType::kF32:
+        out.data<float>()[i] = static_cast<float>(v);
+        break;
+      case DataType::kF64:
+        out.data<double>()[i] = v;
+        break;
+      case DataType::kF16:
+        out.data<uint16_t>()[i] = FloatToHalfBits(static_cast<float>(v));
+        break;
+      case DataType::kBF16:
+        out.data<uint16_t>()[i] = FloatToBFloat16Bits(static_cast<float>(v));
+        break;
+      default:
+        return absl::InternalError(absl::StrCat("cannot convert to ", DataTypeOnnxName(to)));
+    }
+  }
+  return out;
+}
+
+ir::Attribute IntAttribute(int64_t v) {
+  ir::Attribute a;
+  a.type = ir::Attribute::Type::kInt;
+  a.i = v;
+  return a;
+}
+
+// True when the registry has a kernel for `op` over `dtype` keyed on a floating slot, or keyed
+// on a non-floating slot (whose kernel then handles every floating dtype it is given).
+bool HasKernelAt(const kernels::Registry& reg, const ir::Node& n, DataType dtype) {
+  for (const kernels::KernelDef& d : reg.defs()) {
+    if (d.op != n.op) continue;
+    DataType key = kernels::KernelKeyType(n, d.type_source);
+    if (!IsFloating(key)) return true;
+    if (std::find(d.dtypes.begin(), d.dtypes.end(), dtype) != d.dtypes.end()) return true;
+  }
+  return false;
+}
+
+class Lowering {
+ public:
+  Lowering(ir::Graph& g, const precision::Assignment& a, precision::Constraints c,
+           const kernels::Registry& reg, spdlog::logger* logger)
+      : g_(g), a_(a), constraints_(c), reg_(reg), logger_(logger) {}
+
+  absl::StatusOr<LoweringResult> Run() {
+    int sources = static_cast<int>(a_.nodes.size());
+    result_.effective.resize(sources);
+    result_.fallback_reason.resize(sources);
+    for (int i = 0; i < sources; ++i) result_.effective[i] = a_.nodes[i].assigned;
+    if (a_.strong_typing) return std::move(result_);
+    ASSIGN_OR_RETURN(std::vector<ir::Node*> order, g_.TopologicalOrder());
+    authored_.resize(g_.values().size());
+    for (const auto& v : g_.values()) authored_[v->id] = v->dtype;
+    for (ir::Node* n : order) RETURN_IF_ERROR(LowerNode(*n));
+    RETURN_IF_ERROR(KeepGraphOutputTypes());
+    g_.RebuildEdges();
+    return std::move(result_);
+  }
+
+ private:
+  absl::Status LowerNode(ir::Node& n) {
+    const precision::NodeAssignment& na = a_.nodes[n.id];
+    Precision p = na.floating ? na.assigned : Precision::kFp32;
+    DataType pdt = precision::PrecisionDataType(p);
+    if (p != Precision::kFp32 && !HasKernelAt(reg_, n, pdt)) {
+      std::string why = absl::StrCat(n.Label(), " has no ", precision::PrecisionName(p),
+                                     " kernel for ", ir::OpName(n.op));
+      if (constraints_ == precision::Constraints::kObey) {
+        return absl::UnimplementedError(absl::StrCat(why, " (assigned by ", na.rule,
+                                                     "; use --constraints prefer to run it "
+                                                     "in fp32)"));
+      }
+      if (logger_) logger_->warn("{}; runs in fp32", why);
+      result_.fallback_reason[n.id] = why;
+      p = Precision::kFp32;
+      pdt = DataType::kF32;
+    }
+    result_.effective[n.id] = p;
+    for (int i = 0; i < n.num_inputs(); ++i) {
+      ir::Value* v = n.inputs[i];
+      if (!v || !IsFloating(v->dtype)) continue;
+      // The dtype this node reads the slot at: T-typed slots follow the node's precision, fixed
+      // ones and authored non-fp32 ones (double) keep their authored dtype.
+      DataType want = authored_[v->id];
+      if (!FixedInput(n, i) && want == DataType::kF32) want = pdt;
+      if (v->dtype != want) {
+        ASSIGN_OR_RETURN(n.inputs[i], Convert(v, want, n));
+      }
+    }
+    for (int k = 0; k < n.num_outputs(); ++k) {
+      ir::Value* v = n.outputs[k];
+      if (!v || authored_[v->id] != DataType::kF32 || FixedOutput(n, k)) continue;
+      if (v->dtype == pdt) continue;
+      v->dtype = pdt;
+      Record(v->name, DataType::kF32, pdt,
+             absl::StrCat("output of ", n.Label(), " at ", precision::PrecisionName(p)));
+    }
+    if (pdt != DataType::kF32) RETURN_IF_ERROR(RetypeAttributes(n, pdt));
+    return absl::OkStatus();
+  }
+
+  // Ops whose output dtype is an attribute follow the new output dtype.
+  absl::Status RetypeAttributes(ir::Node& n, DataType pdt) {
+    const ir::Value* out = n.outputs.empty() ? nullptr : n.outputs[0];
+    if (!out || out->dtype != pdt) return absl::OkStatus();
+    switch (n.op) {
+      case ir::OpType::kCast:
+        n.attrs["to"] = IntAttribute(static_cast<int64_t>(pdt));
+        break;
+      case ir::OpType::kEyeLike:
+        n.attrs["dtype"] = IntAttribute(static_cast<int64_t>(pdt));
+        break;
+      case ir::OpType::kConstant:
+      case ir::OpType::kConstantOfShape: {
+        auto it = n.attrs.find("value");
+        if (it != n.attrs.end() && it->second.type == ir::Attribute::Type::kTensor) {
+          ASSIGN_OR_RETURN(it->second.t, ConvertFloatTensor(it->second.t, pdt));
+        } else if (n.op == ir::OpType::kConstantOfShape) {
+          ir::Attribute a;  // the default value, float 0, in the new dtype
+          a.type = ir::Attribute::Type::kTensor;
+          ASSIGN_OR_RETURN(a.t, ir::Tensor::Allocate(pdt, {1}));
+          n.attrs["value"] = std::move(a);
+        } else {
+          // value_float(s): make it a tensor attribute of the new dtype.
+          for (const char* key : {"value_float", "value_floats"}) {
+            auto f = n.attrs.find(key);
+            if (f == n.attrs.end()) continue;
+            std::vector<float> vals = f->second.type == ir::Attribute::Type::kFloat
+                                          ? std::vector<float>{f->second.f}
+                                          : f->second.floats;
+            std::vector<int64_t> dims;
+            if (f->second.type != ir::Attribute::Type::kFloat) {
+              dims.push_back(static_cast<int64_t>(vals.size()));
+            }
+            ASSIGN_OR_RETURN(ir::Tensor src, ir::Tensor::Allocate(DataType::kF32, dims));
+            std::copy(vals.begin(), vals.end(), src.data<float>());
+            ir::Attribute a;
+            a.type = ir::Attribute::Type::kTensor;
+            ASSIGN_OR_RETURN(a.t, ConvertFloatTensor(src, pdt));
+            n.attrs.erase(f);
+            n.attrs["value"] = std::move(a);
+            break;
+          }
+        }
+        break;
+      }
+      default:
+        break;
+    }
+    return absl::OkStatus();
+  }
+
+  // The value `v` at dtype `to`: a converted copy of a constant (weights are stored in the
+  // precision that reads them), or the output of one inserted Cast shared by every consumer.
+  absl::StatusOr<ir::Value*> Convert(ir::Value* v, DataType to, const ir::Node& consumer) {
+    auto key = std::make_pair(v->id, to);
+    auto it = converted_.find(key);
+    if (it != converted_.end()) return it->second;
+    std::string name = absl::StrCat(v->name, "::", DataTypeName(to));
+    ASSIGN_OR_RETURN(ir::Value * out, g_.AddValue(name));
+    authored_.push_back(DataType::kUndefined);  // not in the authored model
+    out->dtype = to;
+    out->shape = v->shape;
+    if (v->constant) {
+      ASSIGN_OR_RETURN(out->constant, ConvertFloatTensor(*v->constant, to));
+      ++result_.converted_weights;
+      Record(name, v->dtype, to,
+             absl::StrCat("weight '", v->name, "' stored in ", DataTypeName(to), " for ",
+                          consumer.Label()));
+    } else {
+      ir::Node* cast = g_.AddNode(ir::OpType::kCast, absl::StrCat(name, "/Cast"));
+      cast->since_version = 21;
+      cast->attrs["to"] = IntAttribute(static_cast<int64_t>(to));
+      cast->inputs = {v};
+      cast->outputs = {out};
+      ++result_.inserted_conversions;
+      Record(name, v->dtype, to, absl::StrCat("conversion inserted for ", consumer.Label()));
+    }
+    converted_[key] = out;
+    return out;
+  }
+
+  // Graph outputs keep their authored name and dtype: the lowered value is renamed and a final
+  // conversion produces the authored one.
+  absl::Status KeepGraphOutputTypes() {
+    for (ir::Value*& out : g_.outputs()) {
+      DataType authored = authored_[out->id];
+      if (out->dtype == authored) continue;
+      std::string name = out->name;
+      RETURN_IF_ERROR(g_.RenameValue(out, absl::StrCat(name, "::", DataTypeName(out->dtype))));
+      ASSIGN_OR_RETURN(ir::Value * final_out, g_.AddValue(name));
+      authored_.push_back(authored);
+      final_out->dtype = authored;
+      final_out->shape = out->shape;
+      ir::Node* cast = g_.AddNode(ir::OpType::kCast, absl::StrCat(name, "/Cast"));
+      cast->since_version = 21;
+      cast->attrs["to"] = IntAttribute(static_cast<int64_t>(authored));
+      cast->inputs = {out};
+      cast->outputs = {final_out};
+      ++result_.inserted_conversions;
+      Record(
+          out->name, authored, out->dtype,
+          absl::StrCat("graph output '", name, "' converted back to ", DataTypeOnnxName(authored)));
+      out = final_out;
+    }
+    return absl::OkStatus();
+  }
+
+  void Record(const std::string& value, DataType from, DataType to, std::string reason) {
+    result_.changes.push_back(DtypeChange{value, from, to, std::move(reason)});
+  }
+
+  ir::Graph& g_;
+  const precision::Assignment& a_;
+  precision::Constraints constraints_;
+  const kernels::Registry& reg_;
+  spdlog::logger* logger_;
+  LoweringResult result_;
+  std::vector<DataType> authored_;  // per value id: dtype in the authored model
+  std::map<std::pair<int, DataType>, ir::Value*> converted_;
+};
+
+}  // namespace
+
+absl::StatusOr<LoweringResult> LowerPrecision(ir::Graph& graph,
+                                              const precision::Assignment& assignment,
+                                              precision::Constraints constraints,
+                                              const kernels::Registry& registry,
+                                              spdlog::logger* logger) {
+  return Lowering(graph, assignment, constraints, registry, logger).Run();
+}
+
+}  // namespace kiln::passes

@@ -1,0 +1,53 @@
+// Precision lowering: applies an assignment to the graph (DESIGN.md §5).
+//
+// Pattern: every floating node assigned P != fp32 gets its T-typed values (the floating inputs
+// and outputs that share the node's authored fp32 type) retyped to P; weights it reads are stored
+// in P; where a value's dtype differs from what its consumer computes at, one conversion (Cast)
+// per (value, dtype) is inserted; graph outputs keep their authored dtype and name through a final
+// conversion. Slots whose type the op fixes (Resize scales/roi, LayerNormalization's Mean and
+// InvStdDev, quantization scales) keep fp32. Integer, bool and shape computation is untouched.
+//
+// Preconditions: `assignment` was computed for this graph; weak typing (strong typing changes
+// nothing and the pass returns at once). Every dtype change is recorded.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "engine/ir/graph.h"
+#include "engine/kernels/registry.h"
+#include "engine/precision/assign.h"
+#include "spdlog/logger.h"
+
+namespace kiln::passes {
+
+/// One dtype change against the authored model.
+struct DtypeChange {
+  std::string value;
+  DataType from = DataType::kUndefined;
+  DataType to = DataType::kUndefined;
+  std::string reason;
+};
+
+/// What lowering did.
+struct LoweringResult {
+  std::vector<DtypeChange> changes;
+  /// Effective precision per source node id (>= assigned; fp32 where a node fell back).
+  std::vector<precision::Precision> effective;
+  /// Why a node runs higher than assigned (empty when it does not), per source node id.
+  std::vector<std::string> fallback_reason;
+  int inserted_conversions = 0;
+  int converted_weights = 0;
+};
+
+/// Applies `assignment` to `graph`. Under obey, a node whose op has no kernel at its assigned
+/// precision fails the build naming the node; under prefer it runs at fp32 and the reason is
+/// recorded.
+absl::StatusOr<LoweringResult> LowerPrecision(ir::Graph& graph,
+                                              const precision::Assignment& assignment,
+                                              precision::Constraints constraints,
+                                              const kernels::Registry& registry,
+                                              spdlog::logger* logger);
+
+}  // namespace kiln::passes
