@@ -37,10 +37,14 @@ struct PatternInstance {
   float epsilon = 0;                 // LayerNorm/RMSNorm epsilon
   int64_t axis = -1;                 // normalised/softmax axis (negative: from the end)
   bool tanh_approximation = false;   // GELU: tanh form
-  const ir::Value* key = nullptr;    // attention K (as fed to the Q*K^T MatMul, i.e. K^T)
+  const ir::Value* key = nullptr;    // attention K^T as fed to the MatMul (Attention op: K)
   const ir::Value* value = nullptr;  // attention V
-  const ir::Value* mask = nullptr;   // attention additive mask (nullptr: none)
+  const ir::Value* mask = nullptr;   // attention additive mask (nullptr: none; see below)
   float attention_scale = 1;         // attention: scores are (Q K^T) * scale
+  /// Attention whose mask is applied by Where(mask, mask_fill, scores) (PyTorch's masked_fill):
+  /// `mask` is then the boolean condition (true = masked out), not an additive mask.
+  bool mask_is_condition = false;
+  float mask_fill = 0;  // the fill value of that Where (e.g. -inf)
 };
 
 /// Finds every instance in `graph`. Instances do not overlap, except that an attention instance
