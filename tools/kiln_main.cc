@@ -27,7 +27,7 @@ namespace {
 
 constexpr char kUsage[] = R"(usage:
   kiln build MODEL.onnx [--policy PRESET|FILE] [--rule 'SEL=PREC']... [--constraints obey|prefer]
-             [--typing auto|strong|weak] -o ENGINE [--quiet]
+             [--typing auto|strong|weak] [--fusion on|off] [--no-fuse SEL]... -o ENGINE [--quiet]
   kiln run ENGINE --inputs DIR --outputs DIR
   kiln inspect ENGINE [--json]
   kiln explain MODEL.onnx [--policy ...] [--rule ...] [--constraints ...] [--typing ...] --node NAME
@@ -102,6 +102,12 @@ absl::StatusOr<builder::BuildOptions> BuildOptionsFrom(Args& args) {
     if (!t) return UsageError("--typing takes auto, strong or weak");
     opts.typing = *t;
   }
+  if (args.flags.count("--fusion")) {
+    const std::string& f = args.flags["--fusion"];
+    if (f != "on" && f != "off") return UsageError("--fusion takes on or off");
+    opts.fusion.enabled = f == "on";
+  }
+  opts.fusion.no_fuse = args.all["--no-fuse"];
   for (const char* f : kLaterBuildFlags) {
     if (args.flags.count(f)) {
       return absl::UnimplementedError(absl::StrCat(f, " is not supported by this build yet"));
@@ -150,7 +156,10 @@ absl::Status Build(int argc, char** argv) {
                             : "",
       s.strong_typing ? "strong" : "weak", s.nodes_fp32, s.nodes_fp16, s.nodes_bf16,
       s.dtype_changes, s.inserted_conversions, s.converted_weights);
+  std::cout << absl::StrFormat("  fusion: %d group(s) fused, %d refused\n", s.fusions,
+                               s.fusion_refusals.size());
   for (const std::string& w : s.warnings) std::cout << "  warning: " << w << "\n";
+  for (const std::string& r : s.fusion_refusals) std::cout << "  fusion refused: " << r << "\n";
   return absl::OkStatus();
 }
 

@@ -59,36 +59,54 @@ bool SmallEnough(const ir::Node& n, int64_t limit) {
   return true;
 }
 
-// Provenance of a node of the built graph: source nodes carry their assignment; nodes the build
-// inserted (conversions) say so.
-v1::NodeProvenance Provenance(const ir::Node& n, int source_nodes,
-                              const precision::Assignment& assignment,
-                              const passes::LoweringResult& lowering, const std::string& fusion) {
-  v1::NodeProvenance p;
-  p.set_node_name(n.name);
-  p.set_op_type(ir::OpName(n.op));
-  p.set_fusion(fusion);
-  if (n.id >= source_nodes) {
+// The source ONNX nodes, as imported (fusion and lowering rewrite the graph).
+struct SourceNode {
+  std::string name;
+  ir::OpType op;
+};
+
+// Provenance of every source node a node of the built graph implements; nodes the build
+// inserted (conversions) get one entry saying so. `how` overrides the fusion field (folded,
+// removed).
+std::vector<v1::NodeProvenance> Provenance(const ir::Node& n,
+                                           const std::vector<SourceNode>& sources,
+                                           const precision::Assignment& assignment,
+                                           const passes::LoweringResult& lowering,
+                                           const std::string& how) {
+  std::vector<v1::NodeProvenance> out;
+  if (n.sources.empty()) {
+    v1::NodeProvenance p;
+    p.set_node_name(n.name);
+    p.set_op_type(ir::OpName(n.op));
     p.set_node_index(-1);
-    const ir::Value* out = n.outputs.empty() ? nullptr : n.outputs[0];
-    auto prec = out ? precision::PrecisionOfDataType(out->dtype) : std::nullopt;
+    const ir::Value* v = n.outputs.empty() ? nullptr : n.outputs[0];
+    auto prec = v ? precision::PrecisionOfDataType(v->dtype) : std::nullopt;
     if (prec) p.set_effective_precision(precision::PrecisionName(*prec));
     p.set_rule("inserted by precision lowering (conversion at a precision boundary)");
-    return p;
+    p.set_fusion(how);
+    out.push_back(std::move(p));
+    return out;
   }
-  const precision::NodeAssignment& a = assignment.nodes[n.id];
-  p.set_node_index(n.id);
-  if (a.floating) {
-    p.set_assigned_precision(precision::PrecisionName(a.assigned));
-    p.set_effective_precision(precision::PrecisionName(lowering.effective[n.id]));
+  for (int s : n.sources) {
+    const precision::NodeAssignment& a = assignment.nodes[s];
+    v1::NodeProvenance p;
+    p.set_node_name(sources[s].name);
+    p.set_op_type(ir::OpName(sources[s].op));
+    p.set_node_index(s);
+    if (a.floating) {
+      p.set_assigned_precision(precision::PrecisionName(a.assigned));
+      p.set_effective_precision(precision::PrecisionName(lowering.effective[s]));
+    }
+    std::string rule = a.rule;
+    if (!lowering.fallback_reason[s].empty()) {
+      rule = absl::StrCat(rule, "; runs higher: ", lowering.fallback_reason[s]);
+    }
+    p.set_rule(rule);
+    p.set_fusion(!how.empty() ? how : n.fusion);
+    for (const std::string& m : a.matched) p.add_matched_rules(m);
+    out.push_back(std::move(p));
   }
-  std::string rule = a.rule;
-  if (!lowering.fallback_reason[n.id].empty()) {
-    rule = absl::StrCat(rule, "; runs higher: ", lowering.fallback_reason[n.id]);
-  }
-  p.set_rule(rule);
-  for (const std::string& m : a.matched) p.add_matched_rules(m);
-  return p;
+  return out;
 }
 
 }  // namespace
@@ -98,7 +116,9 @@ absl::StatusOr<BuildResult> BuildEngine(const std::string& model_bytes, const Bu
   if (!logger)
     logger =
         std::make_shared<spdlog::logger>("kiln", std::make_shared<spdlog::sinks::null_sink_mt>());
-  ASSIGN_OR_RETURN(precision::Policy policy, precision::LoadPolicy(options.policy));
+  ASSIGN_OR_RETURN(precision::Policy policy,
+                   precision::LoadPolicy(options.policy.empty() ? "fp32" : options.policy));
+  policy.implicit = options.policy.empty();
   RETURN_IF_ERROR(precision::AddRuleFlags(policy, options.rules));
   BuildResult result;
   BuildSummary& sum = result.summary;
@@ -113,6 +133,8 @@ absl::StatusOr<BuildResult> BuildEngine(const std::string& model_bytes, const Bu
 
   // Precision: patterns -> assignment -> lowering (retyping, weights in their precision,
   // conversions at boundaries).
+  std::vector<SourceNode> sources;
+  for (const auto& n : g.nodes()) sources.push_back({n->name, n->op});
   std::vector<precision::PatternInstance> patterns = precision::FindPatterns(g);
   ASSIGN_OR_RETURN(precision::Assignment assignment,
                    precision::AssignPrecision(g, policy, patterns, options.constraints,
@@ -126,14 +148,20 @@ absl::StatusOr<BuildResult> BuildEngine(const std::string& model_bytes, const Bu
       precision::ConstraintsName(options.constraints),
       assignment.strong_typing ? "strong (authored mixed precision)" : "weak", patterns.size());
   const kernels::Registry& reg = kernels::Registry::Default();
-  ASSIGN_OR_RETURN(passes::LoweringResult lowering,
-                   passes::LowerPrecision(g, assignment, options.constraints, reg, logger.get()));
+  ASSIGN_OR_RETURN(passes::FusionResult fusion,
+                   passes::Fuse(g, assignment, patterns, options.fusion, logger.get()));
+  for (const std::string& f : fusion.applied) logger->info("fusion {}", f);
+  sum.fusions = static_cast<int>(fusion.applied.size());
+  sum.fusion_refusals = fusion.refusals;
+  ASSIGN_OR_RETURN(
+      passes::LoweringResult lowering,
+      passes::LowerPrecision(g, assignment, fusion, options.constraints, reg, logger.get()));
   sum.dtype_changes = static_cast<int>(lowering.changes.size());
   sum.inserted_conversions = lowering.inserted_conversions;
   sum.converted_weights = lowering.converted_weights;
-  for (const auto& n : g.nodes()) {
-    if (n->id >= sum.source_nodes || !assignment.nodes[n->id].floating) continue;
-    switch (lowering.effective[n->id]) {
+  for (int id = 0; id < sum.source_nodes; ++id) {
+    if (!assignment.nodes[id].floating) continue;
+    switch (lowering.effective[id]) {
       case precision::Precision::kFp32:
         ++sum.nodes_fp32;
         break;
@@ -208,8 +236,9 @@ absl::StatusOr<BuildResult> BuildEngine(const std::string& model_bytes, const Bu
       }
     }
     removed[n->id] = true;
-    removed_prov.push_back(
-        Provenance(*n, sum.source_nodes, assignment, lowering, "constant-folded"));
+    for (auto& p : Provenance(*n, sources, assignment, lowering, "constant-folded")) {
+      removed_prov.push_back(std::move(p));
+    }
     ++sum.folded_nodes;
   }
   // Dead code: nodes none of whose outputs reach a graph output.
@@ -227,8 +256,9 @@ absl::StatusOr<BuildResult> BuildEngine(const std::string& model_bytes, const Bu
     for (const ir::Value* v : n->outputs) live |= v && (v->is_graph_output || uses[v->id] > 0);
     if (live) continue;
     removed[n->id] = true;
-    removed_prov.push_back(
-        Provenance(*n, sum.source_nodes, assignment, lowering, "removed: output unused"));
+    for (auto& p : Provenance(*n, sources, assignment, lowering, "removed: output unused")) {
+      removed_prov.push_back(std::move(p));
+    }
     ++sum.dead_nodes;
     for (const ir::Value* v : n->inputs) {
       if (v) --uses[v->id];
@@ -260,7 +290,7 @@ absl::StatusOr<BuildResult> BuildEngine(const std::string& model_bytes, const Bu
     c.backend = kernels::BackendName(def->backend);
     c.isa = kernels::IsaName(def->isa);
     c.dtype = DataTypeName(kernels::KernelKeyType(*n, def->type_source));
-    c.provenance = Provenance(*n, sum.source_nodes, assignment, lowering, "");
+    c.provenance = Provenance(*n, sources, assignment, lowering, "");
   }
   v1::EngineMetadata meta;
   meta.set_builder_version(KILN_VERSION);
@@ -282,7 +312,9 @@ absl::StatusOr<BuildResult> BuildEngine(const std::string& model_bytes, const Bu
   meta.set_source_node_count(sum.source_nodes);
   result.nodes.resize(sum.source_nodes);
   for (ir::Node* n : live) {
-    if (n->id < sum.source_nodes) result.nodes[n->id] = choices[n->id].provenance;
+    for (const auto& p : choices[n->id].provenance) {
+      if (p.node_index() >= 0) result.nodes[p.node_index()] = p;
+    }
   }
   for (const auto& p : removed_prov) {
     if (p.node_index() >= 0) result.nodes[p.node_index()] = p;

@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/import/onnx_importer.h"
+#include "engine/passes/fusion.h"
 #include "engine/precision/assign.h"
 #include "kiln/v1/engine.pb.h"
 #include "spdlog/logger.h"
@@ -17,12 +18,15 @@ namespace kiln::builder {
 /// Options of one build.
 struct BuildOptions {
   /// `--policy`: a preset name (fp32, fp16, bf16, fp32-layernorm, bf16-layernorm, fp16-safe) or
-  /// the path of a policy file.
-  std::string policy = "fp32";
+  /// the path of a policy file. Empty: the implicit default (fp32 for an fp32 model, the
+  /// authored types for a model authored in mixed precision).
+  std::string policy;
   /// `--rule` flags, applied after the policy's own rules.
   std::vector<std::string> rules;
   precision::Constraints constraints = precision::Constraints::kObey;
   precision::Typing typing = precision::Typing::kAuto;
+  /// `--fusion on|off`, `--no-fuse SELECTOR`.
+  passes::FusionOptions fusion;
   import::ImportOptions import;
   /// Fold nodes whose inputs are all constant when each folded output is at most this many bytes
   /// (larger constants are cheaper to compute at run time than to store in the blob).
@@ -46,6 +50,8 @@ struct BuildSummary {
   int inserted_conversions = 0;
   int converted_weights = 0;
   std::vector<std::string> warnings;
+  int fusions = 0;
+  std::vector<std::string> fusion_refusals;
 };
 
 struct BuildResult {

@@ -99,11 +99,24 @@ class Fuser {
     ir::OpType op;
     int since;
     switch (p.kind) {
-      case PatternKind::kLayerNorm: op = ir::OpType::kLayerNormalization; since = 17; break;
-      case PatternKind::kRmsNorm: op = ir::OpType::kRMSNormalization; since = 23; break;
-      case PatternKind::kGelu: op = ir::OpType::kGelu; since = 20; break;
-      case PatternKind::kSoftmax: op = ir::OpType::kSoftmax; since = 13; break;
-      default: return absl::OkStatus();
+      case PatternKind::kLayerNorm:
+        op = ir::OpType::kLayerNormalization;
+        since = 17;
+        break;
+      case PatternKind::kRmsNorm:
+        op = ir::OpType::kRMSNormalization;
+        since = 23;
+        break;
+      case PatternKind::kGelu:
+        op = ir::OpType::kGelu;
+        since = 20;
+        break;
+      case PatternKind::kSoftmax:
+        op = ir::OpType::kSoftmax;
+        since = 13;
+        break;
+      default:
+        return absl::OkStatus();
     }
     if (Excluded(members, op, pattern)) {
       if (logger_) logger_->info("fusion {} of {} skipped by --no-fuse", pattern, Names(members));
@@ -127,8 +140,8 @@ class Fuser {
                               ": no scale and the normalised dim is not static"));
           return absl::OkStatus();
         }
-        ASSIGN_OR_RETURN(scale, Ones(xs.dims.back().value,
-                                     absl::StrCat(members.back()->name, "/fused_ones")));
+        ASSIGN_OR_RETURN(
+            scale, Ones(xs.dims.back().value, absl::StrCat(members.back()->name, "/fused_ones")));
       }
       inputs.push_back(scale);
       if (p.kind == PatternKind::kLayerNorm && p.bias) {
@@ -160,8 +173,11 @@ class Fuser {
       case PatternKind::kGelu:
         fused->attrs["approximate"] = StringAttr(p.tanh_approximation ? "tanh" : "none");
         break;
-      case PatternKind::kSoftmax: fused->attrs["axis"] = IntAttr(p.axis); break;
-      default: break;
+      case PatternKind::kSoftmax:
+        fused->attrs["axis"] = IntAttr(p.axis);
+        break;
+      default:
+        break;
     }
     for (ir::Node* m : members) {
       fused->sources.insert(fused->sources.end(), m->sources.begin(), m->sources.end());
@@ -206,10 +222,9 @@ class Fuser {
       const auto& ba = Assigned(*bn);
       if (!precision::AtLeast(ca.assigned, ba.assigned)) {
         Refuse(absl::StrCat("conv+batchnorm of ", Names(members), ": ", bn->Label(),
-                            " is assigned ", precision::PrecisionName(ba.assigned), " by ",
-                            ba.rule, ", and folding it into the weights of ", conv->Label(),
-                            " (", precision::PrecisionName(ca.assigned),
-                            ") would compute it lower"));
+                            " is assigned ", precision::PrecisionName(ba.assigned), " by ", ba.rule,
+                            ", and folding it into the weights of ", conv->Label(), " (",
+                            precision::PrecisionName(ca.assigned), ") would compute it lower"));
         continue;
       }
       const ir::Tensor& wt = *w->constant;
@@ -218,9 +233,8 @@ class Fuser {
       const ir::Tensor* beta = &*bn->input(2)->constant;
       const ir::Tensor* mean = &*bn->input(3)->constant;
       const ir::Tensor* var = &*bn->input(4)->constant;
-      if (scale->num_elements() != oc || beta->num_elements() != oc ||
-          mean->num_elements() != oc || var->num_elements() != oc ||
-          (b && b->constant->num_elements() != oc)) {
+      if (scale->num_elements() != oc || beta->num_elements() != oc || mean->num_elements() != oc ||
+          var->num_elements() != oc || (b && b->constant->num_elements() != oc)) {
         continue;
       }
       double eps = bn->GetFloat("epsilon", 1e-5f);
@@ -228,7 +242,8 @@ class Fuser {
       ASSIGN_OR_RETURN(ir::Tensor nb, ir::Tensor::Allocate(DataType::kF32, {oc}));
       int64_t per = wt.num_elements() / std::max<int64_t>(oc, 1);
       for (int64_t o = 0; o < oc; ++o) {
-        double s = scale->data<float>()[o] / std::sqrt(static_cast<double>(var->data<float>()[o]) + eps);
+        double s =
+            scale->data<float>()[o] / std::sqrt(static_cast<double>(var->data<float>()[o]) + eps);
         for (int64_t k = 0; k < per; ++k) {
           nw.data<float>()[o * per + k] = static_cast<float>(wt.data<float>()[o * per + k] * s);
         }
@@ -273,8 +288,8 @@ absl::Status ValidateNoFuse(const std::vector<std::string>& selectors) {
     auto colon = s.find(':');
     std::string kind = colon == std::string::npos ? "" : s.substr(0, colon);
     if ((kind != "op" && kind != "scope" && kind != "pattern") || colon + 1 >= s.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--no-fuse '", s, "': expected op:TYPE, scope:PREFIX or pattern:NAME"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--no-fuse '", s, "': expected op:TYPE, scope:PREFIX or pattern:NAME"));
     }
     if (kind == "pattern" && !precision::PatternFromName(s.substr(colon + 1)) &&
         s.substr(colon + 1) != "conv+batchnorm") {

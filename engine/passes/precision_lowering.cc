@@ -88,15 +88,18 @@ bool HasKernelAt(const kernels::Registry& reg, const ir::Node& n, DataType dtype
 
 class Lowering {
  public:
-  Lowering(ir::Graph& g, const precision::Assignment& a, precision::Constraints c,
-           const kernels::Registry& reg, spdlog::logger* logger)
-      : g_(g), a_(a), constraints_(c), reg_(reg), logger_(logger) {}
+  Lowering(ir::Graph& g, const precision::Assignment& a, const FusionResult& f,
+           precision::Constraints c, const kernels::Registry& reg, spdlog::logger* logger)
+      : g_(g), a_(a), f_(f), constraints_(c), reg_(reg), logger_(logger) {}
 
   absl::StatusOr<LoweringResult> Run() {
     int sources = static_cast<int>(a_.nodes.size());
     result_.effective.resize(sources);
     result_.fallback_reason.resize(sources);
-    for (int i = 0; i < sources; ++i) result_.effective[i] = a_.nodes[i].assigned;
+    for (int i = 0; i < sources; ++i) {
+      auto fused = f_.effective.find(i);
+      result_.effective[i] = fused != f_.effective.end() ? fused->second : a_.nodes[i].assigned;
+    }
     if (a_.strong_typing) return std::move(result_);
     ASSIGN_OR_RETURN(std::vector<ir::Node*> order, g_.TopologicalOrder());
     authored_.resize(g_.values().size());
@@ -109,23 +112,37 @@ class Lowering {
 
  private:
   absl::Status LowerNode(ir::Node& n) {
-    const precision::NodeAssignment& na = a_.nodes[n.id];
-    Precision p = na.floating ? na.assigned : Precision::kFp32;
+    // A fused node computes at its fused precision; a source node at its assignment; nodes a
+    // pass inserted are already typed.
+    Precision p;
+    std::string rule;
+    auto fused = f_.precision.find(&n);
+    if (fused != f_.precision.end()) {
+      p = fused->second;
+      rule = absl::StrCat("fusion ", n.fusion);
+    } else if (n.sources.size() == 1) {
+      const precision::NodeAssignment& na = a_.nodes[n.sources[0]];
+      p = na.floating ? na.assigned : Precision::kFp32;
+      rule = na.rule;
+    } else {
+      return absl::OkStatus();
+    }
     DataType pdt = precision::PrecisionDataType(p);
     if (p != Precision::kFp32 && !HasKernelAt(reg_, n, pdt)) {
       std::string why = absl::StrCat(n.Label(), " has no ", precision::PrecisionName(p),
                                      " kernel for ", ir::OpName(n.op));
       if (constraints_ == precision::Constraints::kObey) {
-        return absl::UnimplementedError(absl::StrCat(why, " (assigned by ", na.rule,
-                                                     "; use --constraints prefer to run it "
-                                                     "in fp32)"));
+        return absl::UnimplementedError(absl::StrCat(
+            why, " (assigned by ", rule, "; use --constraints prefer to run it in fp32)"));
       }
       if (logger_) logger_->warn("{}; runs in fp32", why);
-      result_.fallback_reason[n.id] = why;
+      for (int s : n.sources) {
+        result_.fallback_reason[s] = why;
+        result_.effective[s] = Precision::kFp32;
+      }
       p = Precision::kFp32;
       pdt = DataType::kF32;
     }
-    result_.effective[n.id] = p;
     for (int i = 0; i < n.num_inputs(); ++i) {
       ir::Value* v = n.inputs[i];
       if (!v || !IsFloating(v->dtype)) continue;
@@ -262,6 +279,7 @@ class Lowering {
 
   ir::Graph& g_;
   const precision::Assignment& a_;
+  const FusionResult& f_;
   precision::Constraints constraints_;
   const kernels::Registry& reg_;
   spdlog::logger* logger_;
@@ -272,12 +290,10 @@ class Lowering {
 
 }  // namespace
 
-absl::StatusOr<LoweringResult> LowerPrecision(ir::Graph& graph,
-                                              const precision::Assignment& assignment,
-                                              precision::Constraints constraints,
-                                              const kernels::Registry& registry,
-                                              spdlog::logger* logger) {
-  return Lowering(graph, assignment, constraints, registry, logger).Run();
+absl::StatusOr<LoweringResult> LowerPrecision(
+    ir::Graph& graph, const precision::Assignment& assignment, const FusionResult& fusion,
+    precision::Constraints constraints, const kernels::Registry& registry, spdlog::logger* logger) {
+  return Lowering(graph, assignment, fusion, constraints, registry, logger).Run();
 }
 
 }  // namespace kiln::passes

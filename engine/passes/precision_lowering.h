@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "engine/ir/graph.h"
 #include "engine/kernels/registry.h"
+#include "engine/passes/fusion.h"
 #include "engine/precision/assign.h"
 #include "spdlog/logger.h"
 
@@ -33,7 +34,8 @@ struct DtypeChange {
 /// What lowering did.
 struct LoweringResult {
   std::vector<DtypeChange> changes;
-  /// Effective precision per source node id (>= assigned; fp32 where a node fell back).
+  /// Effective precision per source node id (>= assigned: fp32 where a node fell back, or inside
+  /// a fused kernel).
   std::vector<precision::Precision> effective;
   /// Why a node runs higher than assigned (empty when it does not), per source node id.
   std::vector<std::string> fallback_reason;
@@ -41,13 +43,11 @@ struct LoweringResult {
   int converted_weights = 0;
 };
 
-/// Applies `assignment` to `graph`. Under obey, a node whose op has no kernel at its assigned
-/// precision fails the build naming the node; under prefer it runs at fp32 and the reason is
-/// recorded.
-absl::StatusOr<LoweringResult> LowerPrecision(ir::Graph& graph,
-                                              const precision::Assignment& assignment,
-                                              precision::Constraints constraints,
-                                              const kernels::Registry& registry,
-                                              spdlog::logger* logger);
+/// Applies `assignment` to `graph` (after `fusion`: fused nodes take their fused precision).
+/// Under obey, a node whose op has no kernel at its assigned precision fails the build naming
+/// the node; under prefer it runs at fp32 and the reason is recorded.
+absl::StatusOr<LoweringResult> LowerPrecision(
+    ir::Graph& graph, const precision::Assignment& assignment, const FusionResult& fusion,
+    precision::Constraints constraints, const kernels::Registry& registry, spdlog::logger* logger);
 
 }  // namespace kiln::passes

@@ -387,7 +387,7 @@ absl::StatusOr<std::string> WriteEngine(const ir::Graph& graph, const std::vecto
       kd->set_backend(c.backend);
       kd->set_isa(c.isa);
       kd->set_dtype(c.dtype);
-      *kd->add_nodes() = c.provenance;
+      for (const auto& p : c.provenance) *kd->add_nodes() = p;
     }
   }
   for (const auto& name : CpuFeatureNames(required_features)) {

@@ -39,10 +39,10 @@ struct Engine {
 
 /// What the builder decided about one node: the kernel chosen for it and its provenance.
 struct KernelChoice {
-  std::string backend;  // "cpu"
-  std::string isa;      // "ref", ...
-  std::string dtype;    // the dtype that keyed the kernel
-  v1::NodeProvenance provenance;
+  std::string backend;                         // "cpu"
+  std::string isa;                             // "ref", ...
+  std::string dtype;                           // the dtype that keyed the kernel
+  std::vector<v1::NodeProvenance> provenance;  // one per source ONNX node it implements
 };
 
 /// Serialises an engine. `metadata` carries everything but tensors, kernels, graph inputs and

@@ -210,7 +210,10 @@ absl::StatusOr<Assignment> AssignPrecision(const ir::Graph& g, const Policy& pol
     std::string by = a.rule;
     a.assigned = a.authored.value_or(Precision::kFp32);
     a.rule = "authored type (strong typing)";
-    if (wanted != a.assigned) {
+    // The implicit default policy never conflicts with authored types; an explicit one does
+    // whenever it would change them (its base included).
+    bool by_rule = !a.matched.empty();
+    if (wanted != a.assigned && (by_rule || !policy.implicit)) {
       conflicts.push_back(absl::StrCat(n->Label(), " is authored ", PrecisionName(a.assigned),
                                        " but ", by, " assigns ", PrecisionName(wanted)));
     }

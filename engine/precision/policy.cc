@@ -148,6 +148,10 @@ absl::StatusOr<Rule> ParseRule(absl::string_view text, const std::string& origin
   }
   absl::string_view sel = absl::StripAsciiWhitespace(t.substr(0, eq));
   absl::string_view prec = absl::StripAsciiWhitespace(t.substr(eq + 1));
+  if (!sel.empty() && sel.back() == '=') {
+    return ErrorAt(origin, line, ColumnOf(whole, sel, column) + static_cast<int>(sel.size()) - 1,
+                   absl::StrCat("expected one '=' in 'SELECTOR = PRECISION', got '", t, "'"));
+  }
   int sel_col = ColumnOf(whole, sel.empty() ? t : sel, column);
   int prec_col = ColumnOf(whole, prec.empty() ? t.substr(eq) : prec, column);
   auto p = ParsePrecision(prec);
@@ -182,6 +186,14 @@ absl::StatusOr<Rule> ParseRule(absl::string_view text, const std::string& origin
   int pat_col = sel_col + static_cast<int>(colon) + 1;
   if (pat.empty()) {
     return ErrorAt(origin, line, pat_col, absl::StrCat("selector '", sel, "' is empty"));
+  }
+  if (r.kind == SelectorKind::kOp) {
+    for (char ch : pat) {
+      if (!absl::ascii_isalnum(ch) && ch != '_') {
+        return ErrorAt(origin, line, pat_col,
+                       absl::StrCat("op type '", pat, "' is not an ONNX op name"));
+      }
+    }
   }
   if (r.kind == SelectorKind::kPattern && !PatternFromName(pat)) {
     return ErrorAt(origin, line, pat_col,

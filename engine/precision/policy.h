@@ -41,6 +41,9 @@ struct Rule {
 /// A parsed policy.
 struct Policy {
   std::string name;  // preset name or file path; "custom" for rules only
+  /// True for the default policy (no --policy given): fp32 for fp32 models, and for a model
+  /// authored in mixed precision its authored types, without a conflict.
+  bool implicit = false;
   Precision base = Precision::kFp32;
   std::vector<Rule> rules;
 

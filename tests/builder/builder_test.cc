@@ -35,13 +35,25 @@ TEST(BuilderTest, ValidModelBuilds) {
   EXPECT_EQ(built->summary.kernels, 3);
 }
 
-TEST(BuilderTest, OnlyTheFp32PolicyExistsYet) {
+TEST(BuilderTest, UnknownPolicyNamesThePresets) {
+  builder::BuildOptions opts;
+  opts.policy = "fp8";
+  auto built = builder::BuildEngine(SerializeModel(AddReluMulModel()), opts, nullptr);
+  ASSERT_FALSE(built.ok());
+  EXPECT_EQ(built.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(built.status().message()), HasSubstr("fp32-layernorm"));
+}
+
+TEST(BuilderTest, Fp16PolicyRetypesAndKeepsTheInterface) {
   builder::BuildOptions opts;
   opts.policy = "fp16";
   auto built = builder::BuildEngine(SerializeModel(AddReluMulModel()), opts, nullptr);
-  ASSERT_FALSE(built.ok());
-  EXPECT_EQ(built.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(std::string(built.status().message()), HasSubstr("fp16"));
+  ASSERT_TRUE(built.ok()) << built.status();
+  EXPECT_EQ(built->summary.nodes_fp16, 3);
+  EXPECT_GT(built->summary.dtype_changes, 0);
+  // Input x is converted once; the weight w is stored in fp16; the output y goes back to fp32.
+  EXPECT_EQ(built->summary.inserted_conversions, 2);
+  EXPECT_EQ(built->summary.converted_weights, 1);
 }
 
 }  // namespace

@@ -45,8 +45,8 @@ namespace {
 
 // Run settings (one process, set once from the command line before any case runs).
 struct Settings {
-  std::string policy = "fp32";
-  // ONNX backend-test default tolerances, for the fp32 policy.
+  std::string policy;  // empty: the implicit default (fp32 / authored types)
+  // ONNX backend-test default tolerances, for the default policy.
   double rtol = 1e-3;
   double atol = 1e-7;
 };
@@ -187,7 +187,7 @@ ir::Tensor AsBFloat16IfBits(const ir::Tensor& t, DataType want) {
 std::string RunCase(const Case& c) {
   builder::BuildOptions opts;
   opts.policy = g_settings.policy;
-  if (opts.policy != "fp32") {
+  if (!opts.policy.empty()) {
     // Reduced-precision runs keep authored types (the node cases that carry fp16/bf16 tensors)
     // instead of failing on the conflict.
     opts.constraints = precision::Constraints::kPrefer;
@@ -330,6 +330,14 @@ int Main(int argc, char** argv) {
       timeout = std::atoi(argv[++i]);
     else if (a == "--known-divergent" && i + 1 < argc)
       known_file = argv[++i];
+    else if (a == "--policy" && i + 1 < argc)
+      g_settings.policy = argv[++i];
+    else if (a == "--rtol" && i + 1 < argc)
+      g_settings.rtol = std::atof(argv[++i]);
+    else if (a == "--atol" && i + 1 < argc)
+      g_settings.atol = std::atof(argv[++i]);
+    else if (a == "--mismatch-is-not-failure")
+      mismatch_ok = true;
     else if (a == "--verbose" || a == "-v")
       verbose = true;
     else if (a == "--help" || a == "-h") {

@@ -83,20 +83,28 @@ double MaxAbsDiff(const ir::Tensor& a, const ir::Tensor& b) {
 TEST(PrecisionE2eTest, Fp16OverflowsInDecomposedLayerNormAndFp32LayerNormRepairsIt) {
   auto fp32 = BuildAndRun("ln_overflow_classifier", Policy("fp32"));
   ASSERT_TRUE(fp32.ok()) << fp32.status();
-  auto fp16 = BuildAndRun("ln_overflow_classifier", Policy("fp16"));
+  builder::BuildOptions unfused = Policy("fp16");
+  unfused.fusion.enabled = false;
+  auto fp16 = BuildAndRun("ln_overflow_classifier", unfused);
   ASSERT_TRUE(fp16.ok()) << fp16.status();
   auto mixed = BuildAndRun("ln_overflow_classifier", Policy("fp32-layernorm"));
   ASSERT_TRUE(mixed.ok()) << mixed.status();
+  builder::BuildOptions mixed_unfused = Policy("fp32-layernorm");
+  mixed_unfused.fusion.enabled = false;
+  auto mixed_off = BuildAndRun("ln_overflow_classifier", mixed_unfused);
+  ASSERT_TRUE(mixed_off.ok()) << mixed_off.status();
   const ir::Tensor& ref = fp32->outputs[0];
   ASSERT_EQ(ref.dim(0), 256);
-  // Per-node fp16: (x - mean)^2 of hidden states ~300 exceeds 65504, the variance is inf and
-  // the normalised activations collapse; the classifier output is garbage.
+  // Per-node fp16 (--fusion off): (x - mean)^2 of hidden states ~300 exceeds 65504, the
+  // variance is inf and the normalised activations collapse; the classifier output is garbage.
   double bad = MaxAbsDiff(fp16->outputs[0], ref);
   EXPECT_GT(bad, 0.1) << "fp16 should be badly wrong here";
   EXPECT_LT(Top1Agreement(fp16->outputs[0], ref), 0.9);
-  // fp32 LayerNorm: everything else in fp16, top-1 agreement >= 99%.
-  EXPECT_GE(Top1Agreement(mixed->outputs[0], ref), 0.99);
-  EXPECT_LT(MaxAbsDiff(mixed->outputs[0], ref), 0.05);  // fp16 rounding of the other layers
+  // fp32 LayerNorm: everything else in fp16, top-1 agreement >= 99%, fused or not.
+  for (const auto* b : {&*mixed, &*mixed_off}) {
+    EXPECT_GE(Top1Agreement(b->outputs[0], ref), 0.99);
+    EXPECT_LT(MaxAbsDiff(b->outputs[0], ref), 0.05);  // fp16 rounding of the other layers
+  }
   // Every node of every LayerNorm instance is assigned and runs fp32; the rest is fp16.
   int ln_nodes = 0;
   for (const auto& n : mixed->result.nodes) {
@@ -106,9 +114,11 @@ TEST(PrecisionE2eTest, Fp16OverflowsInDecomposedLayerNormAndFp32LayerNormRepairs
       EXPECT_EQ(n.effective_precision(), "fp32") << n.node_name();
     }
   }
-  // 5 decomposed LayerNorms (2 per layer x 2 layers + final) of 9 nodes each
-  // (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add).
-  EXPECT_EQ(ln_nodes, 45);
+  // 5 decomposed LayerNorms (2 per layer x 2 layers + final) of 11 nodes each (ReduceMean,
+  // Sub, Pow and its exponent Constant, ReduceMean, Add and its epsilon Constant, Sqrt, Div,
+  // Mul, Add); fused, each became one LayerNormalization kernel.
+  EXPECT_EQ(ln_nodes, 55);
+  EXPECT_EQ(mixed->result.summary.fusions, 5 + 2);  // 5 LayerNorms, 2 GELUs (Erf form)
   EXPECT_GT(mixed->result.summary.nodes_fp16, 20);
 }
 
