@@ -1,0 +1,269 @@
+// Fusion under the precision guarantee: every fusion agrees with its unfused engine within the
+// bound the precision implies, a pinned fp32 node is never computed lower inside a fused kernel,
+// a fusion that would lower a pinned precision is refused, and --no-fuse is honoured.
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/builder/builder.h"
+#include "engine/plan/engine_blob.h"
+#include "engine/runtime/session.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/onnx_models.h"
+
+namespace kiln::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int64_t kRows = 4, kCols = 64;
+
+onnx::ModelProto NewModel(const std::vector<int64_t>& in_dims,
+                          const std::vector<int64_t>& out_dims) {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(17);
+  m.mutable_graph()->set_name("fusion_test");
+  AddTensorValueInfo(m.mutable_graph()->mutable_input(), "x", in_dims);
+  AddTensorValueInfo(m.mutable_graph()->mutable_output(), "y", out_dims);
+  return m;
+}
+
+void Scalar(onnx::GraphProto* g, const std::string& name, float v) {
+  AddFloatInitializer(g, name, {}, {v});
+}
+
+std::vector<float> Ramp(int64_t n, float scale, float offset) {
+  std::vector<float> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = offset + scale * std::sin(0.37f * i);
+  return v;
+}
+
+// y = LayerNorm(x) decomposed, with gamma and beta.
+onnx::ModelProto DecomposedLayerNorm() {
+  onnx::ModelProto m = NewModel({kRows, kCols}, {kRows, kCols});
+  auto* g = m.mutable_graph();
+  AddFloatInitializer(g, "gamma", {kCols}, Ramp(kCols, 0.2f, 1.0f));
+  AddFloatInitializer(g, "beta", {kCols}, Ramp(kCols, 0.1f, 0.0f));
+  Scalar(g, "two", 2.0f);
+  Scalar(g, "eps", 1e-5f);
+  auto axes = [](onnx::NodeProto* n) {
+    auto* a = n->add_attribute();
+    a->set_name("axes");
+    a->set_type(onnx::AttributeProto::INTS);
+    a->add_ints(-1);
+  };
+  axes(AddOnnxNode(g, "ReduceMean", {"x"}, {"mean"}, "/ln/mean"));
+  AddOnnxNode(g, "Sub", {"x", "mean"}, {"d"}, "/ln/sub");
+  AddOnnxNode(g, "Pow", {"d", "two"}, {"sq"}, "/ln/pow");
+  axes(AddOnnxNode(g, "ReduceMean", {"sq"}, {"var"}, "/ln/var"));
+  AddOnnxNode(g, "Add", {"var", "eps"}, {"ve"}, "/ln/add_eps");
+  AddOnnxNode(g, "Sqrt", {"ve"}, {"std"}, "/ln/sqrt");
+  AddOnnxNode(g, "Div", {"d", "std"}, {"n"}, "/ln/div");
+  AddOnnxNode(g, "Mul", {"n", "gamma"}, {"s"}, "/ln/mul");
+  AddOnnxNode(g, "Add", {"s", "beta"}, {"y"}, "/ln/add");
+  return m;
+}
+
+// y = GELU(x), Erf form.
+onnx::ModelProto DecomposedGelu() {
+  onnx::ModelProto m = NewModel({kRows, kCols}, {kRows, kCols});
+  auto* g = m.mutable_graph();
+  Scalar(g, "sqrt2", 1.4142135f);
+  Scalar(g, "one", 1.0f);
+  Scalar(g, "half", 0.5f);
+  AddOnnxNode(g, "Div", {"x", "sqrt2"}, {"a"}, "/gelu/div");
+  AddOnnxNode(g, "Erf", {"a"}, {"b"}, "/gelu/erf");
+  AddOnnxNode(g, "Add", {"b", "one"}, {"c"}, "/gelu/add");
+  AddOnnxNode(g, "Mul", {"x", "c"}, {"d"}, "/gelu/mul");
+  AddOnnxNode(g, "Mul", {"d", "half"}, {"y"}, "/gelu/mul_half");
+  return m;
+}
+
+// y = Softmax(x) decomposed over the last axis.
+onnx::ModelProto DecomposedSoftmax() {
+  onnx::ModelProto m = NewModel({kRows, kCols}, {kRows, kCols});
+  auto* g = m.mutable_graph();
+  AddOnnxNode(g, "Exp", {"x"}, {"e"}, "/softmax/exp");
+  auto* rs = AddOnnxNode(g, "ReduceSum", {"e"}, {"s"}, "/softmax/sum");
+  auto* a = rs->add_attribute();
+  a->set_name("keepdims");
+  a->set_type(onnx::AttributeProto::INT);
+  a->set_i(1);
+  AddFloatInitializer(g, "axes", {}, {});  // replaced below by an int64 axes tensor
+  g->mutable_initializer()->RemoveLast();
+  auto* axes = g->add_initializer();
+  axes->set_name("axes");
+  axes->set_data_type(onnx::TensorProto::INT64);
+  axes->add_dims(1);
+  axes->add_int64_data(-1);
+  rs->add_input("axes");
+  AddOnnxNode(g, "Div", {"e", "s"}, {"y"}, "/softmax/div");
+  return m;
+}
+
+// y = BatchNorm(Conv(x)).
+onnx::ModelProto ConvBatchNorm() {
+  onnx::ModelProto m = NewModel({1, 3, 8, 8}, {1, 4, 8, 8});
+  auto* g = m.mutable_graph();
+  AddFloatInitializer(g, "w", {4, 3, 3, 3}, Ramp(4 * 27, 0.3f, 0.0f));
+  AddFloatInitializer(g, "b", {4}, {0.1f, -0.2f, 0.3f, 0.0f});
+  AddFloatInitializer(g, "scale", {4}, {1.5f, 0.5f, 2.0f, 1.0f});
+  AddFloatInitializer(g, "bias", {4}, {0.0f, 0.1f, -0.1f, 0.2f});
+  AddFloatInitializer(g, "mean", {4}, {0.05f, -0.1f, 0.2f, 0.0f});
+  AddFloatInitializer(g, "var", {4}, {0.9f, 1.1f, 0.5f, 2.0f});
+  auto* conv = AddOnnxNode(g, "Conv", {"x", "w", "b"}, {"c"}, "/conv");
+  auto* pads = conv->add_attribute();
+  pads->set_name("pads");
+  pads->set_type(onnx::AttributeProto::INTS);
+  for (int i = 0; i < 4; ++i) pads->add_ints(1);
+  AddOnnxNode(g, "BatchNormalization", {"c", "scale", "bias", "mean", "var"}, {"y"}, "/bn");
+  return m;
+}
+
+struct Run {
+  builder::BuildResult built;
+  ir::Tensor y;
+};
+
+absl::StatusOr<Run> BuildRun(const onnx::ModelProto& m, const std::string& policy,
+                             std::vector<std::string> rules, bool fusion,
+                             std::vector<std::string> no_fuse = {}) {
+  builder::BuildOptions o;
+  o.policy = policy;
+  o.rules = std::move(rules);
+  o.fusion.enabled = fusion;
+  o.fusion.no_fuse = std::move(no_fuse);
+  Run r;
+  ASSIGN_OR_RETURN(r.built, builder::BuildEngine(SerializeModel(m), o, nullptr));
+  ASSIGN_OR_RETURN(auto engine,
+                   plan::LoadEngineFromBytes(std::make_shared<std::string>(r.built.blob)));
+  ASSIGN_OR_RETURN(auto session,
+                   runtime::Session::Create(std::shared_ptr<plan::Engine>(std::move(engine))));
+  const auto& in = m.graph().input(0).type().tensor_type().shape();
+  std::vector<int64_t> dims;
+  for (const auto& d : in.dim()) dims.push_back(d.dim_value());
+  ASSIGN_OR_RETURN(ir::Tensor x, ir::Tensor::Allocate(DataType::kF32, dims));
+  std::mt19937 rng(42);
+  std::normal_distribution<float> dist(0.5f, 2.0f);
+  for (int64_t i = 0; i < x.num_elements(); ++i) x.data<float>()[i] = dist(rng);
+  ASSIGN_OR_RETURN(auto out, session->Run({x}));
+  r.y = out[0];
+  return r;
+}
+
+double MaxAbsDiff(const ir::Tensor& a, const ir::Tensor& b) {
+  double m = 0;
+  for (int64_t i = 0; i < a.num_elements(); ++i) {
+    double d = std::fabs(ir::ElementAsDouble(a, i) - ir::ElementAsDouble(b, i));
+    m = std::max(m, std::isnan(d) ? INFINITY : d);
+  }
+  return m;
+}
+
+struct FusionCase {
+  const char* name;
+  onnx::ModelProto (*make)();
+  const char* fusion;  // expected fusion label
+};
+
+class FusionAgreementTest : public ::testing::TestWithParam<FusionCase> {};
+
+TEST_P(FusionAgreementTest, FusedAgreesWithUnfused) {
+  const FusionCase& c = GetParam();
+  onnx::ModelProto m = c.make();
+  for (const char* policy : {"fp32", "fp16", "bf16"}) {
+    auto on = BuildRun(m, policy, {}, true);
+    ASSERT_TRUE(on.ok()) << policy << ": " << on.status();
+    auto off = BuildRun(m, policy, {}, false);
+    ASSERT_TRUE(off.ok()) << policy << ": " << off.status();
+    EXPECT_EQ(on->built.summary.fusions, 1) << policy;
+    EXPECT_EQ(off->built.summary.fusions, 0) << policy;
+    bool found = false;
+    for (const auto& n : on->built.nodes) found = found || n.fusion() == c.fusion;
+    EXPECT_TRUE(found) << "provenance names the fusion " << c.fusion;
+    // The bound the precision implies. fp32: the fused op evaluates the same formula in another
+    // order (e.g. x * (1/sqrt(v)) for x / sqrt(v), folded BatchNorm weights): a few fp32 ulps
+    // of values |y| <= ~10 -> 1e-4. fp16 / bf16: the unfused engine rounds every intermediate
+    // (up to 9 roundings of 2^-11 resp. 2^-8 relative) and the fused one only its output, so
+    // they may differ by ~10 half-ulps of the output scale: 2e-2 (fp16), 1.5e-1 (bf16).
+    double bound = std::string(policy) == "fp32"   ? 1e-4
+                   : std::string(policy) == "fp16" ? 2e-2
+                                                   : 1.5e-1;
+    EXPECT_LE(MaxAbsDiff(on->y, off->y), bound) << c.name << " " << policy;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fusions, FusionAgreementTest,
+    ::testing::Values(FusionCase{"layernorm", DecomposedLayerNorm, "layernorm"},
+                      FusionCase{"gelu", DecomposedGelu, "gelu"},
+                      FusionCase{"softmax", DecomposedSoftmax, "softmax"},
+                      FusionCase{"conv_batchnorm", ConvBatchNorm, "conv+batchnorm"}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST(FusionTest, PinnedFp32IsNeverComputedLowerInsideAFusedKernel) {
+  onnx::ModelProto m = DecomposedLayerNorm();
+  // Everything fp16 except the LayerNorm, pinned fp32.
+  auto fused = BuildRun(m, "fp16", {"pattern:layernorm = fp32"}, true);
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  auto fp32 = BuildRun(m, "fp32", {}, false);
+  ASSERT_TRUE(fp32.ok()) << fp32.status();
+  ASSERT_EQ(fused->built.summary.fusions, 1);
+  for (const auto& n : fused->built.nodes) {
+    EXPECT_EQ(n.assigned_precision(), "fp32") << n.node_name();
+    EXPECT_EQ(n.effective_precision(), "fp32") << n.node_name();
+    EXPECT_EQ(n.fusion(), "layernorm") << n.node_name();
+  }
+  // The whole graph is the pinned LayerNorm, so the fused engine must match the fp32 engine to
+  // fp32 accuracy (an fp16 computation anywhere inside would differ by ~1e-3).
+  EXPECT_LE(MaxAbsDiff(fused->y, fp32->y), 1e-4);
+  // And the kernel itself runs on f32 tensors.
+  auto engine = plan::LoadEngineFromBytes(std::make_shared<std::string>(fused->built.blob));
+  ASSERT_TRUE(engine.ok());
+  int ln_kernels = 0;
+  for (const auto& k : (*engine)->metadata.kernels()) {
+    if (k.op_type() == "LayerNormalization") {
+      ++ln_kernels;
+      EXPECT_EQ(k.dtype(), "f32");
+      EXPECT_EQ(k.nodes_size(), 11 - 2);  // 9 nodes; exponent and epsilon are initializers here
+    }
+  }
+  EXPECT_EQ(ln_kernels, 1);
+}
+
+TEST(FusionTest, FusionThatWouldLowerAPinnedNodeIsRefusedAndLogged) {
+  onnx::ModelProto m = ConvBatchNorm();
+  auto r = BuildRun(m, "fp16", {"op:BatchNormalization = fp32"}, true);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->built.summary.fusions, 0);
+  ASSERT_EQ(r->built.summary.fusion_refusals.size(), 1u);
+  const std::string& why = r->built.summary.fusion_refusals[0];
+  EXPECT_THAT(why, HasSubstr("'/conv'"));
+  EXPECT_THAT(why, HasSubstr("'/bn'"));
+  EXPECT_THAT(why, HasSubstr("op:BatchNormalization = fp32"));
+  for (const auto& n : r->built.nodes) {
+    if (n.op_type() == "BatchNormalization") EXPECT_EQ(n.effective_precision(), "fp32");
+  }
+}
+
+TEST(FusionTest, NoFuseSelectorsAreHonoured) {
+  for (std::vector<std::string> sel :
+       {std::vector<std::string>{"op:Softmax"}, {"scope:/softmax/"}, {"pattern:softmax"}}) {
+    auto r = BuildRun(DecomposedSoftmax(), "fp32", {}, true, sel);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->built.summary.fusions, 0) << sel[0];
+  }
+  auto other = BuildRun(DecomposedSoftmax(), "fp32", {}, true, {"scope:/other/"});
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(other->built.summary.fusions, 1);
+  auto bad = BuildRun(DecomposedSoftmax(), "fp32", {}, true, {"layer:x"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("--no-fuse 'layer:x'"));
+}
+
+}  // namespace
+}  // namespace kiln::testing
