@@ -320,6 +320,8 @@ int Main(int argc, char** argv) {
     st = Run(argc, argv);
   else if (cmd == "inspect")
     st = Inspect(argc, argv);
+  else if (cmd == "explain")
+    st = Explain(argc, argv);
   else
     st = UsageError(absl::StrCat("unknown command '", cmd, "'"));
   if (st.GetPayload(kUsagePayload).has_value()) {
