@@ -11,6 +11,7 @@ packages=(
   libssl-dev
   libspdlog-dev
   libgtest-dev libgmock-dev
+  libbenchmark-dev
   libonnx-testdata
 )
 

@@ -4,6 +4,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "engine/common/cpu_features.h"
+#include "engine/kernels/cpu/avx512/register.h"
 #include "engine/kernels/cpu/ref/register.h"
 
 namespace kiln::kernels {
@@ -20,8 +22,20 @@ const char* IsaName(Isa i) {
   switch (i) {
     case Isa::kRef:
       return "ref";
+    case Isa::kAvx512:
+      return "avx512";
   }
   return "?";
+}
+
+uint64_t IsaCpuFeatures(Isa isa) {
+  switch (isa) {
+    case Isa::kRef:
+      return 0;
+    case Isa::kAvx512:
+      return kCpuAvx512F | kCpuAvx512Bw | kCpuAvx512Vl | kCpuAvx512Dq | kCpuFma | kCpuF16c;
+  }
+  return ~0ull;
 }
 
 void Registry::Add(KernelDef def) { defs_.push_back(std::move(def)); }
@@ -42,15 +56,25 @@ DataType KernelKeyType(const ir::Node& node, int type_source) {
 }
 
 absl::StatusOr<const KernelDef*> Registry::Find(const ir::Node& node) const {
+  return Find(node, DetectCpuFeatures());
+}
+
+absl::StatusOr<const KernelDef*> Registry::Find(const ir::Node& node, uint64_t cpu_features) const {
   bool any = false;
   DataType seen = DataType::kUndefined;
+  const KernelDef* best = nullptr;
   for (const KernelDef& d : defs_) {
     if (d.op != node.op) continue;
     any = true;
     DataType t = KernelKeyType(node, d.type_source);
     seen = t;
-    if (std::find(d.dtypes.begin(), d.dtypes.end(), t) != d.dtypes.end()) return &d;
+    if (std::find(d.dtypes.begin(), d.dtypes.end(), t) == d.dtypes.end()) continue;
+    const uint64_t need = IsaCpuFeatures(d.isa) | d.cpu_features;
+    if ((cpu_features & need) != need) continue;
+    if (d.supports != nullptr && !d.supports(node)) continue;
+    if (best == nullptr || d.isa > best->isa) best = &d;
   }
+  if (best != nullptr) return best;
   if (!any) {
     return absl::UnimplementedError(
         absl::StrCat(node.Label(), " unsupported op: no kernel for ", ir::OpName(node.op)));
@@ -63,6 +87,7 @@ const Registry& Registry::Default() {
   static const Registry* reg = [] {
     auto* r = new Registry();
     cpu::ref::RegisterAll(*r);
+    cpu::avx512::RegisterAvx512(*r);
     return r;
   }();
   return *reg;

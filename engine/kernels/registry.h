@@ -3,6 +3,7 @@
 // static initialisers.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -12,10 +13,15 @@
 namespace kiln::kernels {
 
 enum class Backend { kCpu };
-enum class Isa { kRef };
+/// Instruction sets, slowest first: `Find` prefers the highest one the CPU supports.
+enum class Isa { kRef, kAvx512 };
 
 const char* BackendName(Backend b);
 const char* IsaName(Isa i);
+
+/// The CPU features (CpuFeature bits) every kernel of `isa` needs: 0 for kRef; AVX-512
+/// F/BW/VL/DQ with FMA and F16C for kAvx512. A kernel may need more (KernelDef::cpu_features).
+uint64_t IsaCpuFeatures(Isa isa);
 
 /// Which tensor's dtype selects the kernel: an input index, or `kOutputType` for output 0
 /// (ops whose dtype comes from an attribute, like Constant or Cast's target).
@@ -29,6 +35,11 @@ struct KernelDef {
   Backend backend = Backend::kCpu;
   Isa isa = Isa::kRef;
   KernelFactory factory = nullptr;
+  /// CPU features this kernel needs beyond IsaCpuFeatures(isa) (e.g. kCpuAvx512Bf16).
+  uint64_t cpu_features = 0;
+  /// Optional narrower test than `dtypes` (e.g. a fast Cast only for some dtype pairs); a kernel
+  /// whose `supports` says no is skipped by Find.
+  bool (*supports)(const ir::Node& node) = nullptr;
 };
 
 /// The registry; `Default()` holds every kernel of the build.
@@ -39,9 +50,13 @@ class Registry {
   void AddRef(ir::OpType op, std::vector<DataType> dtypes, KernelFactory factory,
               int type_source = 0);
 
-  /// The kernel for `node` given its value dtypes. Errors: Unimplemented "unsupported op" when the
-  /// op has no kernel at all, Unimplemented "unsupported dtype" when none takes the dtype.
+  /// The kernel for `node` given its value dtypes: of those taking the dtype whose features the
+  /// running CPU has (DetectCpuFeatures), the one of the highest Isa; the reference kernel is the
+  /// fallback. Errors: Unimplemented "unsupported op" when the op has no kernel at all,
+  /// Unimplemented "unsupported dtype" when none takes the dtype.
   absl::StatusOr<const KernelDef*> Find(const ir::Node& node) const;
+  /// As above for a CPU with `cpu_features` (tests pass 0 to get the reference kernel).
+  absl::StatusOr<const KernelDef*> Find(const ir::Node& node, uint64_t cpu_features) const;
 
   const std::vector<KernelDef>& defs() const { return defs_; }
 

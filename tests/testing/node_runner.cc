@@ -58,7 +58,9 @@ absl::StatusOr<std::vector<ir::Tensor>> RunNode(const NodeSpec& spec) {
     n->outputs.push_back(v);
   }
   g.RebuildEdges();
-  ASSIGN_OR_RETURN(const kernels::KernelDef* def, kernels::Registry::Default().Find(*n));
+  const kernels::Registry& reg = kernels::Registry::Default();
+  ASSIGN_OR_RETURN(const kernels::KernelDef* def,
+                   spec.cpu_features ? reg.Find(*n, *spec.cpu_features) : reg.Find(*n));
   ASSIGN_OR_RETURN(auto kernel, def->factory(*n));
   VectorContext ctx(spec.inputs, spec.num_outputs);
   RETURN_IF_ERROR(kernel->Run(ctx));

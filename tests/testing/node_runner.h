@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,9 @@ struct NodeSpec {
   int since_version = 23;
   /// Output dtypes when the kernel is keyed by output type (e.g. Cast target); else unused.
   std::vector<DataType> output_dtypes;
+  /// CPU features the kernel is chosen for (Registry::Find); unset: the running CPU's. 0 selects
+  /// the reference kernel.
+  std::optional<uint64_t> cpu_features;
 };
 
 /// Builds a one-node graph, finds the kernel in the default registry and runs it.

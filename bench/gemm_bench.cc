@@ -1,0 +1,131 @@
+// MatMul kernels at the BERT-base shapes (sequence 128, hidden 768, 12 heads, FFN 3072) in fp32,
+// fp16 and bf16, through the kernel registry exactly as the engine runs them: the fastest kernel
+// the CPU supports, and the reference kernel for comparison. Reports GFLOP/s as a counter.
+//
+//   kiln_bench [--benchmark_filter=...] [--benchmark_format=json]
+//
+// Benchmark names: MatMul/<dtype>/<isa>/<shape name>.
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/common/cpu_features.h"
+#include "engine/common/half.h"
+#include "engine/ir/graph.h"
+#include "engine/kernels/registry.h"
+
+namespace kiln::bench {
+namespace {
+
+// Inputs held by the benchmark; output 0 reused across iterations (allocated on the first run).
+class BenchContext final : public kernels::KernelContext {
+ public:
+  explicit BenchContext(std::vector<ir::Tensor> in) : in_(std::move(in)) {}
+  int num_inputs() const override { return static_cast<int>(in_.size()); }
+  const ir::Tensor* input(int i) const override { return &in_[i]; }
+  int num_outputs() const override { return 1; }
+  absl::StatusOr<ir::Tensor*> output(int i, DataType dtype, std::vector<int64_t> dims) override {
+    if (!out_.defined() || out_.dims() != dims || out_.dtype() != dtype) {
+      auto t = ir::Tensor::Allocate(dtype, std::move(dims));
+      if (!t.ok()) return t.status();
+      out_ = std::move(*t);
+    }
+    return &out_;
+  }
+  bool output_requested(int i) const override { return true; }
+
+ private:
+  std::vector<ir::Tensor> in_;
+  ir::Tensor out_;
+};
+
+ir::Tensor RandomTensor(DataType t, std::vector<int64_t> dims, unsigned seed) {
+  ir::Tensor x = *ir::Tensor::Allocate(t, dims);
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (int64_t i = 0; i < x.num_elements(); ++i) {
+    const float v = dist(gen);
+    if (t == DataType::kF32) x.data<float>()[i] = v;
+    if (t == DataType::kF16) x.data<uint16_t>()[i] = FloatToHalfBits(v);
+    if (t == DataType::kBF16) x.data<uint16_t>()[i] = FloatToBFloat16Bits(v);
+  }
+  return x;
+}
+
+struct Shape {
+  const char* name;
+  int64_t batch, m, k, n;
+};
+
+// One encoder layer's matrix products at sequence 128.
+constexpr Shape kShapes[] = {
+    {"qkv_out_768x768", 1, 128, 768, 768},
+    {"ffn_up_768x3072", 1, 128, 768, 3072},
+    {"ffn_down_3072x768", 1, 128, 3072, 768},
+    {"attn_scores_12x128x64x128", 12, 128, 64, 128},
+    {"attn_context_12x128x128x64", 12, 128, 128, 64},
+};
+
+void RunMatMul(benchmark::State& state, DataType t, uint64_t features, Shape s) {
+  ir::Graph g;
+  ir::Node* n = g.AddNode(ir::OpType::kMatMul, "bench");
+  std::vector<int64_t> ad = {s.m, s.k}, bd = {s.k, s.n};
+  if (s.batch > 1) {
+    ad.insert(ad.begin(), s.batch);
+    bd.insert(bd.begin(), s.batch);
+  }
+  for (const char* name : {"a", "b"}) {
+    ir::Value* v = *g.AddValue(name);
+    v->dtype = t;
+    n->inputs.push_back(v);
+  }
+  n->outputs.push_back(*g.AddValue("y"));
+  auto def = kernels::Registry::Default().Find(*n, features);
+  if (!def.ok()) {
+    state.SkipWithError(std::string(def.status().message()).c_str());
+    return;
+  }
+  auto kernel = (*def)->factory(*n);
+  BenchContext ctx({RandomTensor(t, ad, 1), RandomTensor(t, bd, 2)});
+  for (auto _ : state) {
+    absl::Status st = (*kernel)->Run(ctx);
+    if (!st.ok()) {
+      state.SkipWithError(std::string(st.message()).c_str());
+      return;
+    }
+  }
+  const double flops = 2.0 * s.batch * s.m * s.k * s.n;
+  state.counters["GFLOPS"] =
+      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(kernels::IsaName((*def)->isa));
+}
+
+void RegisterAll() {
+  const uint64_t cpu = DetectCpuFeatures();
+  for (DataType t : {DataType::kF32, DataType::kBF16, DataType::kF16}) {
+    for (const Shape& s : kShapes) {
+      for (bool fast : {true, false}) {
+        const std::string name =
+            absl::StrCat("MatMul/", DataTypeOnnxName(t), "/", fast ? "best" : "ref", "/", s.name);
+        benchmark::RegisterBenchmark(name.c_str(), RunMatMul, t, fast ? cpu : 0, s)
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime()
+            ->MinTime(0.3);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiln::bench
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  kiln::bench::RegisterAll();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

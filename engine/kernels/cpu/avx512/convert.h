@@ -1,0 +1,20 @@
+// Vectorised fp32 <-> fp16 (F16C) and fp32 <-> bf16 (AVX512_BF16) conversions, bit-identical to
+// the portable ones in engine/common/half.h (round to nearest even, same NaN and subnormal
+// results). Defined in convert_avx512.cc; call only when the CPU has kAvx512 features (and
+// kCpuAvx512Bf16 for FloatToBf16).
+#pragma once
+
+#include <cstdint>
+
+namespace kiln::kernels::cpu::avx512 {
+
+/// dst[i] = FloatToHalfBits(src[i]) for i < n.
+void FloatToHalf(const float* src, uint16_t* dst, int64_t n);
+/// dst[i] = HalfBitsToFloat(src[i]) for i < n.
+void HalfToFloat(const uint16_t* src, float* dst, int64_t n);
+/// dst[i] = FloatToBFloat16Bits(src[i]) for i < n (needs kCpuAvx512Bf16).
+void FloatToBf16(const float* src, uint16_t* dst, int64_t n);
+/// dst[i] = BFloat16BitsToFloat(src[i]) for i < n.
+void Bf16ToFloat(const uint16_t* src, float* dst, int64_t n);
+
+}  // namespace kiln::kernels::cpu::avx512

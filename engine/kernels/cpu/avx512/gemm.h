@@ -1,0 +1,57 @@
+// The AVX-512 GEMM core behind the fast Gemm and MatMul kernels (gemm_avx512.cc).
+//
+// Y[b] = epilogue(A[b] * B[b]) for b < batch, on fp32, fp16 or bf16 storage, where every output
+// element is one fp32 dot product rounded once to the storage type. The accumulation order is
+// part of the contract (tests reproduce it bit for bit with scalar code):
+//
+// - fp32 and fp16 (fp16 converted to fp32 exactly on packing): acc = 0, then for k = 0 .. K-1
+//   acc = fma(a[k], b[k], acc), one rounding per step.
+// - bf16 when neither A nor B holds a subnormal bf16 value ("dot" path, vdpbf16ps): acc = 0, then
+//   for each pair p = 0 .. ceil(K/2)-1: acc = ftz(fma(a[2p+1], b[2p+1], acc)), then
+//   acc = ftz(fma(a[2p], b[2p], acc)) (a[K] = b[K] = 0 when K is odd), where ftz() flushes a
+//   subnormal fp32 result to zero of the same sign: vdpbf16ps adds the odd product first and
+//   flushes subnormal results. Products of bf16 values are exact in fp32.
+// - bf16 with a subnormal value in A or B: the fp32 order above (vdpbf16ps would read those
+//   inputs as zero, which the precision contract does not allow).
+//
+// Epilogue (Gemm; `scale` set): v = alpha * acc, then v = v + beta * C (when C is given), each
+// step rounded to fp32, as the reference kernel does; MatMul: v = acc. Then v is rounded once to
+// the output storage type (round to nearest even, as engine/common/half.h).
+#pragma once
+
+#include <cstdint>
+
+namespace kiln::kernels::cpu::avx512 {
+
+enum class GemmType { kF32, kF16, kBF16 };
+
+/// Operands of one batched GEMM. Element (i, j) of a matrix M is p[i * rs + j * cs] in elements
+/// of the storage type; batch b of A starts at a + a_offsets[b] (b_offsets, c likewise).
+struct GemmArgs {
+  GemmType type = GemmType::kF32;
+  int64_t batch = 1, m = 0, n = 0, k = 0;
+  const void* a = nullptr;
+  int64_t a_rs = 0, a_cs = 1;
+  const int64_t* a_offsets = nullptr;  // nullptr: 0 for every batch
+  const void* b = nullptr;
+  int64_t b_rs = 0, b_cs = 1;
+  const int64_t* b_offsets = nullptr;
+  void* y = nullptr;  // batch b, row i starts at y + b * y_batch + i * y_rs; unit column stride
+  int64_t y_rs = 0, y_batch = 0;
+  bool scale = false;  // Gemm epilogue
+  float alpha = 1.0f, beta = 1.0f;
+  const void* c = nullptr;  // optional (Gemm only), broadcast through its strides (0 allowed)
+  int64_t c_rs = 0, c_cs = 0;
+  /// bf16 only: take the vdpbf16ps path; the caller sets it to Bf16DotPathAllowed(A) &&
+  /// Bf16DotPathAllowed(B) over the whole input tensors.
+  bool bf16_dot = false;
+};
+
+/// Runs the GEMM with OpenMP over the available threads. Needs the kAvx512 CPU features, and
+/// kCpuAvx512Bf16 for GemmType::kBF16.
+void GemmAvx512(const GemmArgs& args);
+
+/// Whether a bf16 GEMM takes the vdpbf16ps ("dot") path: no subnormal among the `n` values.
+bool Bf16DotPathAllowed(const uint16_t* values, int64_t n);
+
+}  // namespace kiln::kernels::cpu::avx512

@@ -1,0 +1,347 @@
+// The AVX-512 GEMM core (gemm.h). Compiled with AVX-512 flags (engine/CMakeLists.txt).
+//
+// Blocking: the output is cut into strips of kNr = 64 columns and tiles of kMr = 6 rows. A is
+// packed once per call into row tiles ([K][6] fp32, or [K/2][6][2] bf16 pairs for the dot path);
+// each task packs one B strip ([K][64] fp32 or [K/2][64][2] bf16) into a thread buffer, where it
+// stays in L2 while every row tile of the task runs the micro-kernel over the full K with its
+// 6 x 64 accumulators in 24 zmm registers. Keeping the whole K in registers makes the
+// accumulation order exactly the one gemm.h defines, with no partial sums to combine. Tasks
+// (batch x strip x row group) are spread over the OpenMP threads.
+#include <immintrin.h>
+#include <omp.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "engine/kernels/cpu/avx512/gemm.h"
+#include "engine/kernels/cpu/avx512/vec_convert_inl.h"
+
+namespace kiln::kernels::cpu::avx512 {
+namespace {
+
+constexpr int kMr = 6;
+constexpr int kNr = 64;
+
+static inline int64_t Min(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+static inline __mmask16 TailMask(int64_t left) {
+  if (left <= 0) return 0;
+  return left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1u);
+}
+
+// 64-byte aligned scratch, freed on scope exit.
+class Buffer {
+ public:
+  explicit Buffer(int64_t bytes) {
+    size_t size = static_cast<size_t>((bytes + 63) / 64 * 64);
+    p_ = std::aligned_alloc(64, size == 0 ? 64 : size);
+  }
+  ~Buffer() { std::free(p_); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(p_);
+  }
+
+ private:
+  void* p_;
+};
+
+// `count` elements p[i * cs] of `type` as fp32 into out.
+static void LoadRowF32(GemmType type, const void* base, int64_t cs, int64_t count, float* out) {
+  if (type == GemmType::kF32) {
+    const float* p = static_cast<const float*>(base);
+    if (cs == 1) {
+      std::memcpy(out, p, count * sizeof(float));
+    } else {
+      for (int64_t i = 0; i < count; ++i) out[i] = p[i * cs];
+    }
+    return;
+  }
+  const uint16_t* p = static_cast<const uint16_t*>(base);
+  const bool half = type == GemmType::kF16;
+  for (int64_t i = 0; i < count; i += 16) {
+    __mmask16 m = TailMask(count - i);
+    __m256i raw;
+    if (cs == 1) {
+      raw = _mm256_maskz_loadu_epi16(m, p + i);
+    } else {
+      alignas(32) uint16_t tmp[16] = {};
+      for (int64_t e = 0; e < 16 && i + e < count; ++e) tmp[e] = p[(i + e) * cs];
+      raw = _mm256_load_si256(reinterpret_cast<const __m256i*>(tmp));
+    }
+    _mm512_mask_storeu_ps(out + i, m, half ? HalfToFloat16(raw) : Bf16ToFloat16(raw));
+  }
+}
+
+// `count` raw 16-bit elements p[i * cs] into out.
+static void LoadRowU16(const void* base, int64_t cs, int64_t count, uint16_t* out) {
+  const uint16_t* p = static_cast<const uint16_t*>(base);
+  if (cs == 1) {
+    std::memcpy(out, p, count * sizeof(uint16_t));
+  } else {
+    for (int64_t i = 0; i < count; ++i) out[i] = p[i * cs];
+  }
+}
+
+static inline const char* Elem(const void* base, GemmType type, int64_t offset) {
+  return static_cast<const char*>(base) + offset * (type == GemmType::kF32 ? 4 : 2);
+}
+
+// ---------------------------------------------------------------- packing
+
+// Row tile `t` of A (rows t*6 ..) as [K][6] fp32; rows past M are zero. `row` holds K floats.
+static void PackATileF32(const GemmArgs& g, const void* a, int64_t t, float* dst, float* row) {
+  for (int r = 0; r < kMr; ++r) {
+    const int64_t i = t * kMr + r;
+    if (i < g.m) {
+      LoadRowF32(g.type, Elem(a, g.type, i * g.a_rs), g.a_cs, g.k, row);
+      for (int64_t kk = 0; kk < g.k; ++kk) dst[kk * kMr + r] = row[kk];
+    } else {
+      for (int64_t kk = 0; kk < g.k; ++kk) dst[kk * kMr + r] = 0.0f;
+    }
+  }
+}
+
+// Row tile `t` of bf16 A as [K/2][6][2] pairs (zero padded). `row` holds K + 1 values.
+static void PackATileBf16(const GemmArgs& g, const void* a, int64_t t, uint16_t* dst,
+                          uint16_t* row) {
+  const int64_t kp = CeilDiv(g.k, 2);
+  for (int r = 0; r < kMr; ++r) {
+    const int64_t i = t * kMr + r;
+    if (i < g.m) {
+      LoadRowU16(Elem(a, g.type, i * g.a_rs), g.a_cs, g.k, row);
+    } else {
+      std::memset(row, 0, g.k * sizeof(uint16_t));
+    }
+    row[g.k] = 0;
+    for (int64_t p = 0; p < kp; ++p) {
+      dst[(p * kMr + r) * 2] = row[2 * p];
+      dst[(p * kMr + r) * 2 + 1] = row[2 * p + 1];
+    }
+  }
+}
+
+// Columns j0 .. j0+63 of B as [K][64] fp32; columns past N are zero.
+static void PackBStripF32(const GemmArgs& g, const void* b, int64_t j0, float* dst) {
+  const int64_t nc = Min(kNr, g.n - j0);
+  for (int64_t kk = 0; kk < g.k; ++kk) {
+    float* out = dst + kk * kNr;
+    LoadRowF32(g.type, Elem(b, g.type, kk * g.b_rs + j0 * g.b_cs), g.b_cs, nc, out);
+    for (int64_t j = nc; j < kNr; ++j) out[j] = 0.0f;
+  }
+}
+
+// Columns j0 .. j0+63 of bf16 B as [K/2][64][2]: rows 2p and 2p+1 interleaved per column.
+static void PackBStripBf16(const GemmArgs& g, const void* b, int64_t j0, uint16_t* dst) {
+  const int64_t nc = Min(kNr, g.n - j0);
+  const int64_t kp = CeilDiv(g.k, 2);
+  alignas(64) uint16_t r0[kNr], r1[kNr];
+  // idx[2e] = e, idx[2e+1] = 32 + e: lanes 0..15 of x interleaved with lanes 0..15 of y.
+  alignas(64) uint16_t idx_lo[32], idx_hi[32];
+  for (int e = 0; e < 16; ++e) {
+    idx_lo[2 * e] = e;
+    idx_lo[2 * e + 1] = 32 + e;
+    idx_hi[2 * e] = 16 + e;
+    idx_hi[2 * e + 1] = 48 + e;
+  }
+  const __m512i lo = _mm512_load_si512(idx_lo), hi = _mm512_load_si512(idx_hi);
+  for (int64_t p = 0; p < kp; ++p) {
+    std::memset(r0, 0, sizeof(r0));
+    std::memset(r1, 0, sizeof(r1));
+    LoadRowU16(Elem(b, g.type, 2 * p * g.b_rs + j0 * g.b_cs), g.b_cs, nc, r0);
+    if (2 * p + 1 < g.k) {
+      LoadRowU16(Elem(b, g.type, (2 * p + 1) * g.b_rs + j0 * g.b_cs), g.b_cs, nc, r1);
+    }
+    uint16_t* out = dst + p * kNr * 2;
+    for (int h = 0; h < 2; ++h) {
+      __m512i x = _mm512_load_si512(r0 + 32 * h), y = _mm512_load_si512(r1 + 32 * h);
+      _mm512_storeu_si512(out + 64 * h, _mm512_permutex2var_epi16(x, lo, y));
+      _mm512_storeu_si512(out + 64 * h + 32, _mm512_permutex2var_epi16(x, hi, y));
+    }
+  }
+}
+
+// ---------------------------------------------------------------- micro-kernels
+
+// out[r][0..63] = sum over k of ap[k][r] * bp[k][0..63], in k order, for r < R.
+template <int R>
+static void KernelF32(int64_t k, const float* ap, const float* bp, float* out) {
+  __m512 c[R][4];
+  for (int r = 0; r < R; ++r) {
+    for (int q = 0; q < 4; ++q) c[r][q] = _mm512_setzero_ps();
+  }
+  for (int64_t kk = 0; kk < k; ++kk) {
+    const float* b = bp + kk * kNr;
+    const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+    const __m512 b2 = _mm512_load_ps(b + 32), b3 = _mm512_load_ps(b + 48);
+    const float* a = ap + kk * kMr;
+    for (int r = 0; r < R; ++r) {
+      const __m512 av = _mm512_set1_ps(a[r]);
+      c[r][0] = _mm512_fmadd_ps(av, b0, c[r][0]);
+      c[r][1] = _mm512_fmadd_ps(av, b1, c[r][1]);
+      c[r][2] = _mm512_fmadd_ps(av, b2, c[r][2]);
+      c[r][3] = _mm512_fmadd_ps(av, b3, c[r][3]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int q = 0; q < 4; ++q) _mm512_store_ps(out + r * kNr + q * 16, c[r][q]);
+  }
+}
+
+// As KernelF32 over bf16 pairs with vdpbf16ps (odd product first, subnormal results flushed).
+template <int R>
+static void KernelBf16(int64_t kp, const uint16_t* ap, const uint16_t* bp, float* out) {
+  __m512 c[R][4];
+  for (int r = 0; r < R; ++r) {
+    for (int q = 0; q < 4; ++q) c[r][q] = _mm512_setzero_ps();
+  }
+  for (int64_t p = 0; p < kp; ++p) {
+    const uint16_t* b = bp + p * kNr * 2;
+    const __m512bh b0 = reinterpret_cast<__m512bh>(_mm512_load_si512(b));
+    const __m512bh b1 = reinterpret_cast<__m512bh>(_mm512_load_si512(b + 32));
+    const __m512bh b2 = reinterpret_cast<__m512bh>(_mm512_load_si512(b + 64));
+    const __m512bh b3 = reinterpret_cast<__m512bh>(_mm512_load_si512(b + 96));
+    const uint16_t* a = ap + p * kMr * 2;
+    for (int r = 0; r < R; ++r) {
+      int32_t pair;
+      std::memcpy(&pair, a + 2 * r, sizeof(pair));
+      const __m512bh av = reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair));
+      c[r][0] = _mm512_dpbf16_ps(c[r][0], av, b0);
+      c[r][1] = _mm512_dpbf16_ps(c[r][1], av, b1);
+      c[r][2] = _mm512_dpbf16_ps(c[r][2], av, b2);
+      c[r][3] = _mm512_dpbf16_ps(c[r][3], av, b3);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int q = 0; q < 4; ++q) _mm512_store_ps(out + r * kNr + q * 16, c[r][q]);
+  }
+}
+
+using KernelF32Fn = void (*)(int64_t, const float*, const float*, float*);
+using KernelBf16Fn = void (*)(int64_t, const uint16_t*, const uint16_t*, float*);
+constexpr KernelF32Fn kKernelsF32[kMr + 1] = {
+    nullptr, KernelF32<1>, KernelF32<2>, KernelF32<3>, KernelF32<4>, KernelF32<5>, KernelF32<6>};
+constexpr KernelBf16Fn kKernelsBf16[kMr + 1] = {nullptr,       KernelBf16<1>, KernelBf16<2>,
+                                                KernelBf16<3>, KernelBf16<4>, KernelBf16<5>,
+                                                KernelBf16<6>};
+
+// ---------------------------------------------------------------- epilogue
+
+// Rows i0 .. i0+mr-1, columns j0 .. j0+nc-1 of batch `bi` from the fp32 tile `acc` ([6][64]).
+static void StoreTile(const GemmArgs& g, int64_t bi, int64_t i0, int mr, int64_t j0, int64_t nc,
+                      const float* acc, float* crow) {
+  const __m512 alpha = _mm512_set1_ps(g.alpha), beta = _mm512_set1_ps(g.beta);
+  const int64_t es = g.type == GemmType::kF32 ? 4 : 2;
+  for (int r = 0; r < mr; ++r) {
+    const int64_t i = i0 + r;
+    if (g.c != nullptr)
+      LoadRowF32(g.type, Elem(g.c, g.type, i * g.c_rs + j0 * g.c_cs), g.c_cs, nc, crow);
+    char* y = static_cast<char*>(g.y) + (bi * g.y_batch + i * g.y_rs + j0) * es;
+    for (int q = 0; q * 16 < nc; ++q) {
+      const __mmask16 m = TailMask(nc - q * 16);
+      __m512 v = _mm512_load_ps(acc + r * kNr + q * 16);
+      if (g.scale) {
+        v = _mm512_mul_ps(alpha, v);
+        if (g.c != nullptr) {
+          v = _mm512_add_ps(v, _mm512_mul_ps(beta, _mm512_maskz_loadu_ps(m, crow + q * 16)));
+        }
+      }
+      switch (g.type) {
+        case GemmType::kF32:
+          _mm512_mask_storeu_ps(reinterpret_cast<float*>(y) + q * 16, m, v);
+          break;
+        case GemmType::kF16:
+          _mm256_mask_storeu_epi16(reinterpret_cast<uint16_t*>(y) + q * 16, m, FloatToHalf16(v));
+          break;
+        case GemmType::kBF16:
+          _mm256_mask_storeu_epi16(reinterpret_cast<uint16_t*>(y) + q * 16, m, FloatToBf16x16(v));
+          break;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+bool Bf16DotPathAllowed(const uint16_t* values, int64_t n) {
+  // Subnormal: exponent bits zero, mantissa non-zero, i.e. (v & 0x7fff) in [1, 0x7f].
+  __mmask32 any = 0;
+  int64_t i = 0;
+  const __m512i abs_mask = _mm512_set1_epi16(0x7fff), one = _mm512_set1_epi16(1);
+  const __m512i top = _mm512_set1_epi16(0x7f);
+  for (; i < n; i += 32) {
+    const __mmask32 m = n - i >= 32 ? ~0u : (1u << (n - i)) - 1u;
+    __m512i v = _mm512_and_si512(_mm512_maskz_loadu_epi16(m, values + i), abs_mask);
+    any |= _mm512_mask_cmplt_epu16_mask(m, _mm512_sub_epi16(v, one), top);
+    if (any) return false;
+  }
+  return true;
+}
+
+void GemmAvx512(const GemmArgs& g) {
+  if (g.batch <= 0 || g.m <= 0 || g.n <= 0) return;
+  const bool dot = g.type == GemmType::kBF16 && g.bf16_dot;
+  const int64_t mtiles = CeilDiv(g.m, kMr), strips = CeilDiv(g.n, kNr);
+  const int64_t kp = CeilDiv(g.k, 2);
+  // Packed A: per batch, mtiles tiles of [K][6] fp32 or [K/2][6][2] bf16.
+  const int64_t a_tile = dot ? kp * kMr * 2 : g.k * kMr;  // elements
+  const int64_t a_es = dot ? 2 : 4;
+  Buffer apack(g.batch * mtiles * a_tile * a_es + 64);
+  const int64_t b_strip_bytes = (dot ? kp * kNr * 2 * 2 : g.k * kNr * 4) + 64;
+
+  const int threads = omp_get_max_threads();
+  // Split rows too when batches x strips cannot keep every thread busy twice over.
+  int64_t mgroups = 1;
+  if (g.batch * strips < 2 * threads) mgroups = Min(mtiles, CeilDiv(2 * threads, g.batch * strips));
+  const int64_t tiles_per_group = CeilDiv(mtiles, mgroups);
+  const int64_t tasks = g.batch * strips * mgroups;
+  const bool parallel = g.batch * g.m * g.n * (g.k + 1) >= (1 << 16);
+
+#pragma omp parallel if (parallel)
+  {
+    Buffer row((g.k + 1) * 4 + 64);
+    Buffer bpack(b_strip_bytes);
+    alignas(64) float acc[kMr * kNr];
+    Buffer crow(kNr * 4);
+
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < g.batch * mtiles; ++t) {
+      const int64_t bi = t / mtiles, ti = t % mtiles;
+      const void* a = Elem(g.a, g.type, g.a_offsets ? g.a_offsets[bi] : 0);
+      if (dot) {
+        PackATileBf16(g, a, ti, apack.as<uint16_t>() + t * a_tile, row.as<uint16_t>());
+      } else {
+        PackATileF32(g, a, ti, apack.as<float>() + t * a_tile, row.as<float>());
+      }
+    }
+
+#pragma omp for schedule(dynamic)
+    for (int64_t t = 0; t < tasks; ++t) {
+      const int64_t bi = t / (strips * mgroups);
+      const int64_t s = (t / mgroups) % strips, grp = t % mgroups;
+      const int64_t j0 = s * kNr, nc = Min(kNr, g.n - j0);
+      const void* b = Elem(g.b, g.type, g.b_offsets ? g.b_offsets[bi] : 0);
+      if (dot) {
+        PackBStripBf16(g, b, j0, bpack.as<uint16_t>());
+      } else {
+        PackBStripF32(g, b, j0, bpack.as<float>());
+      }
+      const int64_t t1 = Min(mtiles, (grp + 1) * tiles_per_group);
+      for (int64_t ti = grp * tiles_per_group; ti < t1; ++ti) {
+        const int mr = static_cast<int>(Min(kMr, g.m - ti * kMr));
+        const int64_t at = bi * mtiles + ti;
+        if (dot) {
+          kKernelsBf16[mr](kp, apack.as<uint16_t>() + at * a_tile, bpack.as<uint16_t>(), acc);
+        } else {
+          kKernelsF32[mr](g.k, apack.as<float>() + at * a_tile, bpack.as<float>(), acc);
+        }
+        StoreTile(g, bi, ti * kMr, mr, j0, nc, acc, crow.as<float>());
+      }
+    }
+  }
+}
+
+}  // namespace kiln::kernels::cpu::avx512

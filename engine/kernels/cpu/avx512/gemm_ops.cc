@@ -1,0 +1,186 @@
+// Gemm and MatMul on float, float16 and bfloat16 through the AVX-512 GEMM core (gemm.h). Shape
+// rules and errors are the reference kernels' (cpu/ref/nn_gemm.cc); the numbers differ from the
+// reference only by the accumulation order that gemm.h defines.
+#include <memory>
+#include <vector>
+
+#include "engine/common/cpu_features.h"
+#include "engine/kernels/cpu/avx512/gemm.h"
+#include "engine/kernels/cpu/avx512/register.h"
+#include "engine/kernels/cpu/ref/common.h"
+
+namespace kiln::kernels::cpu::avx512 {
+namespace {
+
+using ref::BroadcastShapes;
+using ref::BroadcastStrides;
+using ref::InvalidNode;
+using ref::RequireInput;
+
+GemmType ToGemmType(DataType t) {
+  switch (t) {
+    case DataType::kF16:
+      return GemmType::kF16;
+    case DataType::kBF16:
+      return GemmType::kBF16;
+    default:
+      return GemmType::kF32;
+  }
+}
+
+// Sets the bf16 path choice of gemm.h from the whole input tensors.
+void ChooseBf16Path(GemmArgs& g, const ir::Tensor& a, const ir::Tensor& b) {
+  if (g.type != GemmType::kBF16) return;
+  g.bf16_dot = Bf16DotPathAllowed(a.data<uint16_t>(), a.num_elements()) &&
+               Bf16DotPathAllowed(b.data<uint16_t>(), b.num_elements());
+}
+
+// Y = alpha * A' * B' + beta * C.
+class GemmKernel final : public Kernel {
+ public:
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const ir::Node& node) {
+    auto k = std::make_unique<GemmKernel>(node);
+    k->trans_a_ = node.GetInt("transA", 0) != 0;
+    k->trans_b_ = node.GetInt("transB", 0) != 0;
+    k->alpha_ = node.GetFloat("alpha", 1.0f);
+    k->beta_ = node.GetFloat("beta", 1.0f);
+    return std::unique_ptr<Kernel>(std::move(k));
+  }
+  explicit GemmKernel(const ir::Node& node) : node_(node) {}
+
+  absl::Status Run(KernelContext& ctx) override {
+    ASSIGN_OR_RETURN(const ir::Tensor* a, RequireInput(node_, ctx, 0));
+    ASSIGN_OR_RETURN(const ir::Tensor* b, RequireInput(node_, ctx, 1));
+    const ir::Tensor* c = ctx.input(2);
+    if (c == nullptr && node_.since_version < 11) {
+      return InvalidNode(node_, "input C is required before opset 11");
+    }
+    if (a->rank() != 2 || b->rank() != 2) {
+      return InvalidNode(node_, "A and B must be 2-D, got ", ir::DimsToString(a->dims()), " and ",
+                         ir::DimsToString(b->dims()));
+    }
+    if (a->dtype() != b->dtype() || (c && c->dtype() != a->dtype())) {
+      return InvalidNode(node_, "A, B and C must have the same dtype");
+    }
+    const int64_t m = trans_a_ ? a->dim(1) : a->dim(0);
+    const int64_t k = trans_a_ ? a->dim(0) : a->dim(1);
+    const int64_t kb = trans_b_ ? b->dim(1) : b->dim(0);
+    const int64_t n = trans_b_ ? b->dim(0) : b->dim(1);
+    if (k != kb) {
+      return InvalidNode(node_, "inner dimensions differ: A' is ", m, "x", k, ", B' is ", kb, "x",
+                         n);
+    }
+    GemmArgs g;
+    if (c) {
+      if (c->rank() > 2) return InvalidNode(node_, "C must have rank <= 2");
+      std::vector<int64_t> cd = c->dims();
+      while (cd.size() < 2) cd.insert(cd.begin(), 1);
+      if ((cd[0] != 1 && cd[0] != m) || (cd[1] != 1 && cd[1] != n)) {
+        return InvalidNode(node_, "C of shape ", ir::DimsToString(c->dims()),
+                           " cannot be broadcast to [", m, ",", n, "]");
+      }
+      g.c = c->raw_data();
+      g.c_rs = cd[0] == 1 ? 0 : cd[1];
+      g.c_cs = cd[1] == 1 ? 0 : 1;
+    }
+    ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, a->dtype(), {m, n}));
+    g.type = ToGemmType(a->dtype());
+    g.m = m;
+    g.n = n;
+    g.k = k;
+    g.a = a->raw_data();
+    g.a_rs = trans_a_ ? 1 : k;
+    g.a_cs = trans_a_ ? m : 1;
+    g.b = b->raw_data();
+    g.b_rs = trans_b_ ? 1 : n;
+    g.b_cs = trans_b_ ? k : 1;
+    g.y = y->raw_data();
+    g.y_rs = n;
+    g.scale = true;
+    g.alpha = alpha_;
+    g.beta = beta_;
+    ChooseBf16Path(g, *a, *b);
+    GemmAvx512(g);
+    return absl::OkStatus();
+  }
+
+ private:
+  const ir::Node& node_;
+  bool trans_a_ = false, trans_b_ = false;
+  float alpha_ = 1.0f, beta_ = 1.0f;
+};
+
+// numpy.matmul: 1-D operands are promoted (and the added dim dropped), batch dims broadcast.
+absl::Status MatMulRun(const ir::Node& node, KernelContext& ctx) {
+  ASSIGN_OR_RETURN(const ir::Tensor* a, RequireInput(node, ctx, 0));
+  ASSIGN_OR_RETURN(const ir::Tensor* b, RequireInput(node, ctx, 1));
+  if (a->dtype() != b->dtype()) return InvalidNode(node, "A and B must have the same dtype");
+  if (a->rank() == 0 || b->rank() == 0) return InvalidNode(node, "operands must not be scalars");
+  std::vector<int64_t> ad = a->dims(), bd = b->dims();
+  const bool a_vec = ad.size() == 1, b_vec = bd.size() == 1;
+  if (a_vec) ad.insert(ad.begin(), 1);
+  if (b_vec) bd.push_back(1);
+  const int64_t m = ad[ad.size() - 2], k = ad.back();
+  const int64_t kb = bd[bd.size() - 2], n = bd.back();
+  if (k != kb) {
+    return InvalidNode(node, "inner dimensions differ: ", ir::DimsToString(a->dims()), " x ",
+                       ir::DimsToString(b->dims()));
+  }
+  std::vector<int64_t> a_batch(ad.begin(), ad.end() - 2), b_batch(bd.begin(), bd.end() - 2);
+  ASSIGN_OR_RETURN(std::vector<int64_t> batch, BroadcastShapes(node, a_batch, b_batch));
+  std::vector<int64_t> as = BroadcastStrides(a_batch, batch);
+  std::vector<int64_t> bs = BroadcastStrides(b_batch, batch);
+  std::vector<int64_t> out = batch;
+  if (!a_vec) out.push_back(m);
+  if (!b_vec) out.push_back(n);
+  ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, a->dtype(), out));
+  const int64_t nbatch = ir::NumElementsOf(batch);
+  // Element offsets of each batch's A and B matrices (broadcast dims have stride 0).
+  std::vector<int64_t> a_off(nbatch), b_off(nbatch), idx(batch.size(), 0);
+  for (int64_t bi = 0; bi < nbatch; ++bi) {
+    int64_t ao = 0, bo = 0;
+    for (size_t d = 0; d < batch.size(); ++d) {
+      ao += idx[d] * as[d];
+      bo += idx[d] * bs[d];
+    }
+    a_off[bi] = ao * m * k;
+    b_off[bi] = bo * k * n;
+    for (int d = static_cast<int>(batch.size()) - 1; d >= 0; --d) {
+      if (++idx[d] < batch[d]) break;
+      idx[d] = 0;
+    }
+  }
+  GemmArgs g;
+  g.type = ToGemmType(a->dtype());
+  g.batch = nbatch;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.a = a->raw_data();
+  g.a_rs = k;
+  g.a_offsets = a_off.data();
+  g.b = b->raw_data();
+  g.b_rs = n;
+  g.b_offsets = b_off.data();
+  g.y = y->raw_data();
+  g.y_rs = n;
+  g.y_batch = m * n;
+  ChooseBf16Path(g, *a, *b);
+  GemmAvx512(g);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void RegisterGemmOps(Registry& r) {
+  for (ir::OpType op : {ir::OpType::kGemm, ir::OpType::kMatMul}) {
+    KernelFactory f =
+        op == ir::OpType::kGemm ? &GemmKernel::Create : &FunctionKernel<MatMulRun>::Create;
+    r.Add(KernelDef{op, {DataType::kF32, DataType::kF16}, 0, Backend::kCpu, Isa::kAvx512, f});
+    KernelDef bf16{op, {DataType::kBF16}, 0, Backend::kCpu, Isa::kAvx512, f};
+    bf16.cpu_features = kCpuAvx512Bf16;  // vdpbf16ps, vcvtneps2bf16
+    r.Add(bf16);
+  }
+}
+
+}  // namespace kiln::kernels::cpu::avx512

@@ -1,0 +1,23 @@
+// The explicit list of AVX-512 kernel families. Registry::Find picks these over the reference
+// kernels only when the running CPU has the features of their Isa (and KernelDef::cpu_features).
+//
+// Layout (XNNPACK's split): `*_avx512.cc` files are compiled with AVX-512 flags (set per file in
+// engine/CMakeLists.txt) and hold only plain functions on raw pointers, no templates or inline
+// functions shared with other files, so no AVX-512 code can leak into code that runs before the
+// CPU check. The kernel classes, shape checks and registration are ordinary files.
+#pragma once
+
+#include "engine/kernels/registry.h"
+
+namespace kiln::kernels::cpu::avx512 {
+
+void RegisterCast(Registry& r);     // cast.cc: Cast between float, float16 and bfloat16
+void RegisterGemmOps(Registry& r);  // gemm_ops.cc: Gemm, MatMul on float, float16, bfloat16
+
+/// Registers every AVX-512 kernel.
+inline void RegisterAvx512(Registry& r) {
+  RegisterCast(r);
+  RegisterGemmOps(r);
+}
+
+}  // namespace kiln::kernels::cpu::avx512

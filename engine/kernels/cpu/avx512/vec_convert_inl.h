@@ -1,0 +1,58 @@
+// 16-lane conversions shared by the AVX-512 files. Include only from `*_avx512.cc` files: every
+// function is `static` so that each of those files keeps its own copy (internal linkage) and none
+// can be picked by the linker for code compiled without AVX-512.
+#pragma once
+
+#include <immintrin.h>
+
+namespace kiln::kernels::cpu::avx512 {
+namespace {
+
+// 16 fp16 -> fp32. vcvtph2ps quiets signalling NaNs; half.h keeps the payload as it is
+// (sign | 0x7f800000 | mant << 13), so NaN lanes are rebuilt with integer ops.
+static inline __m512 HalfToFloat16(__m256i h) {
+  __m512 f = _mm512_cvtph_ps(h);
+  __m512i w = _mm512_cvtepu16_epi32(h);
+  __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(w, _mm512_set1_epi32(0x7fff)),
+                                          _mm512_set1_epi32(0x7c00));
+  if (nan) {
+    __m512i bits = _mm512_or_si512(
+        _mm512_slli_epi32(_mm512_and_si512(w, _mm512_set1_epi32(0x8000)), 16),
+        _mm512_or_si512(_mm512_set1_epi32(0x7f800000),
+                        _mm512_slli_epi32(_mm512_and_si512(w, _mm512_set1_epi32(0x3ff)), 13)));
+    f = _mm512_mask_mov_ps(f, nan, _mm512_castsi512_ps(bits));
+  }
+  return f;
+}
+
+// 16 fp32 -> fp16 with round to nearest even (vcvtps2ph; MXCSR is not consulted for rounding
+// with an explicit mode, and Kiln never sets DAZ). NaN: sign | 0x7e00 | mant >> 13, as half.h.
+static inline __m256i FloatToHalf16(__m512 f) {
+  return _mm512_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+
+// 16 bf16 -> fp32 (exact: a shift).
+static inline __m512 Bf16ToFloat16(__m256i b) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
+}
+
+// 16 fp32 -> bf16, round to nearest even. vcvtneps2bf16 rounds like half.h and quiets NaN the
+// same way (x >> 16 | 0x40), but treats subnormal inputs as zero; those lanes are rounded with
+// the integer formula of half.h instead (x + 0x7fff + lsb) >> 16.
+static inline __m256i FloatToBf16x16(__m512 f) {
+  __m256i r = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(f));
+  __m512i x = _mm512_castps_si512(f);
+  __m512i abs = _mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff));
+  __mmask16 sub = _mm512_cmplt_epu32_mask(_mm512_sub_epi32(abs, _mm512_set1_epi32(1)),
+                                          _mm512_set1_epi32(0x007fffff));
+  if (sub) {
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
+    __m512i rounded = _mm512_srli_epi32(
+        _mm512_add_epi32(x, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb)), 16);
+    r = _mm256_mask_mov_epi16(r, sub, _mm512_cvtepi32_epi16(rounded));
+  }
+  return r;
+}
+
+}  // namespace
+}  // namespace kiln::kernels::cpu::avx512

@@ -1,0 +1,478 @@
+// AVX-512 kernels against the reference kernels and against scalar emulations of their defined
+// arithmetic: registry selection, the vectorised fp16/bf16 conversions (every 16-bit value and a
+// strided sample of fp32 bit patterns, bit for bit), Cast, and Gemm / MatMul on float, float16
+// and bfloat16 (bit for bit against the accumulation order of kernels/cpu/avx512/gemm.h, and
+// within an accumulation-order bound of the reference). Skipped on CPUs without the features.
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "engine/common/cpu_features.h"
+#include "engine/common/half.h"
+#include "engine/kernels/cpu/avx512/convert.h"
+#include "engine/kernels/registry.h"
+#include "gtest/gtest.h"
+#include "tests/testing/node_runner.h"
+
+namespace kiln::testing {
+namespace {
+
+using ir::OpType;
+using kernels::Isa;
+
+const uint64_t kAvx512 = kernels::IsaCpuFeatures(Isa::kAvx512);
+const uint64_t kAvx512Bf16 = kAvx512 | kCpuAvx512Bf16;
+
+bool Has(uint64_t features) { return (DetectCpuFeatures() & features) == features; }
+
+#define SKIP_WITHOUT(features)                                                           \
+  if (!Has(features)) {                                                                  \
+    GTEST_SKIP() << "CPU lacks " << CpuFeatureString((features) & ~DetectCpuFeatures()); \
+  }
+
+// ---------------------------------------------------------------- registry selection
+
+// The kernel Find picks for a one-node graph of `op` on inputs of `dtype` (Cast: to `to`).
+const kernels::KernelDef* Pick(OpType op, DataType dtype, uint64_t features,
+                               DataType to = DataType::kUndefined) {
+  static ir::Graph* g = new ir::Graph();  // nodes must outlive the returned pointers' checks
+  ir::Node* n = g->AddNode(op, "pick");
+  for (int i = 0; i < 2; ++i) {
+    auto v = g->AddValue("in" + std::to_string(g->values().size()));
+    EXPECT_TRUE(v.ok());
+    (*v)->dtype = dtype;
+    n->inputs.push_back(*v);
+  }
+  if (to != DataType::kUndefined) n->attrs["to"] = IntAttr(static_cast<int64_t>(to));
+  auto def = kernels::Registry::Default().Find(*n, features);
+  EXPECT_TRUE(def.ok()) << def.status();
+  return def.ok() ? *def : nullptr;
+}
+
+TEST(Avx512Registry, PrefersFastestSupportedIsaAndFallsBackToRef) {
+  EXPECT_EQ(Pick(OpType::kMatMul, DataType::kF32, kAvx512)->isa, Isa::kAvx512);
+  EXPECT_EQ(Pick(OpType::kMatMul, DataType::kF32, 0)->isa, Isa::kRef);
+  EXPECT_EQ(Pick(OpType::kMatMul, DataType::kF32, kAvx512 & ~kCpuAvx512Bw)->isa, Isa::kRef);
+  EXPECT_EQ(Pick(OpType::kGemm, DataType::kF16, kAvx512)->isa, Isa::kAvx512);
+  // bf16 needs AVX512_BF16 on top of the Isa's features.
+  EXPECT_EQ(Pick(OpType::kGemm, DataType::kBF16, kAvx512)->isa, Isa::kRef);
+  EXPECT_EQ(Pick(OpType::kGemm, DataType::kBF16, kAvx512Bf16)->isa, Isa::kAvx512);
+  // Dtypes without a fast kernel keep the reference one.
+  EXPECT_EQ(Pick(OpType::kMatMul, DataType::kF64, kAvx512Bf16)->isa, Isa::kRef);
+  EXPECT_EQ(Pick(OpType::kAdd, DataType::kF32, kAvx512Bf16)->isa, Isa::kRef);
+  // Cast: only the float / float16 / bfloat16 pairs are fast (KernelDef::supports).
+  EXPECT_EQ(Pick(OpType::kCast, DataType::kF32, kAvx512Bf16, DataType::kF16)->isa, Isa::kAvx512);
+  EXPECT_EQ(Pick(OpType::kCast, DataType::kF32, kAvx512Bf16, DataType::kI32)->isa, Isa::kRef);
+  EXPECT_EQ(Pick(OpType::kCast, DataType::kF16, kAvx512Bf16, DataType::kF16)->isa, Isa::kRef);
+  EXPECT_EQ(Pick(OpType::kCast, DataType::kI8, kAvx512Bf16, DataType::kF16)->isa, Isa::kRef);
+  EXPECT_STREQ(kernels::IsaName(Isa::kAvx512), "avx512");
+}
+
+// ---------------------------------------------------------------- conversions
+
+// fp32 bit patterns: every `stride`-th one plus the boundaries where rounding changes regime.
+std::vector<float> Fp32Sample() {
+  std::vector<uint32_t> bits;
+  for (uint64_t u = 0; u <= 0xffffffffull; u += 4093) bits.push_back(static_cast<uint32_t>(u));
+  for (uint32_t base : {0x00000000u, 0x00800000u, 0x33000000u, 0x387fe000u, 0x38800000u,
+                        0x477fe000u, 0x477ff000u, 0x47800000u, 0x7f7f8000u, 0x7f800000u,
+                        0x7fc00000u, 0x7f800001u, 0x7fffffffu, 0x3f808000u, 0x3f818000u}) {
+    for (uint32_t d = 0; d < 64; ++d) {
+      for (uint32_t sign : {0u, 0x80000000u}) {
+        bits.push_back(sign | (base + d));
+        bits.push_back(sign | (base - d));
+      }
+    }
+  }
+  std::vector<float> out(bits.size());
+  std::memcpy(out.data(), bits.data(), bits.size() * 4);
+  return out;
+}
+
+std::vector<uint16_t> All16() {
+  std::vector<uint16_t> v(65536);
+  for (int i = 0; i < 65536; ++i) v[i] = static_cast<uint16_t>(i);
+  return v;
+}
+
+TEST(Avx512Convert, EveryHalfAndBf16ToFloatIsBitExact) {
+  SKIP_WITHOUT(kAvx512);
+  std::vector<uint16_t> in = All16();
+  std::vector<float> out(in.size());
+  kernels::cpu::avx512::HalfToFloat(in.data(), out.data(), in.size());
+  for (int i = 0; i < 65536; ++i) {
+    ASSERT_EQ(FloatBits(out[i]), FloatBits(HalfBitsToFloat(in[i]))) << "fp16 0x" << std::hex << i;
+  }
+  kernels::cpu::avx512::Bf16ToFloat(in.data(), out.data(), in.size());
+  for (int i = 0; i < 65536; ++i) {
+    ASSERT_EQ(FloatBits(out[i]), FloatBits(BFloat16BitsToFloat(in[i])))
+        << "bf16 0x" << std::hex << i;
+  }
+}
+
+TEST(Avx512Convert, FloatToHalfAndBf16MatchPortableOnStridedSample) {
+  SKIP_WITHOUT(kAvx512Bf16);
+  std::vector<float> in = Fp32Sample();
+  std::vector<uint16_t> out(in.size());
+  kernels::cpu::avx512::FloatToHalf(in.data(), out.data(), in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    ASSERT_EQ(out[i], FloatToHalfBits(in[i])) << "fp32 0x" << std::hex << FloatBits(in[i]);
+  }
+  kernels::cpu::avx512::FloatToBf16(in.data(), out.data(), in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    ASSERT_EQ(out[i], FloatToBFloat16Bits(in[i])) << "fp32 0x" << std::hex << FloatBits(in[i]);
+  }
+  // Every subnormal fp32 mantissa pattern of one sign near the bf16 rounding points (vcvtneps2bf16
+  // alone would flush these to zero).
+  std::vector<float> sub;
+  for (uint32_t u = 1; u < 0x00800000u; u += 97) sub.push_back(BitsToFloat(u | 0x80000000u));
+  std::vector<uint16_t> sub_out(sub.size());
+  kernels::cpu::avx512::FloatToBf16(sub.data(), sub_out.data(), sub.size());
+  for (size_t i = 0; i < sub.size(); ++i) ASSERT_EQ(sub_out[i], FloatToBFloat16Bits(sub[i]));
+}
+
+// The Cast op: fast against reference kernel, every pair, bit for bit.
+TEST(Avx512Cast, EveryPairMatchesReferenceKernel) {
+  SKIP_WITHOUT(kAvx512Bf16);
+  std::vector<uint16_t> all16 = All16();
+  std::vector<float> f32 = Fp32Sample();
+  const DataType kTypes[] = {DataType::kF32, DataType::kF16, DataType::kBF16};
+  for (DataType from : kTypes) {
+    for (DataType to : kTypes) {
+      if (from == to) continue;
+      NodeSpec spec;
+      spec.op = OpType::kCast;
+      spec.attrs = {{"to", IntAttr(static_cast<int64_t>(to))}};
+      spec.inputs = {from == DataType::kF32 ? MakeFloat({static_cast<int64_t>(f32.size())}, f32)
+                                            : MakeTensor<uint16_t>({65536}, all16, from)};
+      spec.output_dtypes = {to};
+      ir::Tensor fast = RunNodeOk0(spec);
+      spec.cpu_features = 0;
+      ir::Tensor ref = RunNodeOk0(spec);
+      ASSERT_EQ(fast.dtype(), to);
+      ASSERT_EQ(fast.byte_size(), ref.byte_size());
+      EXPECT_EQ(std::memcmp(fast.raw_data(), ref.raw_data(), ref.byte_size()), 0)
+          << DataTypeOnnxName(from) << " -> " << DataTypeOnnxName(to);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- GEMM
+
+// Flushes a subnormal to zero of the same sign (vdpbf16ps's FTZ).
+float Ftz(float x) { return std::fabs(x) < 0x1p-126f ? std::copysign(0.0f, x) : x; }
+
+bool HasSubnormalBf16(const std::vector<uint16_t>& v) {
+  for (uint16_t b : v) {
+    if ((b & 0x7f80) == 0 && (b & 0x7f) != 0) return true;
+  }
+  return false;
+}
+
+// One GEMM problem: A' (m x k) and B' (k x n) as exact fp32 values of the storage type, and the
+// Gemm epilogue.
+struct Problem {
+  DataType type = DataType::kF32;
+  int64_t m = 0, n = 0, k = 0;
+  std::vector<float> a, b;  // row-major A' and B' (after the transposes)
+  bool gemm = false;
+  float alpha = 1.0f, beta = 1.0f;
+  std::vector<float> c;  // m x n after broadcasting, empty if none
+  bool bf16_dot = false;
+};
+
+Problem MakeProblem(DataType t, int64_t m, int64_t n, int64_t k) {
+  Problem p;
+  p.type = t;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  return p;
+}
+
+// Scalar emulation of gemm.h's arithmetic; returns fp32 values before the output rounding.
+std::vector<float> Emulate(const Problem& p) {
+  std::vector<float> y(p.m * p.n);
+  for (int64_t i = 0; i < p.m; ++i) {
+    for (int64_t j = 0; j < p.n; ++j) {
+      auto a = [&](int64_t kk) { return kk < p.k ? p.a[i * p.k + kk] : 0.0f; };
+      auto b = [&](int64_t kk) { return kk < p.k ? p.b[kk * p.n + j] : 0.0f; };
+      float acc = 0.0f;
+      if (p.bf16_dot) {
+        for (int64_t q = 0; 2 * q < p.k; ++q) {
+          acc = Ftz(std::fma(a(2 * q + 1), b(2 * q + 1), acc));
+          acc = Ftz(std::fma(a(2 * q), b(2 * q), acc));
+        }
+      } else {
+        for (int64_t kk = 0; kk < p.k; ++kk) acc = std::fma(a(kk), b(kk), acc);
+      }
+      if (p.gemm) {
+        acc = p.alpha * acc;
+        if (!p.c.empty()) acc = acc + p.beta * p.c[i * p.n + j];
+      }
+      y[i * p.n + j] = acc;
+    }
+  }
+  return y;
+}
+
+float RoundTo(DataType t, float v) {
+  if (t == DataType::kF16) return HalfBitsToFloat(FloatToHalfBits(v));
+  if (t == DataType::kBF16) return BFloat16BitsToFloat(FloatToBFloat16Bits(v));
+  return v;
+}
+
+// Spacing of the output type at |v| (0 for fp32: the fp32 bound already covers it).
+float OutputUlp(DataType t, float v) {
+  if (t == DataType::kF32) return 0.0f;
+  const int mant = t == DataType::kF16 ? 10 : 7;
+  const int min_exp = t == DataType::kF16 ? -14 : -126;
+  int e = v == 0.0f ? min_exp : std::max(min_exp, std::ilogb(v));
+  return std::ldexp(1.0f, e - mant);
+}
+
+// Random values in [-1, 1] exactly representable in `t`, and their storage.
+ir::Tensor RandomTensor(DataType t, std::vector<int64_t> dims, std::mt19937& gen,
+                        std::vector<float>* values) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  values->resize(n);
+  for (float& v : *values) v = RoundTo(t, dist(gen));
+  if (t == DataType::kF32) return MakeFloat(dims, *values);
+  return t == DataType::kF16 ? MakeHalf(dims, *values) : MakeBf16(dims, *values);
+}
+
+std::vector<float> Floats(const ir::Tensor& t) { return ToFloats(t); }
+
+// Runs `spec` on the fast and the reference kernel and checks (1) fast == rounded emulation bit
+// for bit when `p` is given, (2) |fast - ref| within the accumulation-order bound.
+void CheckAgainstRef(NodeSpec spec, const Problem* p, const std::vector<float>& abs_dot,
+                     const std::vector<float>& abs_c, float abs_alpha, int64_t k, DataType t,
+                     bool bf16_dot) {
+  ir::Tensor fast_t = RunNodeOk0(spec);
+  spec.cpu_features = 0;
+  ir::Tensor ref_t = RunNodeOk0(spec);
+  ASSERT_TRUE(fast_t.defined() && ref_t.defined());
+  ASSERT_EQ(fast_t.dims(), ref_t.dims());
+  std::vector<float> fast = Floats(fast_t), ref = Floats(ref_t);
+  ASSERT_EQ(fast.size(), abs_dot.size());
+  if (p != nullptr) {
+    std::vector<float> emu = Emulate(*p);
+    for (size_t i = 0; i < fast.size(); ++i) {
+      ASSERT_EQ(FloatBits(fast[i]), FloatBits(RoundTo(t, emu[i])))
+          << "emulation mismatch at " << i << " (m,n,k)=" << p->m << "," << p->n << "," << p->k;
+    }
+  }
+  // Both kernels compute each output as an fp32 sum of the same K products (exact for fp16 and
+  // bf16 inputs) in different orders, then the same epilogue. Any order of a K-term dot product
+  // is within gamma_K * sum|a b| of the exact value (Higham, Accuracy and Stability, 3.1), with
+  // gamma_n = n u / (1 - n u), u = 2^-24; the epilogue's two roundings count as two more terms.
+  // The difference of the two is at most twice that. The vdpbf16ps path also flushes each
+  // subnormal partial sum (at most 2^-126 per step, 2 per pair). A 16-bit output rounds both
+  // values once, which can split them by one more unit in the last place at most.
+  const double u = std::ldexp(1.0, -24);
+  const double n_terms = static_cast<double>(k + 2);
+  const double gamma = n_terms * u / (1.0 - n_terms * u);
+  for (size_t i = 0; i < fast.size(); ++i) {
+    double tol = 2.0 * gamma * (abs_alpha * abs_dot[i] + abs_c[i]);
+    if (bf16_dot) tol += static_cast<double>(k + 1) * std::ldexp(1.0, -126);
+    tol += OutputUlp(t, std::max(std::fabs(fast[i]), std::fabs(ref[i])));
+    ASSERT_LE(std::fabs(static_cast<double>(fast[i]) - ref[i]), tol)
+        << "at " << i << " fast " << fast[i] << " ref " << ref[i] << " k " << k;
+  }
+}
+
+uint64_t FeaturesFor(DataType t) { return t == DataType::kBF16 ? kAvx512Bf16 : kAvx512; }
+
+// sum_k |A'(i,k) B'(k,j)| per output.
+std::vector<float> AbsDot(const Problem& p) {
+  std::vector<float> s(p.m * p.n, 0.0f);
+  for (int64_t i = 0; i < p.m; ++i) {
+    for (int64_t j = 0; j < p.n; ++j) {
+      double acc = 0;
+      for (int64_t kk = 0; kk < p.k; ++kk) acc += std::fabs(p.a[i * p.k + kk] * p.b[kk * p.n + j]);
+      s[i * p.n + j] = static_cast<float>(acc);
+    }
+  }
+  return s;
+}
+
+bool DotPath(DataType t, const ir::Tensor& a, const ir::Tensor& b) {
+  return t == DataType::kBF16 && !HasSubnormalBf16(Bits16(a)) && !HasSubnormalBf16(Bits16(b));
+}
+
+class Avx512Gemm : public ::testing::TestWithParam<DataType> {};
+
+struct Shape {
+  int64_t m, n, k;
+};
+
+// Odd sizes, edge tiles (rows % 6, columns % 64, odd K for the bf16 pairs), K = 0 and 1.
+std::vector<Shape> Shapes() {
+  std::vector<Shape> s = {{1, 1, 1},  {1, 64, 1},    {6, 64, 8},     {7, 65, 3},
+                          {5, 17, 2}, {13, 130, 33}, {64, 64, 64},   {37, 200, 129},
+                          {2, 3, 0},  {3, 1, 5},     {12, 128, 768}, {128, 96, 64}};
+  std::mt19937 gen(7);
+  for (int i = 0; i < 12; ++i) {
+    s.push_back({1 + static_cast<int64_t>(gen() % 40), 1 + static_cast<int64_t>(gen() % 150),
+                 1 + static_cast<int64_t>(gen() % 90)});
+  }
+  return s;
+}
+
+TEST_P(Avx512Gemm, MatMulMatchesEmulationAndReference) {
+  const DataType t = GetParam();
+  SKIP_WITHOUT(FeaturesFor(t));
+  std::mt19937 gen(11);
+  for (const Shape& s : Shapes()) {
+    Problem p = MakeProblem(t, s.m, s.n, s.k);
+    ir::Tensor a = RandomTensor(t, {s.m, s.k}, gen, &p.a);
+    ir::Tensor b = RandomTensor(t, {s.k, s.n}, gen, &p.b);
+    p.bf16_dot = DotPath(t, a, b);
+    NodeSpec spec;
+    spec.op = OpType::kMatMul;
+    spec.inputs = {a, b};
+    CheckAgainstRef(spec, &p, AbsDot(p), std::vector<float>(s.m * s.n, 0.0f), 1.0f, s.k, t,
+                    p.bf16_dot);
+  }
+}
+
+TEST_P(Avx512Gemm, GemmTransposesAlphaBetaAndBiasShapes) {
+  const DataType t = GetParam();
+  SKIP_WITHOUT(FeaturesFor(t));
+  std::mt19937 gen(12);
+  const std::vector<Shape> shapes = {{7, 65, 3}, {13, 130, 33}, {1, 5, 64}, {30, 70, 17}};
+  int variant = 0;
+  for (const Shape& s : shapes) {
+    for (int ta = 0; ta < 2; ++ta) {
+      for (int tb = 0; tb < 2; ++tb, ++variant) {
+        Problem p = MakeProblem(t, s.m, s.n, s.k);
+        p.gemm = true;
+        p.alpha = variant % 3 == 0 ? 1.0f : 0.5f;
+        p.beta = variant % 2 == 0 ? 2.0f : 1.0f;
+        std::vector<float> av, bv, cv;
+        ir::Tensor a = RandomTensor(
+            t, ta ? std::vector<int64_t>{s.k, s.m} : std::vector<int64_t>{s.m, s.k}, gen, &av);
+        ir::Tensor b = RandomTensor(
+            t, tb ? std::vector<int64_t>{s.n, s.k} : std::vector<int64_t>{s.k, s.n}, gen, &bv);
+        p.a.resize(s.m * s.k);
+        p.b.resize(s.k * s.n);
+        for (int64_t i = 0; i < s.m; ++i) {
+          for (int64_t kk = 0; kk < s.k; ++kk) {
+            p.a[i * s.k + kk] = ta ? av[kk * s.m + i] : av[i * s.k + kk];
+          }
+        }
+        for (int64_t kk = 0; kk < s.k; ++kk) {
+          for (int64_t j = 0; j < s.n; ++j) {
+            p.b[kk * s.n + j] = tb ? bv[j * s.k + kk] : bv[kk * s.n + j];
+          }
+        }
+        // C: none, [n], [m, 1], [m, n], [1] in turn.
+        std::vector<int64_t> cdims;
+        const int ckind = variant % 5;
+        if (ckind == 1) cdims = {s.n};
+        if (ckind == 2) cdims = {s.m, 1};
+        if (ckind == 3) cdims = {s.m, s.n};
+        if (ckind == 4) cdims = {1};
+        NodeSpec spec;
+        spec.op = OpType::kGemm;
+        spec.attrs = {{"transA", IntAttr(ta)},
+                      {"transB", IntAttr(tb)},
+                      {"alpha", FloatAttr(p.alpha)},
+                      {"beta", FloatAttr(p.beta)}};
+        spec.inputs = {a, b};
+        std::vector<float> abs_c(s.m * s.n, 0.0f);
+        if (ckind != 0) {
+          ir::Tensor c = RandomTensor(t, cdims, gen, &cv);
+          spec.inputs.push_back(c);
+          p.c.resize(s.m * s.n);
+          for (int64_t i = 0; i < s.m; ++i) {
+            for (int64_t j = 0; j < s.n; ++j) {
+              const int64_t ci = ckind == 1 ? j : ckind == 2 ? i : ckind == 3 ? i * s.n + j : 0;
+              p.c[i * s.n + j] = cv[ci];
+              abs_c[i * s.n + j] = std::fabs(p.beta * cv[ci]);
+            }
+          }
+        }
+        p.bf16_dot = DotPath(t, a, b);
+        CheckAgainstRef(spec, &p, AbsDot(p), abs_c, std::fabs(p.alpha), s.k, t, p.bf16_dot);
+      }
+    }
+  }
+}
+
+// Batched MatMul with broadcast batch dims and 1-D operands, against the reference kernel.
+TEST_P(Avx512Gemm, MatMulBroadcastAndVectors) {
+  const DataType t = GetParam();
+  SKIP_WITHOUT(FeaturesFor(t));
+  std::mt19937 gen(13);
+  struct Case {
+    std::vector<int64_t> a, b;
+  };
+  const std::vector<Case> cases = {{{2, 1, 7, 9}, {3, 9, 70}},
+                                   {{12, 13, 64}, {12, 64, 13}},
+                                   {{9}, {2, 9, 5}},
+                                   {{4, 6, 9}, {9}},
+                                   {{9}, {9}},
+                                   {{1, 5, 3}, {4, 3, 2}}};
+  for (const Case& c : cases) {
+    std::vector<float> av, bv;
+    ir::Tensor a = RandomTensor(t, c.a, gen, &av);
+    ir::Tensor b = RandomTensor(t, c.b, gen, &bv);
+    NodeSpec spec;
+    spec.op = OpType::kMatMul;
+    spec.inputs = {a, b};
+    spec.cpu_features = 0;
+    ir::Tensor ref = RunNodeOk0(spec);
+    // Every product is bounded by 1 in magnitude, so sum |a b| <= K for the bound.
+    const int64_t k = c.a.back();
+    std::vector<float> bound(ref.num_elements(), static_cast<float>(k));
+    spec.cpu_features.reset();
+    CheckAgainstRef(spec, nullptr, bound, std::vector<float>(bound.size(), 0.0f), 1.0f, k, t,
+                    DotPath(t, a, b));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, Avx512Gemm,
+                         ::testing::Values(DataType::kF32, DataType::kF16, DataType::kBF16),
+                         [](const auto& info) {
+                           return std::string(DataTypeOnnxName(info.param));
+                         });
+
+// bf16 corner cases of the dot path's definition: a subnormal partial sum is flushed (products
+// of normal bf16 values can be subnormal in fp32), and a subnormal input switches to the fp32
+// path, which keeps it.
+TEST(Avx512GemmBf16, FlushesSubnormalPartialSumsButNeverSubnormalInputs) {
+  SKIP_WITHOUT(kAvx512Bf16);
+  const float tiny = std::ldexp(1.0f, -70), small = std::ldexp(1.0f, -60);  // product 2^-130
+  {
+    Problem p = MakeProblem(DataType::kBF16, 1, 1, 2);
+    p.a = {tiny, tiny};
+    p.b = {small, small};
+    p.bf16_dot = true;
+    NodeSpec spec;
+    spec.op = OpType::kMatMul;
+    spec.inputs = {MakeBf16({1, 2}, p.a), MakeBf16({2, 1}, p.b)};
+    ir::Tensor y = RunNodeOk0(spec);
+    EXPECT_EQ(ToFloats(y)[0], RoundTo(DataType::kBF16, Emulate(p)[0]));
+    EXPECT_EQ(ToFloats(y)[0], 0.0f);  // the reference keeps 2^-129
+  }
+  {
+    const float sub = std::ldexp(1.0f, -130);  // a subnormal bf16 input
+    Problem p = MakeProblem(DataType::kBF16, 1, 1, 3);
+    p.a = {sub, 1.0f, 1.0f};
+    p.b = {1.0f, std::ldexp(1.0f, -140), -std::ldexp(1.0f, -140)};
+    p.bf16_dot = false;
+    NodeSpec spec;
+    spec.op = OpType::kMatMul;
+    spec.inputs = {MakeBf16({1, 3}, p.a), MakeBf16({3, 1}, p.b)};
+    ir::Tensor y = RunNodeOk0(spec);
+    EXPECT_EQ(ToFloats(y)[0], RoundTo(DataType::kBF16, Emulate(p)[0]));
+    EXPECT_EQ(ToFloats(y)[0], sub);
+  }
+}
+
+}  // namespace
+}  // namespace kiln::testing
