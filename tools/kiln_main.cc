@@ -1,4 +1,6 @@
 // kiln: the local command line (DESIGN.md §10): build, run, inspect.
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -7,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/cord.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -28,7 +31,7 @@ namespace {
 constexpr char kUsage[] = R"(usage:
   kiln build MODEL.onnx [--policy PRESET|FILE] [--rule 'SEL=PREC']... [--constraints obey|prefer]
              [--typing auto|strong|weak] [--fusion on|off] [--no-fuse SEL]... -o ENGINE [--quiet]
-  kiln run ENGINE --inputs DIR --outputs DIR
+  kiln run ENGINE --inputs DIR --outputs DIR [--repeat N]
   kiln inspect ENGINE [--json]
   kiln explain MODEL.onnx [--policy ...] [--rule ...] [--constraints ...] [--typing ...] --node NAME
 
@@ -198,9 +201,14 @@ absl::Status Explain(int argc, char** argv) {
 }
 
 absl::Status Run(int argc, char** argv) {
-  auto args = Parse(argc, argv, 2, {{"--inputs", true}, {"--outputs", true}});
+  auto args = Parse(argc, argv, 2, {{"--inputs", true}, {"--outputs", true}, {"--repeat", true}});
   if (!args.ok()) return UsageError(std::string(args.status().message()));
   if (args->positional.size() != 1) return UsageError("run takes exactly one ENGINE");
+  int repeat = 1;
+  if (args->flags.count("--repeat") &&
+      (!absl::SimpleAtoi(args->flags["--repeat"], &repeat) || repeat < 1 || repeat > 100000)) {
+    return UsageError("--repeat takes a count from 1 to 100000");
+  }
   if (!args->flags.count("--inputs") || !args->flags.count("--outputs")) {
     return UsageError("run needs --inputs DIR and --outputs DIR");
   }
@@ -208,6 +216,19 @@ absl::Status Run(int argc, char** argv) {
   ASSIGN_OR_RETURN(auto session, runtime::Session::Create(engine));
   ASSIGN_OR_RETURN(auto inputs, ReadTensorDir(args->flags["--inputs"], "input"));
   ASSIGN_OR_RETURN(auto outputs, session->Run(inputs));
+  if (repeat > 1) {
+    // Latency of the loaded engine (the first run above is the warm-up), not of process start.
+    std::vector<double> ms;
+    for (int i = 0; i < repeat; ++i) {
+      auto t0 = std::chrono::steady_clock::now();
+      ASSIGN_OR_RETURN(outputs, session->Run(inputs));
+      ms.push_back(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(ms.begin(), ms.end());
+    std::cout << absl::StrFormat("latency over %d runs: min %.3f ms, median %.3f ms\n", repeat,
+                                 ms.front(), ms[ms.size() / 2]);
+  }
   std::vector<std::string> names;
   for (const ir::Value* v : engine->graph->outputs()) names.push_back(v->name);
   RETURN_IF_ERROR(WriteTensorDir(args->flags["--outputs"], "output", outputs, names));

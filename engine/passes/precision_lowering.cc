@@ -149,21 +149,29 @@ class Lowering {
       // The dtype this node reads the slot at: T-typed slots follow the node's precision, fixed
       // ones and authored non-fp32 ones (double) keep their authored dtype.
       DataType want = authored_[v->id];
-      if (!FixedInput(n, i) && want == DataType::kF32) want = pdt;
+      if (!FixedInput(n, i) && Retypable(want)) want = pdt;
       if (v->dtype != want) {
         ASSIGN_OR_RETURN(n.inputs[i], Convert(v, want, n));
       }
     }
+    bool changed_output = false;
     for (int k = 0; k < n.num_outputs(); ++k) {
       ir::Value* v = n.outputs[k];
-      if (!v || authored_[v->id] != DataType::kF32 || FixedOutput(n, k)) continue;
+      if (!v || !Retypable(authored_[v->id]) || FixedOutput(n, k)) continue;
       if (v->dtype == pdt) continue;
-      v->dtype = pdt;
-      Record(v->name, DataType::kF32, pdt,
+      changed_output = true;
+      Record(v->name, v->dtype, pdt,
              absl::StrCat("output of ", n.Label(), " at ", precision::PrecisionName(p)));
+      v->dtype = pdt;
     }
-    if (pdt != DataType::kF32) RETURN_IF_ERROR(RetypeAttributes(n, pdt));
+    if (changed_output) RETURN_IF_ERROR(RetypeAttributes(n, pdt));
     return absl::OkStatus();
+  }
+
+  // Floating slots the assignment may retype: fp32 always, fp16/bf16 too (they are authored only
+  // under weak typing here; strong typing returns before lowering). f64 stays as authored.
+  static bool Retypable(DataType t) {
+    return t == DataType::kF32 || t == DataType::kF16 || t == DataType::kBF16;
   }
 
   // Ops whose output dtype is an attribute follow the new output dtype.

@@ -45,8 +45,7 @@ absl::StatusOr<Built> BuildAndRun(const std::string& model, builder::BuildOption
                    plan::LoadEngineFromBytes(std::make_shared<std::string>(b.result.blob)));
   ASSIGN_OR_RETURN(auto session,
                    runtime::Session::Create(std::shared_ptr<plan::Engine>(std::move(engine))));
-  std::vector<ir::Tensor> inputs = {
-      ReadTensor(ModelDir(model) + "/test_data_set_0/input_0.pb")};
+  std::vector<ir::Tensor> inputs = {ReadTensor(ModelDir(model) + "/test_data_set_0/input_0.pb")};
   ASSIGN_OR_RETURN(b.outputs, session->Run(inputs));
   return b;
 }
@@ -154,6 +153,27 @@ TEST(PrecisionE2eTest, AuthoredMixedPrecisionRunsAsAuthoredUnderEveryPolicy) {
   EXPECT_THAT(std::string(obey.status().message()), HasSubstr("/pow"));
 }
 
+TEST(PrecisionE2eTest, WeakTypingRetypesAnAuthoredModel) {
+  builder::BuildOptions o = Policy("fp32");
+  o.typing = precision::Typing::kWeak;
+  auto weak = BuildAndRun("authored_mixed", o);
+  ASSERT_TRUE(weak.ok()) << weak.status();
+  EXPECT_FALSE(weak->result.summary.strong_typing);
+  EXPECT_EQ(weak->result.summary.nodes_fp16, 0);
+  EXPECT_GT(weak->result.summary.dtype_changes, 0);
+  auto strong = BuildAndRun("authored_mixed", builder::BuildOptions{});
+  ASSERT_TRUE(strong.ok()) << strong.status();
+  // The fp16 MatMuls now run in fp32: the output moves, but only by fp16 rounding (|y| < 1,
+  // a few fp16 roundings of 2^-11 relative each).
+  double diff = 0;
+  for (int64_t i = 0; i < strong->outputs[0].num_elements(); ++i) {
+    diff = std::max(diff, std::fabs(ir::ElementAsDouble(weak->outputs[0], i) -
+                                    ir::ElementAsDouble(strong->outputs[0], i)));
+  }
+  EXPECT_GT(diff, 0.0);
+  EXPECT_LT(diff, 1e-2);
+}
+
 TEST(PrecisionE2eTest, RulesResolveInOrderAndUnmatchedRulesFailUnderObey) {
   builder::BuildOptions o = Policy("fp16");
   o.rules = {"op:MatMul = bf16", "name:/blocks.0/* = fp32", "op:MatMul = fp16"};
@@ -168,21 +188,21 @@ TEST(PrecisionE2eTest, RulesResolveInOrderAndUnmatchedRulesFailUnderObey) {
     }
   }
   o.rules = {"name:LayerNormalization_* = fp32"};  // PyTorch names them /blocks.0/ln1/...
-  auto none = builder::BuildEngineFromFile(ModelDir("bert_layernorm_op") + "/model.onnx", o,
-                                           nullptr);
+  auto none =
+      builder::BuildEngineFromFile(ModelDir("bert_layernorm_op") + "/model.onnx", o, nullptr);
   ASSERT_FALSE(none.ok());
   EXPECT_THAT(std::string(none.status().message()), HasSubstr("matches no node"));
   EXPECT_THAT(std::string(none.status().message()), HasSubstr("--rule 1"));
   o.constraints = precision::Constraints::kPrefer;
-  auto warned = builder::BuildEngineFromFile(ModelDir("bert_layernorm_op") + "/model.onnx", o,
-                                             nullptr);
+  auto warned =
+      builder::BuildEngineFromFile(ModelDir("bert_layernorm_op") + "/model.onnx", o, nullptr);
   ASSERT_TRUE(warned.ok()) << warned.status();
   ASSERT_EQ(warned->summary.warnings.size(), 1u);
   EXPECT_THAT(warned->summary.warnings[0], HasSubstr("matches no node"));
   o.rules = {"name:*LayerNormalization* = fp32"};
   o.constraints = precision::Constraints::kObey;
-  auto glob = builder::BuildEngineFromFile(ModelDir("bert_layernorm_op") + "/model.onnx", o,
-                                           nullptr);
+  auto glob =
+      builder::BuildEngineFromFile(ModelDir("bert_layernorm_op") + "/model.onnx", o, nullptr);
   ASSERT_TRUE(glob.ok()) << glob.status();
   int ln = 0;
   for (const auto& n : glob->nodes) {
