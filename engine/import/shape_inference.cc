@@ -298,6 +298,8 @@ Shape InferShape(const Node& n, int k) {
       return k == 0 || n.op == OpType::kDropout ? SameShape(n, 0) : Shape::Unknown();
     case OpType::kLayerNormalization:
       return k == 0 ? SameShape(n, 0) : Shape::Unknown();
+    case OpType::kAddLayerNorm:  // normalised sum and the sum itself
+      return SameShape(n, 0);
     case OpType::kAdd:
     case OpType::kSub:
     case OpType::kMul:
@@ -481,6 +483,7 @@ Shape InferShape(const Node& n, int k) {
       for (int i = *axis + 1; i < r; ++i) s.dims.push_back(x->shape.dims[i]);
       return s;
     }
+    case OpType::kFusedMatMul:
     case OpType::kMatMul: {
       const Value* b = In(n, 1);
       if (!x || !b || !x->shape.rank_known || !b->shape.rank_known) return Shape::Unknown();
@@ -506,6 +509,7 @@ Shape InferShape(const Node& n, int k) {
       s.dims[1] = b->shape.dims[n.GetInt("transB", 0) ? 0 : 1];
       return s;
     }
+    case OpType::kFusedConv:
     case OpType::kConv: {
       auto w = StaticDimsOf(In(n, 1));
       if (!x || !x->shape.rank_known) return Shape::Unknown();

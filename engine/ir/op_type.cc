@@ -9,7 +9,9 @@ namespace {
 
 constexpr std::array<const char*, static_cast<int>(OpType::kNumOps)> kNames = {
 #define KILN_OP(name) #name,
+#define KILN_INTERNAL_OP(name) KILN_OP(name)
 #include "engine/ir/ops.def"
+#undef KILN_INTERNAL_OP
 #undef KILN_OP
 };
 

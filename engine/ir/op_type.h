@@ -10,7 +10,9 @@ namespace kiln::ir {
 /// Ops Kiln implements; names equal ONNX op types of the default domain.
 enum class OpType : int {
 #define KILN_OP(name) k##name,
+#define KILN_INTERNAL_OP(name) KILN_OP(name)
 #include "engine/ir/ops.def"
+#undef KILN_INTERNAL_OP
 #undef KILN_OP
   kNumOps
 };

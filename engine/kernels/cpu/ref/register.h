@@ -17,6 +17,7 @@ void RegisterLoss(Registry& r);     // loss.cc: NegativeLogLikelihoodLoss, Softm
 void RegisterBitwise(Registry& r);  // elementwise_bitwise.cc: Bitwise*, BitShift
 void RegisterSpatial(Registry& r);  // spatial.cc: LpPool, GlobalLpPool, GridSample, Col2Im,
                                     // AffineGrid, MaxUnpool
+void RegisterFused(Registry& r);        // fused.cc: FusedMatMul, FusedConv, AddLayerNorm
 void RegisterDataOps(Registry& r);  // data_ops.cc: Compress, ReverseSequence, CenterCropPad,
                                     // MeanVarianceNormalization, DynamicQuantizeLinear
 
@@ -34,6 +35,7 @@ inline void RegisterAll(Registry& r) {
   RegisterBitwise(r);
   RegisterSpatial(r);
   RegisterDataOps(r);
+  RegisterFused(r);
 }
 
 }  // namespace kiln::kernels::cpu::ref
