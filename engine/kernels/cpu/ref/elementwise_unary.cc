@@ -1,6 +1,7 @@
 // Unary math ops: one functor each, all run by UnaryKernel (elementwise_loops.h).
 #include <cmath>
 
+#include "engine/kernels/cpu/ref/elementwise_activation.h"
 #include "engine/kernels/cpu/ref/elementwise_loops.h"
 
 namespace kiln::kernels::cpu::ref::ew {
@@ -8,19 +9,6 @@ namespace {
 
 using ir::OpType;
 
-struct FloatOp {
-  using Types = FloatList;
-};
-
-// Float-only math: `F` (a captureless generic lambda) evaluated in the compute type (float for
-// float/fp16/bf16, double for double).
-template <auto F>
-struct FloatUnary : FloatOp {
-  template <typename C>
-  C operator()(C x) const {
-    return F(x);
-  }
-};
 using AcosOp = FloatUnary<[](auto x) { return std::acos(x); }>;
 using AcoshOp = FloatUnary<[](auto x) { return std::acosh(x); }>;
 using AsinOp = FloatUnary<[](auto x) { return std::asin(x); }>;
@@ -41,7 +29,6 @@ using SinOp = FloatUnary<[](auto x) { return std::sin(x); }>;
 using SinhOp = FloatUnary<[](auto x) { return std::sinh(x); }>;
 using SqrtOp = FloatUnary<[](auto x) { return std::sqrt(x); }>;
 using TanOp = FloatUnary<[](auto x) { return std::tan(x); }>;
-using TanhOp = FloatUnary<[](auto x) { return std::tanh(x); }>;
 
 struct AbsOp {
   using Types = NumericList;

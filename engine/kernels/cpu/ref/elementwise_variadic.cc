@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "engine/kernels/cpu/ref/elementwise_activation.h"
 #include "engine/kernels/cpu/ref/elementwise_loops.h"
 
 namespace kiln::kernels::cpu::ref::ew {
@@ -151,11 +152,7 @@ absl::Status RunClip(const ir::Node& node, KernelContext& ctx) {
       ASSIGN_OR_RETURN(hi, BoundFromInput<T>(node, ctx, *x, 2, highest));
     }
     ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, x->dtype(), x->dims()));
-    // min(max(x, lo), hi): gives `hi` everywhere when lo > hi (Clip-13 doc); NaN passes through.
-    UnaryLoop<T, T>(*x, *y, [lo, hi](C v) {
-      C r = v < lo ? lo : v;
-      return r > hi ? hi : r;
-    });
+    UnaryLoop<T, T>(*x, *y, ClipFn<C>{lo, hi});
     return absl::OkStatus();
   });
 }

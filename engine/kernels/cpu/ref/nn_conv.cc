@@ -63,6 +63,27 @@ absl::Status CheckSpatialRank(const ir::Node& node, int nd) {
   return absl::OkStatus();
 }
 
+// The channel-count error, once the caller has found X, W and group inconsistent.
+absl::Status GroupMismatch(const ir::Node& node, const ConvOperands& in, int64_t group) {
+  return InvalidNode(node, "X has ", in.x->dim(1), " channels and W is ",
+                     ir::DimsToString(in.w->dims()), ", inconsistent with group ", group);
+}
+
+// B has shape [m]; kernel_shape, when given, matches W's spatial dims. Returns those dims.
+absl::StatusOr<std::vector<int64_t>> CheckBiasAndKernel(const ir::Node& node,
+                                                        const WindowAttrs& attrs,
+                                                        const ConvOperands& in, int64_t m) {
+  if (in.b && (in.b->rank() != 1 || in.b->dim(0) != m)) {
+    return InvalidNode(node, "B must have shape [", m, "], got ", ir::DimsToString(in.b->dims()));
+  }
+  std::vector<int64_t> kernel(in.w->dims().begin() + 2, in.w->dims().end());
+  if (!attrs.kernel.empty() && attrs.kernel != kernel) {
+    return InvalidNode(node, "kernel_shape ", ir::DimsToString(attrs.kernel), " does not match W ",
+                       ir::DimsToString(in.w->dims()));
+  }
+  return kernel;
+}
+
 // X, W and B in accumulator type (converted copies unless T already is it).
 template <typename T>
 struct AccOperands {
@@ -85,10 +106,7 @@ struct OutputAcc {
   using A = Acc<T>;
   OutputAcc(T* y, int64_t n, const A* bias, int64_t channels, int64_t spatial) : y_(y), n_(n) {
     if constexpr (!std::is_same_v<T, A>) buf_.resize(n);
-    A* p = data();
-    for (int64_t i = 0; i < n; i += spatial) {
-      std::fill(p + i, p + i + spatial, bias ? bias[(i / spatial) % channels] : A(0));
-    }
+    FillBias(data(), n, bias, channels, spatial);
   }
   A* data() {
     if constexpr (std::is_same_v<T, A>) {
@@ -116,52 +134,13 @@ class ConvKernelBase : public Kernel {
   explicit ConvKernelBase(const ir::Node& node) : node_(node) {}
 
  protected:
-  struct Operands {
-    const ir::Tensor* x;
-    const ir::Tensor* w;
-    const ir::Tensor* b;  // null when omitted
-  };
+  using Operands = ConvOperands;
 
   absl::Status ReadAttrs() {
-    ASSIGN_OR_RETURN(attrs_, ReadWindowAttrs(node_));
-    group_ = node_.GetInt("group", 1);
-    if (group_ <= 0) return InvalidNode(node_, "group must be positive");
+    ASSIGN_OR_RETURN(ConvAttrs a, ReadConvAttrs(node_));
+    attrs_ = std::move(a.window);
+    group_ = a.group;
     return absl::OkStatus();
-  }
-
-  // X, W and the optional B, with the spatial rank, W's rank and the dtypes checked.
-  absl::StatusOr<Operands> ReadOperands(KernelContext& ctx) const {
-    ASSIGN_OR_RETURN(const ir::Tensor* x, RequireInput(node_, ctx, 0));
-    ASSIGN_OR_RETURN(const ir::Tensor* w, RequireInput(node_, ctx, 1));
-    const ir::Tensor* b = ctx.input(2);
-    RETURN_IF_ERROR(CheckSpatialRank(node_, x->rank() - 2));
-    if (w->rank() != x->rank()) {
-      return InvalidNode(node_, "W rank ", w->rank(), " differs from X rank ", x->rank());
-    }
-    if (w->dtype() != x->dtype() || (b && b->dtype() != x->dtype())) {
-      return InvalidNode(node_, "X, W and B must have the same dtype");
-    }
-    return Operands{x, w, b};
-  }
-
-  // The channel-count error, once the caller has found X, W and group inconsistent.
-  absl::Status GroupMismatch(const Operands& in) const {
-    return InvalidNode(node_, "X has ", in.x->dim(1), " channels and W is ",
-                       ir::DimsToString(in.w->dims()), ", inconsistent with group ", group_);
-  }
-
-  // B has shape [m]; kernel_shape, when given, matches W's spatial dims. Returns those dims.
-  absl::StatusOr<std::vector<int64_t>> CheckBiasAndKernel(const Operands& in, int64_t m) const {
-    if (in.b && (in.b->rank() != 1 || in.b->dim(0) != m)) {
-      return InvalidNode(node_, "B must have shape [", m, "], got ",
-                         ir::DimsToString(in.b->dims()));
-    }
-    std::vector<int64_t> kernel(in.w->dims().begin() + 2, in.w->dims().end());
-    if (!attrs_.kernel.empty() && attrs_.kernel != kernel) {
-      return InvalidNode(node_, "kernel_shape ", ir::DimsToString(attrs_.kernel),
-                         " does not match W ", ir::DimsToString(in.w->dims()));
-    }
-    return kernel;
   }
 
   // Allocates Y [N, m, win.out...] and fills it through Derived::Evaluate.
@@ -195,84 +174,14 @@ class ConvKernel final : public ConvKernelBase<ConvKernel> {
   explicit ConvKernel(const ir::Node& node) : ConvKernelBase(node) {}
 
   absl::Status Run(KernelContext& ctx) override {
-    ASSIGN_OR_RETURN(const Operands in, ReadOperands(ctx));
-    const int64_t c = in.x->dim(1), m = in.w->dim(0), cg = in.w->dim(1);
-    if (cg * group_ != c || m % group_ != 0) return GroupMismatch(in);
-    ASSIGN_OR_RETURN(const std::vector<int64_t> kernel, CheckBiasAndKernel(in, m));
-    std::vector<int64_t> spatial(in.x->dims().begin() + 2, in.x->dims().end());
-    ASSIGN_OR_RETURN(Window win, ResolveWindow(node_, attrs_, spatial, kernel));
-    return WriteOutput(ctx, in, m, win);
+    ASSIGN_OR_RETURN(const ConvSetup s, SetupConv(node_, {attrs_, group_}, ctx, true));
+    return WriteOutput(ctx, s.in, s.m, s.win);
   }
 
-  // im2col + GEMM per (batch, group); y holds the bias already.
   template <typename A>
   void Evaluate(const ir::Tensor& xt, const ir::Tensor& wt, const Window& win, const A* x,
                 const A* w, A* y) const {
-    const int nd = win.rank();
-    const int64_t n_batch = xt.dim(0), c = xt.dim(1), m = wt.dim(0), cg = wt.dim(1);
-    const int64_t mg = m / group_;
-    const int64_t ksp = ir::NumElementsOf(win.kernel);
-    const int64_t in_sp = ir::NumElementsOf(win.in), out_sp = ir::NumElementsOf(win.out);
-    const int64_t kdim = cg * ksp;
-    bool pointwise = true;  // 1x1, stride 1, no pads: the input already is the column matrix
-    for (int d = 0; d < nd; ++d) {
-      pointwise &=
-          win.kernel[d] == 1 && win.strides[d] == 1 && win.pad_begin[d] == 0 && win.pad_end[d] == 0;
-    }
-    // im2col works on whole rows of the last spatial dim: the outer coordinates are checked
-    // once per row and the last dim is a strided copy between two precomputed bounds.
-    const int64_t out_last = win.out[nd - 1], in_last = win.in[nd - 1];
-    const int64_t s_last = win.strides[nd - 1], p_last = win.pad_begin[nd - 1];
-    const std::vector<int64_t> outer_out(win.out.begin(), win.out.end() - 1);
-    const std::vector<int64_t> outer_in(win.in.begin(), win.in.end() - 1);
-    const std::vector<int64_t> outer_strides(win.strides.begin(), win.strides.end() - 1);
-    const std::vector<int64_t> outer_pads(win.pad_begin.begin(), win.pad_begin.end() - 1);
-    const int64_t n_outer = out_last == 0 ? 0 : out_sp / out_last;
-    const int64_t rows_per_chunk = std::clamp<int64_t>(
-        kColumnElements / std::max<int64_t>(kdim * out_last, 1), 1, std::max<int64_t>(n_outer, 1));
-    std::vector<A> col(pointwise ? 0 : kdim * rows_per_chunk * out_last);
-    std::vector<int64_t> origin;
-    for (int64_t n = 0; n < n_batch; ++n) {
-      for (int64_t g = 0; g < group_; ++g) {
-        A* yg = y + (n * m + g * mg) * out_sp;
-        const A* xg = x + (n * c + g * cg) * in_sp;
-        const MatView<A> wv{w + g * mg * kdim, kdim, 1};
-        if (pointwise) {
-          GemmAccumulate(mg, out_sp, kdim, wv, MatView<A>{xg, in_sp, 1}, yg, out_sp);
-          continue;
-        }
-        for (int64_t u0 = 0; u0 < n_outer; u0 += rows_per_chunk) {
-          const int64_t un = std::min(rows_per_chunk, n_outer - u0);
-          const int64_t cn = un * out_last;
-          Origins(u0, un, outer_out, outer_strides, outer_pads, origin);
-#pragma omp parallel for schedule(static) if (kdim * cn >= (int64_t{1} << 16))
-          for (int64_t r = 0; r < kdim; ++r) {
-            int64_t off[kMaxSpatial];
-            KernelOffsets(r % ksp, win.kernel, win.dilations, off);
-            const int64_t koff = off[nd - 1];
-            // Output columns [lo, hi) read inside the input row; the rest is padding.
-            const int64_t lo = std::clamp<int64_t>(-FloorDiv(koff - p_last, s_last), 0, out_last);
-            const int64_t hi = std::clamp<int64_t>(
-                FloorDiv(in_last - 1 + p_last - koff, s_last) + 1, lo, out_last);
-            const A* xc = xg + (r / ksp) * in_sp;
-            for (int64_t u = 0; u < un; ++u) {
-              A* dst = col.data() + r * cn + u * out_last;
-              const int64_t outer = Locate(origin.data() + u * (nd - 1), off, outer_in);
-              if (outer < 0) {
-                std::fill(dst, dst + out_last, A(0));
-                continue;
-              }
-              const A* src = xc + outer * in_last + koff - p_last;
-              std::fill(dst, dst + lo, A(0));
-              for (int64_t ow = lo; ow < hi; ++ow) dst[ow] = src[ow * s_last];
-              std::fill(dst + hi, dst + out_last, A(0));
-            }
-          }
-          GemmAccumulate(mg, cn, kdim, wv, MatView<A>{col.data(), cn, 1}, yg + u0 * out_last,
-                         out_sp);
-        }
-      }
-    }
+    ConvForward(xt.dims(), wt.dims(), win, group_, x, w, y);
   }
 };
 
@@ -288,11 +197,11 @@ class ConvTransposeKernel final : public ConvKernelBase<ConvTransposeKernel> {
   explicit ConvTransposeKernel(const ir::Node& node) : ConvKernelBase(node) {}
 
   absl::Status Run(KernelContext& ctx) override {
-    ASSIGN_OR_RETURN(const Operands in, ReadOperands(ctx));
+    ASSIGN_OR_RETURN(const Operands in, ReadConvOperands(node_, ctx, true));
     const int64_t c = in.x->dim(1), mg = in.w->dim(1), m = mg * group_;
-    if (in.w->dim(0) != c || c % group_ != 0) return GroupMismatch(in);
+    if (in.w->dim(0) != c || c % group_ != 0) return GroupMismatch(node_, in, group_);
     Window win;
-    ASSIGN_OR_RETURN(win.kernel, CheckBiasAndKernel(in, m));
+    ASSIGN_OR_RETURN(win.kernel, CheckBiasAndKernel(node_, attrs_, in, m));
     win.in.assign(in.x->dims().begin() + 2, in.x->dims().end());
     RETURN_IF_ERROR(Geometry(in.x->rank() - 2, win));
     return WriteOutput(ctx, in, m, win);
@@ -404,6 +313,120 @@ class ConvTransposeKernel final : public ConvKernelBase<ConvTransposeKernel> {
 };
 
 }  // namespace
+
+absl::StatusOr<ConvAttrs> ReadConvAttrs(const ir::Node& node) {
+  ConvAttrs a;
+  ASSIGN_OR_RETURN(a.window, ReadWindowAttrs(node));
+  a.group = node.GetInt("group", 1);
+  if (a.group <= 0) return InvalidNode(node, "group must be positive");
+  return a;
+}
+
+absl::StatusOr<ConvOperands> ReadConvOperands(const ir::Node& node, KernelContext& ctx,
+                                              bool same_dtype) {
+  ASSIGN_OR_RETURN(const ir::Tensor* x, RequireInput(node, ctx, 0));
+  ASSIGN_OR_RETURN(const ir::Tensor* w, RequireInput(node, ctx, 1));
+  const ir::Tensor* b = ctx.input(2);
+  RETURN_IF_ERROR(CheckSpatialRank(node, x->rank() - 2));
+  if (w->rank() != x->rank()) {
+    return InvalidNode(node, "W rank ", w->rank(), " differs from X rank ", x->rank());
+  }
+  if (same_dtype && (w->dtype() != x->dtype() || (b && b->dtype() != x->dtype()))) {
+    return InvalidNode(node, "X, W and B must have the same dtype");
+  }
+  return ConvOperands{x, w, b};
+}
+
+absl::StatusOr<ConvSetup> SetupConv(const ir::Node& node, const ConvAttrs& attrs,
+                                    KernelContext& ctx, bool same_dtype) {
+  ConvSetup s;
+  ASSIGN_OR_RETURN(s.in, ReadConvOperands(node, ctx, same_dtype));
+  const ConvOperands& in = s.in;
+  const int64_t c = in.x->dim(1), cg = in.w->dim(1);
+  s.m = in.w->dim(0);
+  if (cg * attrs.group != c || s.m % attrs.group != 0) return GroupMismatch(node, in, attrs.group);
+  ASSIGN_OR_RETURN(const std::vector<int64_t> kernel,
+                   CheckBiasAndKernel(node, attrs.window, in, s.m));
+  std::vector<int64_t> spatial(in.x->dims().begin() + 2, in.x->dims().end());
+  ASSIGN_OR_RETURN(s.win, ResolveWindow(node, attrs.window, spatial, kernel));
+  s.out_dims = {in.x->dim(0), s.m};
+  s.out_dims.insert(s.out_dims.end(), s.win.out.begin(), s.win.out.end());
+  return s;
+}
+
+template <typename A>
+void ConvForward(const std::vector<int64_t>& x_dims, const std::vector<int64_t>& w_dims,
+                 const Window& win, int64_t group, const A* x, const A* w, A* y) {
+  const int nd = win.rank();
+  const int64_t n_batch = x_dims[0], c = x_dims[1], m = w_dims[0], cg = w_dims[1];
+  const int64_t mg = m / group;
+  const int64_t ksp = ir::NumElementsOf(win.kernel);
+  const int64_t in_sp = ir::NumElementsOf(win.in), out_sp = ir::NumElementsOf(win.out);
+  const int64_t kdim = cg * ksp;
+  bool pointwise = true;  // 1x1, stride 1, no pads: the input already is the column matrix
+  for (int d = 0; d < nd; ++d) {
+    pointwise &=
+        win.kernel[d] == 1 && win.strides[d] == 1 && win.pad_begin[d] == 0 && win.pad_end[d] == 0;
+  }
+  // im2col works on whole rows of the last spatial dim: the outer coordinates are checked
+  // once per row and the last dim is a strided copy between two precomputed bounds.
+  const int64_t out_last = win.out[nd - 1], in_last = win.in[nd - 1];
+  const int64_t s_last = win.strides[nd - 1], p_last = win.pad_begin[nd - 1];
+  const std::vector<int64_t> outer_out(win.out.begin(), win.out.end() - 1);
+  const std::vector<int64_t> outer_in(win.in.begin(), win.in.end() - 1);
+  const std::vector<int64_t> outer_strides(win.strides.begin(), win.strides.end() - 1);
+  const std::vector<int64_t> outer_pads(win.pad_begin.begin(), win.pad_begin.end() - 1);
+  const int64_t n_outer = out_last == 0 ? 0 : out_sp / out_last;
+  const int64_t rows_per_chunk = std::clamp<int64_t>(
+      kColumnElements / std::max<int64_t>(kdim * out_last, 1), 1, std::max<int64_t>(n_outer, 1));
+  std::vector<A> col(pointwise ? 0 : kdim * rows_per_chunk * out_last);
+  std::vector<int64_t> origin;
+  for (int64_t n = 0; n < n_batch; ++n) {
+    for (int64_t g = 0; g < group; ++g) {
+      A* yg = y + (n * m + g * mg) * out_sp;
+      const A* xg = x + (n * c + g * cg) * in_sp;
+      const MatView<A> wv{w + g * mg * kdim, kdim, 1};
+      if (pointwise) {
+        GemmAccumulate(mg, out_sp, kdim, wv, MatView<A>{xg, in_sp, 1}, yg, out_sp);
+        continue;
+      }
+      for (int64_t u0 = 0; u0 < n_outer; u0 += rows_per_chunk) {
+        const int64_t un = std::min(rows_per_chunk, n_outer - u0);
+        const int64_t cn = un * out_last;
+        Origins(u0, un, outer_out, outer_strides, outer_pads, origin);
+#pragma omp parallel for schedule(static) if (kdim * cn >= (int64_t{1} << 16))
+        for (int64_t r = 0; r < kdim; ++r) {
+          int64_t off[kMaxSpatial];
+          KernelOffsets(r % ksp, win.kernel, win.dilations, off);
+          const int64_t koff = off[nd - 1];
+          // Output columns [lo, hi) read inside the input row; the rest is padding.
+          const int64_t lo = std::clamp<int64_t>(-FloorDiv(koff - p_last, s_last), 0, out_last);
+          const int64_t hi =
+              std::clamp<int64_t>(FloorDiv(in_last - 1 + p_last - koff, s_last) + 1, lo, out_last);
+          const A* xc = xg + (r / ksp) * in_sp;
+          for (int64_t u = 0; u < un; ++u) {
+            A* dst = col.data() + r * cn + u * out_last;
+            const int64_t outer = Locate(origin.data() + u * (nd - 1), off, outer_in);
+            if (outer < 0) {
+              std::fill(dst, dst + out_last, A(0));
+              continue;
+            }
+            const A* src = xc + outer * in_last + koff - p_last;
+            std::fill(dst, dst + lo, A(0));
+            for (int64_t ow = lo; ow < hi; ++ow) dst[ow] = src[ow * s_last];
+            std::fill(dst + hi, dst + out_last, A(0));
+          }
+        }
+        GemmAccumulate(mg, cn, kdim, wv, MatView<A>{col.data(), cn, 1}, yg + u0 * out_last, out_sp);
+      }
+    }
+  }
+}
+
+template void ConvForward<float>(const std::vector<int64_t>&, const std::vector<int64_t>&,
+                                 const Window&, int64_t, const float*, const float*, float*);
+template void ConvForward<double>(const std::vector<int64_t>&, const std::vector<int64_t>&,
+                                  const Window&, int64_t, const double*, const double*, double*);
 
 void RegisterConvOps(Registry& r) {
   r.AddRef(ir::OpType::kConv, FloatTypes(), &ConvKernel::Create);

@@ -80,6 +80,31 @@ template void GemmAccumulate<uint32_t>(int64_t, int64_t, int64_t, MatView<uint32
 template void GemmAccumulate<uint64_t>(int64_t, int64_t, int64_t, MatView<uint64_t>,
                                        MatView<uint64_t>, uint64_t*, int64_t);
 
+absl::StatusOr<MatMulShape> PlanMatMul(const ir::Node& node, const std::vector<int64_t>& a,
+                                       const std::vector<int64_t>& b) {
+  if (a.empty() || b.empty()) return InvalidNode(node, "operands must not be scalars");
+  std::vector<int64_t> ad = a, bd = b;
+  const bool a_vec = ad.size() == 1, b_vec = bd.size() == 1;
+  if (a_vec) ad.insert(ad.begin(), 1);
+  if (b_vec) bd.push_back(1);
+  MatMulShape s;
+  s.m = ad[ad.size() - 2];
+  s.k = ad.back();
+  s.n = bd.back();
+  if (s.k != bd[bd.size() - 2]) {
+    return InvalidNode(node, "inner dimensions differ: ", ir::DimsToString(a), " x ",
+                       ir::DimsToString(b));
+  }
+  std::vector<int64_t> a_batch(ad.begin(), ad.end() - 2), b_batch(bd.begin(), bd.end() - 2);
+  ASSIGN_OR_RETURN(s.batch, BroadcastShapes(node, a_batch, b_batch));
+  s.a_bstrides = BroadcastStrides(a_batch, s.batch);
+  s.b_bstrides = BroadcastStrides(b_batch, s.batch);
+  s.out = s.batch;
+  if (!a_vec) s.out.push_back(s.m);
+  if (!b_vec) s.out.push_back(s.n);
+  return s;
+}
+
 namespace {
 
 // Storage types whose accumulator GemmAccumulate is instantiated for.
@@ -181,25 +206,16 @@ class GemmKernel final : public Kernel {
   float alpha_ = 1.0f, beta_ = 1.0f;
 };
 
-// numpy.matmul: 1-D operands are promoted (and the added dim dropped), batch dims broadcast.
 template <typename T>
-void MatMulCompute(const ir::Tensor& a, const ir::Tensor& b, const std::vector<int64_t>& batch,
-                   const std::vector<int64_t>& a_bstrides, const std::vector<int64_t>& b_bstrides,
-                   int64_t m, int64_t n, int64_t k, T* y) {
+void MatMulCompute(const ir::Tensor& a, const ir::Tensor& b, const MatMulShape& s, T* y) {
   using A = Acc<T>;
   std::vector<A> abuf, bbuf;
   const A* ap = AccData(a.data<T>(), a.num_elements(), abuf);
   const A* bp = AccData(b.data<T>(), b.num_elements(), bbuf);
-  const int64_t nbatch = ir::NumElementsOf(batch);
+  const int64_t m = s.m, n = s.n, k = s.k;
   constexpr bool kDirect = std::is_same_v<T, A> || std::is_integral_v<T>;
   std::vector<A> acc(kDirect ? 0 : m * n);
-  std::vector<int64_t> idx(batch.size(), 0);
-  for (int64_t bi = 0; bi < nbatch; ++bi) {
-    int64_t aoff = 0, boff = 0;
-    for (size_t d = 0; d < batch.size(); ++d) {
-      aoff += idx[d] * a_bstrides[d];
-      boff += idx[d] * b_bstrides[d];
-    }
+  ForEachMatMulBatch(s, [&](int64_t bi, int64_t aoff, int64_t boff) {
     A* out = kDirect ? reinterpret_cast<A*>(y + bi * m * n) : acc.data();
     std::fill(out, out + m * n, A(0));
     GemmAccumulate(m, n, k, MatView<A>{ap + aoff * m * k, k, 1},
@@ -207,41 +223,19 @@ void MatMulCompute(const ir::Tensor& a, const ir::Tensor& b, const std::vector<i
     if constexpr (!kDirect) {
       for (int64_t i = 0; i < m * n; ++i) y[bi * m * n + i] = Store<T>(acc[i]);
     }
-    for (int d = static_cast<int>(batch.size()) - 1; d >= 0; --d) {
-      if (++idx[d] < batch[d]) break;
-      idx[d] = 0;
-    }
-  }
+  });
 }
 
 absl::Status MatMulRun(const ir::Node& node, KernelContext& ctx) {
   ASSIGN_OR_RETURN(const ir::Tensor* a, RequireInput(node, ctx, 0));
   ASSIGN_OR_RETURN(const ir::Tensor* b, RequireInput(node, ctx, 1));
   if (a->dtype() != b->dtype()) return InvalidNode(node, "A and B must have the same dtype");
-  if (a->rank() == 0 || b->rank() == 0) return InvalidNode(node, "operands must not be scalars");
-  std::vector<int64_t> ad = a->dims(), bd = b->dims();
-  const bool a_vec = ad.size() == 1, b_vec = bd.size() == 1;
-  if (a_vec) ad.insert(ad.begin(), 1);
-  if (b_vec) bd.push_back(1);
-  const int64_t m = ad[ad.size() - 2], k = ad.back();
-  const int64_t kb = bd[bd.size() - 2], n = bd.back();
-  if (k != kb) {
-    return InvalidNode(node, "inner dimensions differ: ", ir::DimsToString(a->dims()), " x ",
-                       ir::DimsToString(b->dims()));
-  }
-  std::vector<int64_t> a_batch(ad.begin(), ad.end() - 2), b_batch(bd.begin(), bd.end() - 2);
-  ASSIGN_OR_RETURN(std::vector<int64_t> batch, BroadcastShapes(node, a_batch, b_batch));
-  // Batch strides in units of whole matrices (0 on broadcast dims).
-  std::vector<int64_t> as = BroadcastStrides(a_batch, batch);
-  std::vector<int64_t> bs = BroadcastStrides(b_batch, batch);
-  std::vector<int64_t> out = batch;
-  if (!a_vec) out.push_back(m);
-  if (!b_vec) out.push_back(n);
-  ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, a->dtype(), out));
+  ASSIGN_OR_RETURN(const MatMulShape s, PlanMatMul(node, a->dims(), b->dims()));
+  ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, a->dtype(), s.out));
   return DispatchAll(a->dtype(), [&](auto tag) -> absl::Status {
     using T = typename decltype(tag)::type;
     if constexpr (kGemmType<T>) {
-      MatMulCompute<T>(*a, *b, batch, as, bs, m, n, k, y->data<T>());
+      MatMulCompute<T>(*a, *b, s, y->data<T>());
       return absl::OkStatus();
     } else {
       return InvalidNode(node, "unsupported dtype ", DataTypeOnnxName(a->dtype()));

@@ -3,6 +3,7 @@
 // (kernel / strides / pads / dilations / auto_pad) that Conv and the pools share.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 #include <vector>
@@ -39,6 +40,38 @@ struct MatView {
 /// stride. Defined for float, double, uint32_t, uint64_t (nn_gemm.cc).
 template <typename A>
 void GemmAccumulate(int64_t m, int64_t n, int64_t k, MatView<A> a, MatView<A> b, A* c, int64_t ldc);
+
+/// numpy.matmul geometry: 1-D operands are promoted (and the added dim dropped from `out`),
+/// batch dims broadcast; the batch strides count whole matrices (0 on broadcast dims).
+struct MatMulShape {
+  int64_t m = 0, n = 0, k = 0;
+  std::vector<int64_t> batch, a_bstrides, b_bstrides, out;
+};
+
+/// Resolves MatMul of operands shaped `a` and `b`; errors (scalars, inner dims, batch
+/// broadcast) name the node.
+absl::StatusOr<MatMulShape> PlanMatMul(const ir::Node& node, const std::vector<int64_t>& a,
+                                       const std::vector<int64_t>& b);
+
+/// Calls f(i, a_matrix, b_matrix) for each output matrix i of `s` (in row-major batch order),
+/// with the indices of the A and B matrices it multiplies.
+template <typename F>
+void ForEachMatMulBatch(const MatMulShape& s, F&& f) {
+  const int64_t nbatch = ir::NumElementsOf(s.batch);
+  std::vector<int64_t> idx(s.batch.size(), 0);
+  for (int64_t bi = 0; bi < nbatch; ++bi) {
+    int64_t aoff = 0, boff = 0;
+    for (size_t d = 0; d < s.batch.size(); ++d) {
+      aoff += idx[d] * s.a_bstrides[d];
+      boff += idx[d] * s.b_bstrides[d];
+    }
+    f(bi, aoff, boff);
+    for (int d = static_cast<int>(s.batch.size()) - 1; d >= 0; --d) {
+      if (++idx[d] < s.batch[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
 
 /// `n` values of `src` in accumulator type: `src` itself when its storage already is that type
 /// (signed integers are reinterpreted as their unsigned twins), else converted into `buf`.
@@ -119,6 +152,49 @@ struct GlobalPoolIo {
 };
 /// Checks X's rank (>= 2) and allocates output 0.
 absl::StatusOr<GlobalPoolIo> StartGlobalPool(const ir::Node& node, KernelContext& ctx);
+
+/// Conv's window and group attributes, read and checked once per node.
+struct ConvAttrs {
+  WindowAttrs window;
+  int64_t group = 1;
+};
+absl::StatusOr<ConvAttrs> ReadConvAttrs(const ir::Node& node);
+
+/// X, W and the optional B of a Conv or ConvTranspose run.
+struct ConvOperands {
+  const ir::Tensor* x = nullptr;
+  const ir::Tensor* w = nullptr;
+  const ir::Tensor* b = nullptr;  // null when omitted
+};
+/// Reads X, W and B and checks the spatial rank and W's rank. With `same_dtype` (the ONNX ops)
+/// X, W and B must share a dtype; the fused kernels read any mix of float dtypes.
+absl::StatusOr<ConvOperands> ReadConvOperands(const ir::Node& node, KernelContext& ctx,
+                                              bool same_dtype);
+
+/// One forward Conv run: operands, output channels, window and output dims [N, M, out...].
+struct ConvSetup {
+  ConvOperands in;
+  int64_t m = 0;
+  Window win;
+  std::vector<int64_t> out_dims;
+};
+/// ReadConvOperands, then the channel, bias and kernel_shape checks and the window.
+absl::StatusOr<ConvSetup> SetupConv(const ir::Node& node, const ConvAttrs& attrs,
+                                    KernelContext& ctx, bool same_dtype);
+
+/// Sets Y [N, channels, spatial] (n elements) to the per-channel bias, or 0 without one.
+template <typename A>
+void FillBias(A* y, int64_t n, const A* bias, int64_t channels, int64_t spatial) {
+  for (int64_t i = 0; i < n; i += spatial) {
+    std::fill(y + i, y + i + spatial, bias ? bias[(i / spatial) % channels] : A(0));
+  }
+}
+
+/// Y [N, M, win.out...] += Conv(X, W) (im2col + GEMM per batch and group) in accumulator type A
+/// (float or double). X is [N, C, win.in...], W is [M, C / group, win.kernel...].
+template <typename A>
+void ConvForward(const std::vector<int64_t>& x_dims, const std::vector<int64_t>& w_dims,
+                 const Window& win, int64_t group, const A* x, const A* w, A* y);
 
 void RegisterGemmOps(Registry& r);    // nn_gemm.cc: Gemm, MatMul
 void RegisterConvOps(Registry& r);    // nn_conv.cc: Conv, ConvTranspose

@@ -16,17 +16,11 @@
 #include <vector>
 
 #include "engine/kernels/cpu/ref/common.h"
+#include "engine/kernels/cpu/ref/normalization_internal.h"
 #include "engine/kernels/cpu/ref/register.h"
 
 namespace kiln::kernels::cpu::ref {
 namespace {
-
-// Arithmetic of stage one for stash storage type S.
-template <typename S>
-struct Stash {
-  using C = Compute<S>;
-  static C R(C v) { return Load(Store<S>(v)); }
-};
 
 // Calls f(TypeTag<S>) for an ONNX stash_type value.
 template <typename F>
@@ -40,71 +34,6 @@ absl::Status CheckStash(const ir::Node& node, int64_t stash_type) {
   const DataType dt = DataTypeFromOnnx(static_cast<int32_t>(stash_type));
   if (!IsFloating(dt)) return InvalidNode(node, "stash_type ", stash_type, " is not a float type");
   return absl::OkStatus();
-}
-
-// A parameter tensor (scale, bias) read once per run into the compute type of X.
-template <typename C>
-std::vector<C> ReadParam(const ir::Tensor& t) {
-  std::vector<C> v(t.num_elements());
-  for (int64_t i = 0; i < t.num_elements(); ++i) v[i] = static_cast<C>(ir::ElementAsDouble(t, i));
-  return v;
-}
-
-absl::Status CheckFloatParam(const ir::Node& node, const ir::Tensor& t, const char* what) {
-  if (!IsFloating(t.dtype())) {
-    return InvalidNode(node, what, " must be a float tensor, got ", DataTypeOnnxName(t.dtype()));
-  }
-  return absl::OkStatus();
-}
-
-// Offsets of a parameter unidirectionally broadcast to X, for X viewed as rows x inner with
-// inner = prod(x_dims[axis:]). The table covers the trailing block of X from
-// start = min(axis, rank - param_rank); its size `period` is a multiple of inner, and element
-// (row, j) reads param[offsets[(row * inner) % period + j]].
-struct ParamMap {
-  std::vector<int64_t> offsets;
-  int64_t period = 1;
-};
-
-absl::StatusOr<ParamMap> MapParam(const ir::Node& node, const ir::Tensor& p,
-                                  const std::vector<int64_t>& x_dims, int axis, const char* what) {
-  const int rank = static_cast<int>(x_dims.size());
-  const int prank = p.rank();
-  if (prank > rank) {
-    return InvalidNode(node, what, " of shape ", ir::DimsToString(p.dims()),
-                       " does not broadcast to input shape ", ir::DimsToString(x_dims));
-  }
-  const int lead = rank - prank;
-  for (int d = 0; d < prank; ++d) {
-    if (p.dim(d) != 1 && p.dim(d) != x_dims[lead + d]) {
-      return InvalidNode(node, what, " of shape ", ir::DimsToString(p.dims()),
-                         " does not broadcast to input shape ", ir::DimsToString(x_dims));
-    }
-  }
-  const int start = std::min(axis, lead);
-  std::vector<int64_t> block(x_dims.begin() + start, x_dims.end());
-  std::vector<int64_t> strides(block.size(), 0);
-  const std::vector<int64_t> pstrides = Strides(p.dims());
-  for (int d = start; d < rank; ++d) {
-    if (d >= lead && p.dim(d - lead) != 1) strides[d - start] = pstrides[d - lead];
-  }
-  ParamMap m;
-  m.period = ir::NumElementsOf(block);
-  m.offsets.resize(m.period);
-  std::vector<int64_t> idx(block.size(), 0);
-  int64_t off = 0;
-  for (int64_t e = 0; e < m.period; ++e) {
-    m.offsets[e] = off;
-    for (int d = static_cast<int>(block.size()) - 1; d >= 0; --d) {
-      if (++idx[d] < block[d]) {
-        off += strides[d];
-        break;
-      }
-      off -= strides[d] * (block[d] - 1);
-      idx[d] = 0;
-    }
-  }
-  return m;
 }
 
 // ---- LayerNormalization and RMSNormalization ----
@@ -200,21 +129,9 @@ class RowNormKernel final : public Kernel {
           yr[j] = Store<T>(normalized * scale[so[j]]);
         }
       } else {
-        C sum = 0;
-        for (int64_t j = 0; j < inner; ++j) sum += xs[j];
-        const C mean = St::R(sum / count);
-        C sq = 0;
-        for (int64_t j = 0; j < inner; ++j) {
-          xs[j] = St::R(xs[j] - mean);  // now D = X - Mean
-          sq += St::R(xs[j] * xs[j]);
-        }
-        const C var = St::R(sq / count);
-        const C inv_std = St::R(C(1) / St::R(std::sqrt(St::R(var + eps))));
-        for (int64_t j = 0; j < inner; ++j) {
-          CT v = static_cast<CT>(St::R(xs[j] * inv_std)) * scale[so[j]];
-          if (bo != nullptr) v += bias[bo[j]];
-          yr[j] = Store<T>(v);
-        }
+        const auto [mean, inv_std] =
+            LayerNormRow<S>(xs.data(), inner, eps, scale.data(), so, bias.data(), bo,
+                            [yr](int64_t j, CT v) { yr[j] = Store<T>(v); });
         if (mean_out) mean_out->data<S>()[r] = Store<S>(mean);
         if (inv_out) inv_out->data<S>()[r] = Store<S>(inv_std);
       }
@@ -354,6 +271,54 @@ class GroupNormKernel final : public Kernel {
 };
 
 }  // namespace
+
+absl::Status CheckFloatParam(const ir::Node& node, const ir::Tensor& t, const char* what) {
+  if (!IsFloating(t.dtype())) {
+    return InvalidNode(node, what, " must be a float tensor, got ", DataTypeOnnxName(t.dtype()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ParamMap> MapParam(const ir::Node& node, const ir::Tensor& p,
+                                  const std::vector<int64_t>& x_dims, int axis, const char* what) {
+  const int rank = static_cast<int>(x_dims.size());
+  const int prank = p.rank();
+  if (prank > rank) {
+    return InvalidNode(node, what, " of shape ", ir::DimsToString(p.dims()),
+                       " does not broadcast to input shape ", ir::DimsToString(x_dims));
+  }
+  const int lead = rank - prank;
+  for (int d = 0; d < prank; ++d) {
+    if (p.dim(d) != 1 && p.dim(d) != x_dims[lead + d]) {
+      return InvalidNode(node, what, " of shape ", ir::DimsToString(p.dims()),
+                         " does not broadcast to input shape ", ir::DimsToString(x_dims));
+    }
+  }
+  const int start = std::min(axis, lead);
+  std::vector<int64_t> block(x_dims.begin() + start, x_dims.end());
+  std::vector<int64_t> strides(block.size(), 0);
+  const std::vector<int64_t> pstrides = Strides(p.dims());
+  for (int d = start; d < rank; ++d) {
+    if (d >= lead && p.dim(d - lead) != 1) strides[d - start] = pstrides[d - lead];
+  }
+  ParamMap m;
+  m.period = ir::NumElementsOf(block);
+  m.offsets.resize(m.period);
+  std::vector<int64_t> idx(block.size(), 0);
+  int64_t off = 0;
+  for (int64_t e = 0; e < m.period; ++e) {
+    m.offsets[e] = off;
+    for (int d = static_cast<int>(block.size()) - 1; d >= 0; --d) {
+      if (++idx[d] < block[d]) {
+        off += strides[d];
+        break;
+      }
+      off -= strides[d] * (block[d] - 1);
+      idx[d] = 0;
+    }
+  }
+  return m;
+}
 
 void RegisterNormalizationBlocks(Registry& r) {
   using ir::OpType;
