@@ -1,6 +1,7 @@
 #include "engine/passes/fusion.h"
 
 #include <cmath>
+#include <limits>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
@@ -41,14 +42,236 @@ class Fuser {
       : g_(g), a_(a), o_(o), logger_(logger), removed_(g.nodes().size(), false) {}
 
   absl::StatusOr<FusionResult> Run(const std::vector<PatternInstance>& patterns) {
+    // Patterns first (they see the graph they were found in), then the linear fusions, which
+    // may absorb a fused Gelu or LayerNormalization as their activation or normalisation.
+    // Attention first: its Softmax is also an instance of its own.
+    for (const PatternInstance& p : patterns) {
+      if (p.kind == PatternKind::kAttention) RETURN_IF_ERROR(FuseAttention(p));
+    }
     for (const PatternInstance& p : patterns) RETURN_IF_ERROR(FusePattern(p));
     RETURN_IF_ERROR(FuseConvBatchNorm());
-    g_.RemoveNodes(removed_);
+    Compact();
+    RETURN_IF_ERROR(FuseLinear());
+    Compact();
     return std::move(result_);
   }
 
  private:
   const precision::NodeAssignment& Assigned(const ir::Node& n) { return a_.nodes[n.sources[0]]; }
+
+  void Compact() {
+    g_.RemoveNodes(removed_);
+    removed_.assign(g_.nodes().size(), false);
+  }
+
+  // The precision `n` computes at before lowering: a fused node's, else its assignment.
+  Precision PrecisionOf(const ir::Node& n) {
+    auto it = result_.precision.find(&n);
+    if (it != result_.precision.end()) return it->second;
+    const auto& a = Assigned(n);
+    return a.floating ? a.assigned : Precision::kFp32;
+  }
+
+  // A source of `n` assigned higher than `t` (which computing at `t` would lower), or -1.
+  int LoweredSource(const ir::Node& n, Precision t) {
+    for (int s : n.sources) {
+      const auto& a = a_.nodes[s];
+      if (a.floating && !precision::AtLeast(t, a.assigned)) return s;
+    }
+    return -1;
+  }
+
+  // The only node reading `v` (once), when `v` is not also a graph output.
+  ir::Node* SoleConsumer(const ir::Value* v) {
+    if (!v || v->is_graph_output || v->consumers.size() != 1) return nullptr;
+    ir::Node* c = v->consumers[0];
+    int uses = 0;
+    for (const ir::Value* in : c->inputs) uses += in == v;
+    return uses == 1 && !removed_[c->id] ? c : nullptr;
+  }
+
+  // Checks that computing `members` at `t` lowers none of them; logs the refusal otherwise.
+  bool Allowed(const char* fusion, const std::vector<ir::Node*>& members, Precision t) {
+    for (const ir::Node* m : members) {
+      int s = LoweredSource(*m, t);
+      if (s < 0) continue;
+      Refuse(absl::StrCat(fusion, " of ", Names(members), ": ", m->Label(), " is assigned ",
+                          precision::PrecisionName(a_.nodes[s].assigned), " by ", a_.nodes[s].rule,
+                          ", and the fused kernel would compute it in ",
+                          precision::PrecisionName(t)));
+      return false;
+    }
+    return true;
+  }
+
+  // Replaces `members` by `fused` (already wired), computing at `t`.
+  void Commit(ir::Node* fused, const std::vector<ir::Node*>& members, Precision t,
+              const std::string& label) {
+    fused->fusion = label;
+    for (ir::Node* m : members) {
+      fused->sources.insert(fused->sources.end(), m->sources.begin(), m->sources.end());
+      removed_[m->id] = true;
+      for (int s : m->sources) result_.effective.try_emplace(s, t);
+    }
+    removed_.push_back(false);
+    result_.precision[fused] = t;
+    result_.applied.push_back(absl::StrCat(label, ": ", members.size(), " nodes (", Names(members),
+                                           ") -> one ", ir::OpName(fused->op), " at ",
+                                           precision::PrecisionName(t)));
+  }
+
+  absl::Status FuseLinear() {
+    if (!o_.enabled) return absl::OkStatus();
+    size_t count = g_.nodes().size();
+    for (size_t i = 0; i < count; ++i) {
+      ir::Node* n = g_.nodes()[i].get();
+      if (removed_[n->id]) continue;
+      if (n->op == ir::OpType::kMatMul) RETURN_IF_ERROR(FuseMatMulBias(n));
+      if (n->op == ir::OpType::kConv) FuseConvActivation(n);
+      if (n->op == ir::OpType::kAdd) FuseAddLayerNorm(n);
+    }
+    return absl::OkStatus();
+  }
+
+  // MatMul -> Add(constant bias [N]) [-> Relu | Sigmoid | Tanh | Gelu] => FusedMatMul.
+  absl::Status FuseMatMulBias(ir::Node* mm) {
+    ir::Node* add = SoleConsumer(mm->outputs[0]);
+    if (!add || add->op != ir::OpType::kAdd || add->num_inputs() != 2) return absl::OkStatus();
+    ir::Value* bias = add->inputs[0] == mm->outputs[0] ? add->inputs[1] : add->inputs[0];
+    if (!bias || !bias->constant || bias->constant->rank() != 1) return absl::OkStatus();
+    std::vector<ir::Node*> members = {mm, add};
+    ir::Value* out = add->outputs[0];
+    std::string act;
+    if (ir::Node* a = SoleConsumer(out)) {
+      switch (a->op) {
+        case ir::OpType::kRelu:
+          act = "Relu";
+          break;
+        case ir::OpType::kSigmoid:
+          act = "Sigmoid";
+          break;
+        case ir::OpType::kTanh:
+          act = "Tanh";
+          break;
+        case ir::OpType::kGelu:
+          act = a->GetString("approximate", "none") == "tanh" ? "GeluTanh" : "Gelu";
+          break;
+        default:
+          break;
+      }
+      if (!act.empty()) {
+        members.push_back(a);
+        out = a->outputs[0];
+      }
+    }
+    std::string label = act.empty() ? "matmul+bias" : absl::StrCat("matmul+bias+", act);
+    if (Excluded(members, ir::OpType::kFusedMatMul, "matmul+bias")) return absl::OkStatus();
+    Precision t = PrecisionOf(*mm);
+    if (!Allowed(label.c_str(), members, t)) return absl::OkStatus();
+    ir::Node* fused = g_.AddNode(ir::OpType::kFusedMatMul, absl::StrCat(mm->name, "/fused"));
+    fused->since_version = 1;
+    fused->inputs = {mm->inputs[0], mm->inputs[1], bias};
+    fused->outputs = {out};
+    fused->attrs["activation"] = StringAttr(act);
+    Commit(fused, members, t, label);
+    return absl::OkStatus();
+  }
+
+  // Conv -> Relu | LeakyRelu | Clip (constant bounds) | HardSwish | Sigmoid => FusedConv.
+  void FuseConvActivation(ir::Node* conv) {
+    ir::Node* a = SoleConsumer(conv->outputs.empty() ? nullptr : conv->outputs[0]);
+    if (!a) return;
+    std::string act;
+    ir::Node* fused = nullptr;
+    auto make = [&] {
+      fused = g_.AddNode(ir::OpType::kFusedConv, absl::StrCat(conv->name, "/fused"));
+      fused->since_version = 1;
+      fused->attrs = conv->attrs;
+    };
+    switch (a->op) {
+      case ir::OpType::kRelu:
+        act = "Relu";
+        break;
+      case ir::OpType::kSigmoid:
+        act = "Sigmoid";
+        break;
+      case ir::OpType::kHardSwish:
+        act = "HardSwish";
+        break;
+      case ir::OpType::kLeakyRelu:
+        act = "LeakyRelu";
+        break;
+      case ir::OpType::kClip: {
+        // Bounds from attributes (opset < 11) or constant scalar inputs.
+        for (int k = 1; k <= 2; ++k) {
+          const ir::Value* v = a->input(k);
+          if (v && (!v->constant || v->constant->num_elements() != 1)) return;
+        }
+        act = "Clip";
+        break;
+      }
+      default:
+        return;
+    }
+    std::vector<ir::Node*> members = {conv, a};
+    std::string label = absl::StrCat(conv->fusion.empty() ? "conv" : conv->fusion, "+", act);
+    if (Excluded(members, ir::OpType::kFusedConv, "conv+activation")) return;
+    Precision t = PrecisionOf(*conv);
+    if (!Allowed(label.c_str(), members, t)) return;
+    make();
+    fused->attrs["activation"] = StringAttr(act);
+    if (act == "LeakyRelu")
+      fused->attrs["activation_alpha"] = FloatAttr(a->GetFloat("alpha", 0.01f));
+    if (act == "Clip") {
+      float lo = a->GetFloat("min", -INFINITY), hi = a->GetFloat("max", INFINITY);
+      if (const ir::Value* v = a->input(1))
+        lo = static_cast<float>(ir::ElementAsDouble(*v->constant, 0));
+      if (const ir::Value* v = a->input(2))
+        hi = static_cast<float>(ir::ElementAsDouble(*v->constant, 0));
+      fused->attrs["activation_min"] = FloatAttr(lo);
+      fused->attrs["activation_max"] = FloatAttr(hi);
+    }
+    fused->inputs = conv->inputs;
+    fused->outputs = {a->outputs[0]};
+    // A Conv that already absorbed a BatchNorm keeps its recorded precision and sources.
+    result_.precision.erase(conv);
+    Commit(fused, members, t, label);
+  }
+
+  // Add(residual) -> LayerNormalization(last axis) => AddLayerNorm, which also outputs the sum
+  // when other nodes read it (the residual stream).
+  void FuseAddLayerNorm(ir::Node* add) {
+    if (add->num_inputs() != 2 || !add->inputs[0] || !add->inputs[1]) return;
+    if (add->inputs[0]->constant || add->inputs[1]->constant) return;  // a bias, not a residual
+    ir::Value* sum = add->outputs[0];
+    ir::Node* ln = nullptr;
+    for (ir::Node* c : sum->consumers) {
+      if (!removed_[c->id] && c->op == ir::OpType::kLayerNormalization && c->input(0) == sum &&
+          c->input(1) != sum && c->input(2) != sum) {
+        ln = c;
+        break;
+      }
+    }
+    if (!ln) return;
+    bool stats = false;  // LayerNormalization's Mean/InvStdDev outputs are not produced fused
+    for (int k = 1; k < ln->num_outputs(); ++k) stats = stats || ln->outputs[k];
+    int64_t axis = ln->GetInt("axis", -1);
+    bool last = axis == -1 || (sum->shape.rank_known && axis == sum->shape.rank() - 1);
+    if (stats || !last || ln->GetInt("stash_type", 1) != 1) return;
+    std::vector<ir::Node*> members = {add, ln};
+    if (Excluded(members, ir::OpType::kAddLayerNorm, "add+layernorm")) return;
+    Precision t = precision::Join(PrecisionOf(*add), PrecisionOf(*ln));
+    bool keep_sum = sum->is_graph_output || sum->consumers.size() > 1;
+    ir::Node* fused = g_.AddNode(ir::OpType::kAddLayerNorm, absl::StrCat(ln->name, "/fused_add"));
+    fused->since_version = 1;
+    fused->inputs = {add->inputs[0], add->inputs[1], ln->inputs[1]};
+    if (ln->input(2)) fused->inputs.push_back(ln->inputs[2]);
+    fused->outputs = {ln->outputs[0], keep_sum ? sum : nullptr};
+    fused->attrs["axis"] = IntAttr(-1);
+    fused->attrs["epsilon"] = FloatAttr(ln->GetFloat("epsilon", 1e-5f));
+    result_.precision.erase(ln);
+    Commit(fused, members, t, "add+layernorm");
+  }
 
   // True when a --no-fuse selector excludes a fusion of `members` producing `op`.
   bool Excluded(const std::vector<ir::Node*>& members, ir::OpType op, const char* pattern) {
@@ -196,6 +419,56 @@ class Fuser {
     return absl::OkStatus();
   }
 
+  // MatMul(Q, Transpose(K)) [-> scale] [-> Add mask] -> Softmax -> MatMul(., V), all 4-D
+  // [batch, heads, seq, head_size] => one Attention (opset 23) with its scale and additive mask.
+  absl::Status FuseAttention(const PatternInstance& p) {
+    if (p.is_op || !o_.enabled || !p.input || !p.key || !p.value || !p.output) {
+      return absl::OkStatus();
+    }
+    std::vector<ir::Node*> members;
+    for (int id : p.nodes) {
+      if (removed_[id]) return absl::OkStatus();
+      members.push_back(g_.nodes()[id].get());
+    }
+    auto rank4 = [](const ir::Value* v) { return v->shape.rank_known && v->shape.rank() == 4; };
+    if (p.mask_is_condition) {
+      if (logger_)
+        logger_->info("attention of {} not fused: its mask is a masked_fill", Names(members));
+      return absl::OkStatus();
+    }
+    // The Attention op takes K; exporters feed K^T made by a Transpose of the last two dims.
+    ir::Node* tr = p.key->producer;
+    std::vector<int64_t> swap = {0, 1, 3, 2};
+    if (!tr || tr->op != ir::OpType::kTranspose || tr->GetInts("perm") != swap ||
+        removed_[tr->id] || p.key->consumers.size() != 1 || p.key->is_graph_output ||
+        !rank4(p.input) || !rank4(p.value) || !rank4(tr->inputs[0]) ||
+        (p.mask && !IsFloating(p.mask->dtype))) {
+      if (logger_)
+        logger_->info("attention of {} not fused: not in the 4-D Q, K^T, V form", Names(members));
+      return absl::OkStatus();
+    }
+    members.insert(members.begin(), tr);
+    if (Excluded(members, ir::OpType::kAttention, "attention")) return absl::OkStatus();
+    Precision t = Precision::kFp32;
+    bool first = true;
+    for (const ir::Node* m : members) {
+      const auto& na = Assigned(*m);
+      if (!na.floating) continue;
+      t = first ? na.assigned : precision::Join(t, na.assigned);
+      first = false;
+    }
+    ir::Node* fused =
+        g_.AddNode(ir::OpType::kAttention, absl::StrCat(members.back()->name, "/fused_attention"));
+    fused->since_version = 23;
+    fused->inputs = {const_cast<ir::Value*>(p.input), tr->inputs[0],
+                     const_cast<ir::Value*>(p.value)};
+    if (p.mask) fused->inputs.push_back(const_cast<ir::Value*>(p.mask));
+    fused->outputs = {const_cast<ir::Value*>(p.output)};
+    fused->attrs["scale"] = FloatAttr(p.attention_scale);
+    Commit(fused, members, t, "attention");
+    return absl::OkStatus();
+  }
+
   absl::Status FuseConvBatchNorm() {
     if (!o_.enabled) return absl::OkStatus();
     size_t count = g_.nodes().size();
@@ -291,9 +564,14 @@ absl::Status ValidateNoFuse(const std::vector<std::string>& selectors) {
       return absl::InvalidArgumentError(
           absl::StrCat("--no-fuse '", s, "': expected op:TYPE, scope:PREFIX or pattern:NAME"));
     }
-    if (kind == "pattern" && !precision::PatternFromName(s.substr(colon + 1)) &&
-        s.substr(colon + 1) != "conv+batchnorm") {
-      return absl::InvalidArgumentError(absl::StrCat("--no-fuse '", s, "': unknown pattern"));
+    std::string name = s.substr(colon + 1);
+    bool linear = name == "conv+batchnorm" || name == "conv+activation" || name == "matmul+bias" ||
+                  name == "add+layernorm";
+    if (kind == "pattern" && !precision::PatternFromName(name) && !linear) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--no-fuse '", s,
+                       "': unknown pattern (layernorm, rmsnorm, gelu, softmax, attention, "
+                       "conv+batchnorm, conv+activation, matmul+bias, add+layernorm)"));
     }
   }
   return absl::OkStatus();

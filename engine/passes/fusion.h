@@ -7,11 +7,16 @@
 //   - decomposed Softmax    -> Softmax
 //   - Conv + BatchNormalization (inference) -> Conv with the normalisation folded into its
 //     weights and bias (computed in float64, stored in the Conv's precision)
+//   - Conv + Relu | LeakyRelu | Clip | HardSwish | Sigmoid -> FusedConv
+//   - MatMul + Add(bias) [+ Relu | Sigmoid | Tanh | Gelu] -> FusedMatMul
+//   - residual Add + LayerNormalization -> AddLayerNorm (also outputs the sum when it is read)
 // A fused kernel computes its interior in fp32 and reads/writes its boundary values at its
 // precision T. For pattern fusions T is the join of the members' assigned precisions, so nothing
 // is computed lower than assigned. For Conv + BatchNorm T is the Conv's precision (its weights
 // carry the folded normalisation); when the BatchNorm is assigned higher, the fusion would lower
-// it and is refused, and the refusal is logged with the node names and the rule.
+// it and is refused, and the refusal is logged with the node names and the rule. Conv and MatMul
+// fusions compute at the Conv's / MatMul's precision and are refused when an absorbed node is
+// assigned higher; residual Add + LayerNorm computes at the join of both.
 //
 // Preconditions: `assignment` and `patterns` were computed on this graph, before any other
 // rewrite. Node ids change (removed nodes are compacted); `ir::Node::sources` keeps provenance.
@@ -29,7 +34,8 @@
 
 namespace kiln::passes {
 
-/// `--fusion on|off` and `--no-fuse SELECTOR` (op:TYPE, scope:PREFIX, pattern:NAME).
+/// `--fusion on|off` and `--no-fuse SELECTOR` (op:TYPE, scope:PREFIX, pattern:NAME where NAME is
+/// a recognised pattern or conv+batchnorm, conv+activation, matmul+bias, add+layernorm).
 struct FusionOptions {
   bool enabled = true;
   std::vector<std::string> no_fuse;

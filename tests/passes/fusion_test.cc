@@ -124,6 +124,61 @@ onnx::ModelProto ConvBatchNorm() {
   return m;
 }
 
+// y = Relu(x @ W + b).
+onnx::ModelProto MatMulBiasRelu() {
+  onnx::ModelProto m = NewModel({kRows, kCols}, {kRows, 32});
+  auto* g = m.mutable_graph();
+  AddFloatInitializer(g, "w", {kCols, 32}, Ramp(kCols * 32, 0.2f, 0.0f));
+  AddFloatInitializer(g, "b", {32}, Ramp(32, 0.5f, 0.1f));
+  AddOnnxNode(g, "MatMul", {"x", "w"}, {"mm"}, "/fc/MatMul");
+  AddOnnxNode(g, "Add", {"mm", "b"}, {"z"}, "/fc/Add");
+  AddOnnxNode(g, "Relu", {"z"}, {"y"}, "/fc/Relu");
+  return m;
+}
+
+// y = Relu(Conv(x)).
+onnx::ModelProto ConvRelu() {
+  onnx::ModelProto m = NewModel({1, 3, 8, 8}, {1, 4, 6, 6});
+  auto* g = m.mutable_graph();
+  AddFloatInitializer(g, "w", {4, 3, 3, 3}, Ramp(4 * 27, 0.3f, 0.0f));
+  AddFloatInitializer(g, "b", {4}, {0.1f, -0.2f, 0.3f, 0.0f});
+  AddOnnxNode(g, "Conv", {"x", "w", "b"}, {"c"}, "/conv");
+  AddOnnxNode(g, "Relu", {"c"}, {"y"}, "/relu");
+  return m;
+}
+
+// y = LayerNormalization(x + Sigmoid(x)): a residual Add feeding a LayerNorm.
+onnx::ModelProto ResidualAddLayerNorm() {
+  onnx::ModelProto m = NewModel({kRows, kCols}, {kRows, kCols});
+  auto* g = m.mutable_graph();
+  AddFloatInitializer(g, "gamma", {kCols}, Ramp(kCols, 0.2f, 1.0f));
+  AddFloatInitializer(g, "beta", {kCols}, Ramp(kCols, 0.1f, 0.0f));
+  AddOnnxNode(g, "Sigmoid", {"x"}, {"r"}, "/branch");
+  AddOnnxNode(g, "Add", {"x", "r"}, {"sum"}, "/residual/Add");
+  AddOnnxNode(g, "LayerNormalization", {"sum", "gamma", "beta"}, {"y"}, "/ln");
+  return m;
+}
+
+// Scaled dot-product attention over [1, 2, 8, 4] (batch, heads, seq, head size), the way
+// exporters write it: MatMul(Q, Transpose(K)) / sqrt(d) -> Softmax -> MatMul(., V).
+onnx::ModelProto Attention() {
+  onnx::ModelProto m = NewModel({1, 2, 8, 4}, {1, 2, 8, 4});
+  auto* g = m.mutable_graph();
+  Scalar(g, "sqrt_d", 2.0f);
+  AddOnnxNode(g, "Sigmoid", {"x"}, {"k"}, "/k");
+  AddOnnxNode(g, "Tanh", {"x"}, {"v"}, "/v");
+  auto* tr = AddOnnxNode(g, "Transpose", {"k"}, {"kt"}, "/attn/Transpose");
+  auto* perm = tr->add_attribute();
+  perm->set_name("perm");
+  perm->set_type(onnx::AttributeProto::INTS);
+  for (int p : {0, 1, 3, 2}) perm->add_ints(p);
+  AddOnnxNode(g, "MatMul", {"x", "kt"}, {"s"}, "/attn/MatMul");
+  AddOnnxNode(g, "Div", {"s", "sqrt_d"}, {"sc"}, "/attn/Div");
+  AddOnnxNode(g, "Softmax", {"sc"}, {"p"}, "/attn/Softmax");
+  AddOnnxNode(g, "MatMul", {"p", "v"}, {"y"}, "/attn/MatMul_1");
+  return m;
+}
+
 struct Run {
   builder::BuildResult built;
   ir::Tensor y;
@@ -202,7 +257,11 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(FusionCase{"layernorm", DecomposedLayerNorm, "layernorm"},
                       FusionCase{"gelu", DecomposedGelu, "gelu"},
                       FusionCase{"softmax", DecomposedSoftmax, "softmax"},
-                      FusionCase{"conv_batchnorm", ConvBatchNorm, "conv+batchnorm"}),
+                      FusionCase{"conv_batchnorm", ConvBatchNorm, "conv+batchnorm"},
+                      FusionCase{"conv_relu", ConvRelu, "conv+Relu"},
+                      FusionCase{"matmul_bias_relu", MatMulBiasRelu, "matmul+bias+Relu"},
+                      FusionCase{"add_layernorm", ResidualAddLayerNorm, "add+layernorm"},
+                      FusionCase{"attention", Attention, "attention"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(FusionTest, PinnedFp32IsNeverComputedLowerInsideAFusedKernel) {
@@ -247,6 +306,18 @@ TEST(FusionTest, FusionThatWouldLowerAPinnedNodeIsRefusedAndLogged) {
   EXPECT_THAT(why, HasSubstr("op:BatchNormalization = fp32"));
   for (const auto& n : r->built.nodes) {
     if (n.op_type() == "BatchNormalization") EXPECT_EQ(n.effective_precision(), "fp32");
+  }
+}
+
+TEST(FusionTest, MatMulFusionRefusedWhenTheBiasAddIsPinnedHigher) {
+  auto r = BuildRun(MatMulBiasRelu(), "bf16", {"op:Add = fp32"}, true);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->built.summary.fusions, 0);
+  ASSERT_EQ(r->built.summary.fusion_refusals.size(), 1u);
+  EXPECT_THAT(r->built.summary.fusion_refusals[0], HasSubstr("'/fc/Add'"));
+  EXPECT_THAT(r->built.summary.fusion_refusals[0], HasSubstr("op:Add = fp32 (--rule 1)"));
+  for (const auto& n : r->built.nodes) {
+    if (n.op_type() == "Add") EXPECT_EQ(n.effective_precision(), "fp32");
   }
 }
 

@@ -28,9 +28,9 @@ TEST(PolicyTest, PresetsHaveTheDocumentedMeaning) {
   auto safe = Preset("fp16-safe");
   ASSERT_TRUE(safe.ok());
   std::string canon = safe->Canonical();
-  for (const char* want : {"pattern:layernorm = fp32", "pattern:rmsnorm = fp32",
-                           "pattern:softmax = fp32", "op:Pow = fp32", "op:Exp = fp32",
-                           "op:Log = fp32", "op:ReduceSum = fp32"}) {
+  for (const char* want :
+       {"pattern:layernorm = fp32", "pattern:rmsnorm = fp32", "pattern:softmax = fp32",
+        "op:Pow = fp32", "op:Exp = fp32", "op:Log = fp32", "op:ReduceSum = fp32"}) {
     EXPECT_THAT(canon, HasSubstr(want));
   }
   auto bad = Preset("fp8");
