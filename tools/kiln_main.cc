@@ -87,8 +87,7 @@ absl::StatusOr<Args> Parse(int argc, char** argv, int first,
 }
 
 // Options of later DESIGN.md §10 features: recognised so users get a precise message.
-const char* kLaterBuildFlags[] = {"--fusion", "--no-fuse", "--inputs",
-                                  "--seed",   "--report",  "--html"};
+const char* kLaterBuildFlags[] = {"--inputs", "--seed", "--report", "--html"};
 
 // The build options shared by `build` and `explain`.
 absl::StatusOr<builder::BuildOptions> BuildOptionsFrom(Args& args) {
@@ -124,6 +123,8 @@ std::map<std::string, bool> BuildFlags() {
                                        {"--rule", true},
                                        {"--constraints", true},
                                        {"--typing", true},
+                                       {"--fusion", true},
+                                       {"--no-fuse", true},
                                        {"--quiet", false}};
   for (const char* f : kLaterBuildFlags) known[f] = true;
   return known;

@@ -8,6 +8,7 @@
 #include "engine/kernels/cpu/avx512/gemm.h"
 #include "engine/kernels/cpu/avx512/register.h"
 #include "engine/kernels/cpu/ref/common.h"
+#include "engine/kernels/cpu/ref/fused_activation.h"
 
 namespace kiln::kernels::cpu::avx512 {
 namespace {
@@ -111,7 +112,10 @@ class GemmKernel final : public Kernel {
 };
 
 // numpy.matmul: 1-D operands are promoted (and the added dim dropped), batch dims broadcast.
-absl::Status MatMulRun(const ir::Node& node, KernelContext& ctx) {
+// With `bias` (FusedMatMul's [N] or [1] bias, A's dtype), the GEMM epilogue adds it to the fp32
+// dot product before the one rounding to the output type.
+absl::StatusOr<ir::Tensor*> MatMulCore(const ir::Node& node, KernelContext& ctx,
+                                       const ir::Tensor* bias) {
   ASSIGN_OR_RETURN(const ir::Tensor* a, RequireInput(node, ctx, 0));
   ASSIGN_OR_RETURN(const ir::Tensor* b, RequireInput(node, ctx, 1));
   if (a->dtype() != b->dtype()) return InvalidNode(node, "A and B must have the same dtype");
@@ -165,10 +169,68 @@ absl::Status MatMulRun(const ir::Node& node, KernelContext& ctx) {
   g.y = y->raw_data();
   g.y_rs = n;
   g.y_batch = m * n;
+  if (bias != nullptr) {
+    if (bias->dtype() != a->dtype() || bias->rank() != 1 ||
+        (bias->num_elements() != n && bias->num_elements() != 1)) {
+      return InvalidNode(node, "bias must be [", n, "] or [1] of the input dtype, got ",
+                         ir::DimsToString(bias->dims()));
+    }
+    g.scale = true;
+    g.c = bias->raw_data();
+    g.c_rs = 0;
+    g.c_cs = bias->num_elements() == n ? 1 : 0;
+  }
   ChooseBf16Path(g, *a, *b);
   GemmAvx512(g);
-  return absl::OkStatus();
+  return y;
 }
+
+absl::Status MatMulRun(const ir::Node& node, KernelContext& ctx) {
+  return MatMulCore(node, ctx, nullptr).status();
+}
+
+// FusedMatMul = activation(MatMul(A, B) + bias): the bias is added to the fp32 dot product in
+// the GEMM epilogue; the activation then reads that sum rounded once to the output type, as the
+// unfused activation would (effective precision = assigned, never lower).
+class FusedMatMulKernel final : public Kernel {
+ public:
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const ir::Node& node) {
+    ASSIGN_OR_RETURN(ref::Activation act, ref::ReadActivation(node, ref::MatMulActivations()));
+    return std::unique_ptr<Kernel>(new FusedMatMulKernel(node, act));
+  }
+
+  // The fast path takes A, B, bias and Y of one dtype and a constant [N] or [1] bias.
+  static bool Supports(const ir::Node& node) {
+    const ir::Value* a = node.input(0);
+    const ir::Value* b = node.input(1);
+    const ir::Value* bias = node.input(2);
+    const ir::Value* y = node.outputs.empty() ? nullptr : node.outputs[0];
+    if (!a || !b || !y || b->dtype != a->dtype || y->dtype != a->dtype) return false;
+    return !bias || (bias->dtype == a->dtype && bias->shape.rank_known && bias->shape.rank() == 1);
+  }
+
+  absl::Status Run(KernelContext& ctx) override {
+    ASSIGN_OR_RETURN(ir::Tensor * y, MatMulCore(node_, ctx, ctx.input(2)));
+    if (act_.kind == ref::ActKind::kNone) return absl::OkStatus();
+    return ref::DispatchFloat(y->dtype(), [&](auto tag) -> absl::Status {
+      using T = typename decltype(tag)::type;
+      T* p = y->data<T>();
+      const int64_t n = y->num_elements();
+      ref::WithActivation<float>(act_, [&](auto op) {
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; ++i) {
+          p[i] = ref::Store<T>(op(static_cast<float>(ref::Load(p[i]))));
+        }
+      });
+      return absl::OkStatus();
+    });
+  }
+
+ private:
+  FusedMatMulKernel(const ir::Node& node, ref::Activation act) : node_(node), act_(act) {}
+  const ir::Node& node_;
+  ref::Activation act_;
+};
 
 }  // namespace
 
@@ -181,6 +243,14 @@ void RegisterGemmOps(Registry& r) {
     bf16.cpu_features = kCpuAvx512Bf16;  // vdpbf16ps, vcvtneps2bf16
     r.Add(bf16);
   }
+  KernelDef fused{
+      ir::OpType::kFusedMatMul,  {DataType::kF32, DataType::kF16}, 0, Backend::kCpu, Isa::kAvx512,
+      &FusedMatMulKernel::Create};
+  fused.supports = &FusedMatMulKernel::Supports;
+  r.Add(fused);
+  fused.dtypes = {DataType::kBF16};
+  fused.cpu_features = kCpuAvx512Bf16;
+  r.Add(fused);
 }
 
 }  // namespace kiln::kernels::cpu::avx512

@@ -1,0 +1,63 @@
+// The AVX-512 FusedMatMul against the reference FusedMatMul.
+#include <cmath>
+#include <random>
+
+#include "engine/common/cpu_features.h"
+#include "engine/common/half.h"
+#include "gtest/gtest.h"
+#include "tests/testing/node_runner.h"
+
+namespace kiln::testing {
+namespace {
+
+ir::Tensor Random(std::vector<int64_t> dims, DataType dt, std::mt19937& rng) {
+  ir::Tensor f = *ir::Tensor::Allocate(DataType::kF32, dims);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  for (int64_t i = 0; i < f.num_elements(); ++i) f.data<float>()[i] = d(rng);
+  if (dt == DataType::kF32) return f;
+  ir::Tensor t = *ir::Tensor::Allocate(dt, dims);
+  for (int64_t i = 0; i < f.num_elements(); ++i) {
+    float v = f.data<float>()[i];
+    t.data<uint16_t>()[i] = dt == DataType::kF16 ? FloatToHalfBits(v) : FloatToBFloat16Bits(v);
+  }
+  return t;
+}
+
+TEST(Avx512FusedMatMulTest, MatchesReferenceForEveryActivationAndDtype) {
+  uint64_t need = kCpuAvx512F | kCpuAvx512Bw | kCpuAvx512Vl | kCpuAvx512Dq | kCpuAvx512Bf16;
+  if ((DetectCpuFeatures() & need) != need) GTEST_SKIP() << "needs AVX-512 with BF16";
+  std::mt19937 rng(3);
+  const int64_t k = 37;
+  for (DataType dt : {DataType::kF32, DataType::kF16, DataType::kBF16}) {
+    for (const char* act : {"", "Relu", "Gelu", "GeluTanh", "Sigmoid", "Tanh"}) {
+      NodeSpec spec{ir::OpType::kFusedMatMul};
+      spec.since_version = 1;
+      spec.attrs = {{"activation", StringAttr(act)}};
+      spec.inputs = {Random({2, 5, k}, dt, rng), Random({k, 19}, dt, rng), Random({19}, dt, rng)};
+      spec.output_dtypes = {dt};
+      auto fast = RunNode(spec);
+      ASSERT_TRUE(fast.ok()) << fast.status();
+      NodeSpec ref_spec = spec;
+      ref_spec.cpu_features = 0;  // the reference kernel
+      auto ref = RunNode(ref_spec);
+      ASSERT_TRUE(ref.ok()) << ref.status();
+      std::vector<float> a = ToFloats((*fast)[0]), b = ToFloats((*ref)[0]);
+      ASSERT_EQ(a.size(), b.size());
+      // The two differ by the GEMM's accumulation order (fp32, K = 37 products of |x| ~ 1:
+      // well under 1e-4) and, for 16-bit outputs, by the fast kernel rounding the biased sum to
+      // the output type before the activation (the reference keeps it in fp32): one rounding of
+      // the activation's input, amplified by its slope (<= ~1.13 for GELU), plus the output's
+      // own rounding: 3 ulps of the output type relative to |y|, 2^-8 for fp16 and 2^-6 for bf16,
+      // with a floor at |y| = 0.5: the activations map inputs of a few units (whose rounding
+      // error is that large) to outputs near zero.
+      double rel = dt == DataType::kF32 ? 0 : dt == DataType::kF16 ? 3 * 0x1p-11 : 3 * 0x1p-8;
+      for (size_t i = 0; i < a.size(); ++i) {
+        EXPECT_LE(std::fabs(a[i] - b[i]), 1e-4 + rel * std::fabs(b[i]) + rel * 0.5)
+            << DataTypeName(dt) << " " << act << " element " << i;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiln::testing
