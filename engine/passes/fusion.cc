@@ -16,23 +16,28 @@ using precision::PatternInstance;
 using precision::PatternKind;
 using precision::Precision;
 
-ir::Attribute IntAttr(int64_t v) {
-  ir::Attribute a;
-  a.type = ir::Attribute::Type::kInt;
-  a.i = v;
-  return a;
-}
-ir::Attribute FloatAttr(float v) {
-  ir::Attribute a;
-  a.type = ir::Attribute::Type::kFloat;
-  a.f = v;
-  return a;
-}
-ir::Attribute StringAttr(std::string v) {
-  ir::Attribute a;
-  a.type = ir::Attribute::Type::kString;
-  a.s = std::move(v);
-  return a;
+using ir::Attribute;
+
+// The fused kernels' name for activation node `a` (empty when `a` is not an activation).
+std::string ActivationOf(const ir::Node& a) {
+  switch (a.op) {
+    case ir::OpType::kRelu:
+      return "Relu";
+    case ir::OpType::kSigmoid:
+      return "Sigmoid";
+    case ir::OpType::kTanh:
+      return "Tanh";
+    case ir::OpType::kHardSwish:
+      return "HardSwish";
+    case ir::OpType::kLeakyRelu:
+      return "LeakyRelu";
+    case ir::OpType::kClip:
+      return "Clip";
+    case ir::OpType::kGelu:
+      return a.GetString("approximate", "none") == "tanh" ? "GeluTanh" : "Gelu";
+    default:
+      return "";
+  }
 }
 
 class Fuser {
@@ -104,6 +109,21 @@ class Fuser {
     return true;
   }
 
+  // The join of the members' assigned precisions: computing there lowers none of them.
+  Precision JoinOf(const std::vector<ir::Node*>& members) {
+    Precision t = Precision::kFp32;
+    bool first = true;
+    for (const ir::Node* m : members) {
+      for (int s : m->sources) {
+        const auto& na = a_.nodes[s];
+        if (!na.floating) continue;
+        t = first ? na.assigned : precision::Join(t, na.assigned);
+        first = false;
+      }
+    }
+    return t;
+  }
+
   // Replaces `members` by `fused` (already wired), computing at `t`.
   void Commit(ir::Node* fused, const std::vector<ir::Node*>& members, Precision t,
               const std::string& label) {
@@ -143,21 +163,10 @@ class Fuser {
     ir::Value* out = add->outputs[0];
     std::string act;
     if (ir::Node* a = SoleConsumer(out)) {
-      switch (a->op) {
-        case ir::OpType::kRelu:
-          act = "Relu";
-          break;
-        case ir::OpType::kSigmoid:
-          act = "Sigmoid";
-          break;
-        case ir::OpType::kTanh:
-          act = "Tanh";
-          break;
-        case ir::OpType::kGelu:
-          act = a->GetString("approximate", "none") == "tanh" ? "GeluTanh" : "Gelu";
-          break;
-        default:
-          break;
+      act = ActivationOf(*a);
+      if (act != "Relu" && act != "Sigmoid" && act != "Tanh" && act != "Gelu" &&
+          act != "GeluTanh") {
+        act.clear();
       }
       if (!act.empty()) {
         members.push_back(a);
@@ -172,7 +181,7 @@ class Fuser {
     fused->since_version = 1;
     fused->inputs = {mm->inputs[0], mm->inputs[1], bias};
     fused->outputs = {out};
-    fused->attrs["activation"] = StringAttr(act);
+    fused->attrs["activation"] = Attribute::String(act);
     Commit(fused, members, t, label);
     return absl::OkStatus();
   }
@@ -182,54 +191,35 @@ class Fuser {
     ir::Node* a = SoleConsumer(conv->outputs.empty() ? nullptr : conv->outputs[0]);
     if (!a) return;
     std::string act;
-    ir::Node* fused = nullptr;
-    auto make = [&] {
-      fused = g_.AddNode(ir::OpType::kFusedConv, absl::StrCat(conv->name, "/fused"));
-      fused->since_version = 1;
-      fused->attrs = conv->attrs;
-    };
-    switch (a->op) {
-      case ir::OpType::kRelu:
-        act = "Relu";
-        break;
-      case ir::OpType::kSigmoid:
-        act = "Sigmoid";
-        break;
-      case ir::OpType::kHardSwish:
-        act = "HardSwish";
-        break;
-      case ir::OpType::kLeakyRelu:
-        act = "LeakyRelu";
-        break;
-      case ir::OpType::kClip: {
-        // Bounds from attributes (opset < 11) or constant scalar inputs.
-        for (int k = 1; k <= 2; ++k) {
-          const ir::Value* v = a->input(k);
-          if (v && (!v->constant || v->constant->num_elements() != 1)) return;
-        }
-        act = "Clip";
-        break;
+    act = ActivationOf(*a);
+    if (act == "Clip") {
+      // Bounds from attributes (opset < 11) or constant scalar inputs.
+      for (int k = 1; k <= 2; ++k) {
+        const ir::Value* v = a->input(k);
+        if (v && (!v->constant || v->constant->num_elements() != 1)) return;
       }
-      default:
-        return;
+    } else if (act != "Relu" && act != "Sigmoid" && act != "HardSwish" && act != "LeakyRelu") {
+      return;
     }
     std::vector<ir::Node*> members = {conv, a};
     std::string label = absl::StrCat(conv->fusion.empty() ? "conv" : conv->fusion, "+", act);
     if (Excluded(members, ir::OpType::kFusedConv, "conv+activation")) return;
     Precision t = PrecisionOf(*conv);
     if (!Allowed(label.c_str(), members, t)) return;
-    make();
-    fused->attrs["activation"] = StringAttr(act);
+    ir::Node* fused = g_.AddNode(ir::OpType::kFusedConv, absl::StrCat(conv->name, "/fused"));
+    fused->since_version = 1;
+    fused->attrs = conv->attrs;
+    fused->attrs["activation"] = Attribute::String(act);
     if (act == "LeakyRelu")
-      fused->attrs["activation_alpha"] = FloatAttr(a->GetFloat("alpha", 0.01f));
+      fused->attrs["activation_alpha"] = Attribute::Float(a->GetFloat("alpha", 0.01f));
     if (act == "Clip") {
       float lo = a->GetFloat("min", -INFINITY), hi = a->GetFloat("max", INFINITY);
       if (const ir::Value* v = a->input(1))
         lo = static_cast<float>(ir::ElementAsDouble(*v->constant, 0));
       if (const ir::Value* v = a->input(2))
         hi = static_cast<float>(ir::ElementAsDouble(*v->constant, 0));
-      fused->attrs["activation_min"] = FloatAttr(lo);
-      fused->attrs["activation_max"] = FloatAttr(hi);
+      fused->attrs["activation_min"] = Attribute::Float(lo);
+      fused->attrs["activation_max"] = Attribute::Float(hi);
     }
     fused->inputs = conv->inputs;
     fused->outputs = {a->outputs[0]};
@@ -267,8 +257,8 @@ class Fuser {
     fused->inputs = {add->inputs[0], add->inputs[1], ln->inputs[1]};
     if (ln->input(2)) fused->inputs.push_back(ln->inputs[2]);
     fused->outputs = {ln->outputs[0], keep_sum ? sum : nullptr};
-    fused->attrs["axis"] = IntAttr(-1);
-    fused->attrs["epsilon"] = FloatAttr(ln->GetFloat("epsilon", 1e-5f));
+    fused->attrs["axis"] = Attribute::Int(-1);
+    fused->attrs["epsilon"] = Attribute::Float(ln->GetFloat("epsilon", 1e-5f));
     result_.precision.erase(ln);
     Commit(fused, members, t, "add+layernorm");
   }
@@ -372,14 +362,7 @@ class Fuser {
       }
     }
     // The fused kernel's precision: the join of its members', so none is computed lower.
-    Precision t = Precision::kFp32;
-    bool first = true;
-    for (const ir::Node* m : members) {
-      const auto& na = Assigned(*m);
-      if (!na.floating) continue;
-      t = first ? na.assigned : precision::Join(t, na.assigned);
-      first = false;
-    }
+    Precision t = JoinOf(members);
     ir::Node* fused = g_.AddNode(op, absl::StrCat(members.back()->name, "/fused_", pattern));
     removed_.push_back(false);
     fused->since_version = since;
@@ -389,15 +372,15 @@ class Fuser {
     switch (p.kind) {
       case PatternKind::kLayerNorm:
       case PatternKind::kRmsNorm:
-        fused->attrs["axis"] = IntAttr(-1);
-        fused->attrs["epsilon"] = FloatAttr(p.epsilon);
-        fused->attrs["stash_type"] = IntAttr(1);
+        fused->attrs["axis"] = Attribute::Int(-1);
+        fused->attrs["epsilon"] = Attribute::Float(p.epsilon);
+        fused->attrs["stash_type"] = Attribute::Int(1);
         break;
       case PatternKind::kGelu:
-        fused->attrs["approximate"] = StringAttr(p.tanh_approximation ? "tanh" : "none");
+        fused->attrs["approximate"] = Attribute::String(p.tanh_approximation ? "tanh" : "none");
         break;
       case PatternKind::kSoftmax:
-        fused->attrs["axis"] = IntAttr(p.axis);
+        fused->attrs["axis"] = Attribute::Int(p.axis);
         break;
       default:
         break;
@@ -449,14 +432,7 @@ class Fuser {
     }
     members.insert(members.begin(), tr);
     if (Excluded(members, ir::OpType::kAttention, "attention")) return absl::OkStatus();
-    Precision t = Precision::kFp32;
-    bool first = true;
-    for (const ir::Node* m : members) {
-      const auto& na = Assigned(*m);
-      if (!na.floating) continue;
-      t = first ? na.assigned : precision::Join(t, na.assigned);
-      first = false;
-    }
+    Precision t = JoinOf(members);
     ir::Node* fused =
         g_.AddNode(ir::OpType::kAttention, absl::StrCat(members.back()->name, "/fused_attention"));
     fused->since_version = 23;
@@ -464,7 +440,7 @@ class Fuser {
                      const_cast<ir::Value*>(p.value)};
     if (p.mask) fused->inputs.push_back(const_cast<ir::Value*>(p.mask));
     fused->outputs = {const_cast<ir::Value*>(p.output)};
-    fused->attrs["scale"] = FloatAttr(p.attention_scale);
+    fused->attrs["scale"] = Attribute::Float(p.attention_scale);
     Commit(fused, members, t, "attention");
     return absl::OkStatus();
   }

@@ -67,13 +67,6 @@ absl::StatusOr<ir::Tensor> ConvertFloatTensor(const ir::Tensor& t, DataType to) 
   return out;
 }
 
-ir::Attribute IntAttribute(int64_t v) {
-  ir::Attribute a;
-  a.type = ir::Attribute::Type::kInt;
-  a.i = v;
-  return a;
-}
-
 // True when the registry has a kernel for `op` over `dtype` keyed on a floating slot, or keyed
 // on a non-floating slot (whose kernel then handles every floating dtype it is given).
 bool HasKernelAt(const kernels::Registry& reg, const ir::Node& n, DataType dtype) {
@@ -180,10 +173,10 @@ class Lowering {
     if (!out || out->dtype != pdt) return absl::OkStatus();
     switch (n.op) {
       case ir::OpType::kCast:
-        n.attrs["to"] = IntAttribute(static_cast<int64_t>(pdt));
+        n.attrs["to"] = ir::Attribute::Int(static_cast<int64_t>(pdt));
         break;
       case ir::OpType::kEyeLike:
-        n.attrs["dtype"] = IntAttribute(static_cast<int64_t>(pdt));
+        n.attrs["dtype"] = ir::Attribute::Int(static_cast<int64_t>(pdt));
         break;
       case ir::OpType::kConstant:
       case ir::OpType::kConstantOfShape: {
@@ -245,7 +238,7 @@ class Lowering {
     } else {
       ir::Node* cast = g_.AddNode(ir::OpType::kCast, absl::StrCat(name, "/Cast"));
       cast->since_version = 21;
-      cast->attrs["to"] = IntAttribute(static_cast<int64_t>(to));
+      cast->attrs["to"] = ir::Attribute::Int(static_cast<int64_t>(to));
       cast->inputs = {v};
       cast->outputs = {out};
       ++result_.inserted_conversions;
@@ -269,7 +262,7 @@ class Lowering {
       final_out->shape = out->shape;
       ir::Node* cast = g_.AddNode(ir::OpType::kCast, absl::StrCat(name, "/Cast"));
       cast->since_version = 21;
-      cast->attrs["to"] = IntAttribute(static_cast<int64_t>(authored));
+      cast->attrs["to"] = ir::Attribute::Int(static_cast<int64_t>(authored));
       cast->inputs = {out};
       cast->outputs = {final_out};
       ++result_.inserted_conversions;

@@ -135,36 +135,11 @@ std::vector<float> Iota(int n, float start) {
   return v;
 }
 
-ir::Attribute IntAttr(int64_t v) {
-  ir::Attribute a;
-  a.type = ir::Attribute::Type::kInt;
-  a.i = v;
-  return a;
-}
-ir::Attribute FloatAttr(float v) {
-  ir::Attribute a;
-  a.type = ir::Attribute::Type::kFloat;
-  a.f = v;
-  return a;
-}
-ir::Attribute StringAttr(std::string v) {
-  ir::Attribute a;
-  a.type = ir::Attribute::Type::kString;
-  a.s = std::move(v);
-  return a;
-}
-ir::Attribute IntsAttr(std::vector<int64_t> v) {
-  ir::Attribute a;
-  a.type = ir::Attribute::Type::kInts;
-  a.ints = std::move(v);
-  return a;
-}
-ir::Attribute FloatsAttr(std::vector<float> v) {
-  ir::Attribute a;
-  a.type = ir::Attribute::Type::kFloats;
-  a.floats = std::move(v);
-  return a;
-}
+ir::Attribute IntAttr(int64_t v) { return ir::Attribute::Int(v); }
+ir::Attribute FloatAttr(float v) { return ir::Attribute::Float(v); }
+ir::Attribute StringAttr(std::string v) { return ir::Attribute::String(std::move(v)); }
+ir::Attribute IntsAttr(std::vector<int64_t> v) { return ir::Attribute::Ints(std::move(v)); }
+ir::Attribute FloatsAttr(std::vector<float> v) { return ir::Attribute::Floats(std::move(v)); }
 ir::Attribute TensorAttr(ir::Tensor v) {
   ir::Attribute a;
   a.type = ir::Attribute::Type::kTensor;
