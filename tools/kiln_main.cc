@@ -119,13 +119,9 @@ absl::StatusOr<builder::BuildOptions> BuildOptionsFrom(Args& args) {
 }
 
 std::map<std::string, bool> BuildFlags() {
-  std::map<std::string, bool> known = {{"--policy", true},
-                                       {"--rule", true},
-                                       {"--constraints", true},
-                                       {"--typing", true},
-                                       {"--fusion", true},
-                                       {"--no-fuse", true},
-                                       {"--quiet", false}};
+  std::map<std::string, bool> known = {
+      {"--policy", true}, {"--rule", true},    {"--constraints", true}, {"--typing", true},
+      {"--fusion", true}, {"--no-fuse", true}, {"--quiet", false}};
   for (const char* f : kLaterBuildFlags) known[f] = true;
   return known;
 }

@@ -17,7 +17,7 @@ void RegisterLoss(Registry& r);     // loss.cc: NegativeLogLikelihoodLoss, Softm
 void RegisterBitwise(Registry& r);  // elementwise_bitwise.cc: Bitwise*, BitShift
 void RegisterSpatial(Registry& r);  // spatial.cc: LpPool, GlobalLpPool, GridSample, Col2Im,
                                     // AffineGrid, MaxUnpool
-void RegisterFused(Registry& r);        // fused.cc: FusedMatMul, FusedConv, AddLayerNorm
+void RegisterFused(Registry& r);    // fused.cc: FusedMatMul, FusedConv, AddLayerNorm
 void RegisterDataOps(Registry& r);  // data_ops.cc: Compress, ReverseSequence, CenterCropPad,
                                     // MeanVarianceNormalization, DynamicQuantizeLinear
 
