@@ -13,6 +13,7 @@ packages=(
   libgtest-dev libgmock-dev
   libbenchmark-dev
   libonnx-testdata
+  chromium
 )
 
 missing=()

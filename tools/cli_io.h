@@ -14,6 +14,12 @@ namespace kiln::tools {
 absl::StatusOr<std::vector<ir::Tensor>> ReadTensorDir(const std::string& dir,
                                                       const std::string& prefix);
 
+/// Sample sets for `--inputs DIR`: DIR itself when it holds input_0.pb (one set), else every
+/// DIR/test_data_set_<N> (N decimal, ascending numeric order) that holds input_0.pb (ONNX
+/// backend-test layout). Each set is ReadTensorDir(folder, "input"). NotFound naming DIR when it
+/// is not a folder or holds no set.
+absl::StatusOr<std::vector<std::vector<ir::Tensor>>> ReadSampleSets(const std::string& dir);
+
 /// Writes `tensors[i]` to `DIR/<prefix>_i.pb` with `names[i]` as the TensorProto name; creates DIR.
 absl::Status WriteTensorDir(const std::string& dir, const std::string& prefix,
                             const std::vector<ir::Tensor>& tensors,

@@ -1,4 +1,6 @@
 // kiln: the local command line (DESIGN.md §10): build, run, inspect.
+#include <malloc.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -23,7 +25,9 @@
 #include "google/protobuf/util/json_util.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
+#include "tools/cli_args.h"
 #include "tools/cli_io.h"
+#include "tools/report_cmd.h"
 
 namespace kiln::tools {
 namespace {
@@ -31,63 +35,29 @@ namespace {
 constexpr char kUsage[] = R"(usage:
   kiln build MODEL.onnx [--policy PRESET|FILE] [--rule 'SEL=PREC']... [--constraints obey|prefer]
              [--typing auto|strong|weak] [--fusion on|off] [--no-fuse SEL]... -o ENGINE [--quiet]
+             [--inputs DIR | --seed N [--samples N] [--input-range NAME=LO,HI]... [--shape NAME=DIMS]...]
+             [--report R.json] [--html R.html] [--suggest-policy OUT] [--atol A] [--rtol R]
+             [--no-suggest]
   kiln run ENGINE --inputs DIR --outputs DIR [--repeat N]
   kiln inspect ENGINE [--json]
   kiln explain MODEL.onnx [--policy ...] [--rule ...] [--constraints ...] [--typing ...] --node NAME
+  kiln compare ENGINE_A ENGINE_B [--inputs DIR | --seed N ...] [--atol A] [--rtol R]
+             [--report R.json] [--html R.html]
 
   build    import MODEL.onnx, check it, and write an engine blob to ENGINE
   run      run ENGINE on DIR/input_<i>.pb (ONNX TensorProto, graph input order) and write
            DIR/output_<i>.pb
   inspect  print the engine's kernels, tensors, memory plan and provenance
+  build with --inputs/--seed/--report/--html: also the accuracy report, every ONNX tensor
+           against the fp32 reference (default atol 1e-2, rtol 1e-2), and with an output out
+           of tolerance a searched policy raising the fewest nodes (--suggest-policy OUT)
+  compare  per-tensor comparison of two engines of the same model (A against B)
   explain  why a node gets its precision: every rule that matched, the winner, the assigned and
            the effective precision
 
   presets: fp32, fp16, bf16, fp32-layernorm, bf16-layernorm, fp16-safe
   selectors: op:TYPE  name:GLOB  re:REGEX  scope:PREFIX  pattern:layernorm|rmsnorm|gelu|softmax|attention
 )";
-
-// Usage errors are InvalidArgument statuses carrying this payload key, so Main can print
-// usage and exit 2 instead of 1.
-constexpr char kUsagePayload[] = "kiln.usage";
-
-absl::Status UsageError(const std::string& message) {
-  absl::Status st = absl::InvalidArgumentError(message);
-  st.SetPayload(kUsagePayload, absl::Cord("1"));
-  return st;
-}
-
-// Parsed command line: positional arguments and --flags (with or without a value).
-struct Args {
-  std::vector<std::string> positional;
-  std::map<std::string, std::string> flags;             // last value of each flag
-  std::map<std::string, std::vector<std::string>> all;  // every value, for repeatable flags
-};
-
-// Flags each command takes; `true` means the flag takes a value.
-absl::StatusOr<Args> Parse(int argc, char** argv, int first,
-                           const std::map<std::string, bool>& known) {
-  Args a;
-  for (int i = first; i < argc; ++i) {
-    std::string s = argv[i];
-    if (s.size() > 1 && s[0] == '-') {
-      auto it = known.find(s);
-      if (it == known.end()) return absl::InvalidArgumentError(absl::StrCat("unknown option ", s));
-      if (it->second) {
-        if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat(s, " needs a value"));
-        a.flags[s] = argv[++i];
-        a.all[s].push_back(a.flags[s]);
-      } else {
-        a.flags[s] = "";
-      }
-    } else {
-      a.positional.push_back(s);
-    }
-  }
-  return a;
-}
-
-// Options of later DESIGN.md §10 features: recognised so users get a precise message.
-const char* kLaterBuildFlags[] = {"--inputs", "--seed", "--report", "--html"};
 
 // The build options shared by `build` and `explain`.
 absl::StatusOr<builder::BuildOptions> BuildOptionsFrom(Args& args) {
@@ -110,11 +80,6 @@ absl::StatusOr<builder::BuildOptions> BuildOptionsFrom(Args& args) {
     opts.fusion.enabled = f == "on";
   }
   opts.fusion.no_fuse = args.all["--no-fuse"];
-  for (const char* f : kLaterBuildFlags) {
-    if (args.flags.count(f)) {
-      return absl::UnimplementedError(absl::StrCat(f, " is not supported by this build yet"));
-    }
-  }
   return opts;
 }
 
@@ -122,7 +87,6 @@ std::map<std::string, bool> BuildFlags() {
   std::map<std::string, bool> known = {
       {"--policy", true}, {"--rule", true},    {"--constraints", true}, {"--typing", true},
       {"--fusion", true}, {"--no-fuse", true}, {"--quiet", false}};
-  for (const char* f : kLaterBuildFlags) known[f] = true;
   return known;
 }
 
@@ -136,11 +100,13 @@ std::shared_ptr<spdlog::logger> StderrLogger(bool quiet) {
 absl::Status Build(int argc, char** argv) {
   std::map<std::string, bool> known = BuildFlags();
   known["-o"] = true;
+  AddReportFlags(known);
   auto args = Parse(argc, argv, 2, known);
   if (!args.ok()) return UsageError(std::string(args.status().message()));
   if (args->positional.size() != 1) return UsageError("build takes exactly one MODEL.onnx");
   if (!args->flags.count("-o")) return UsageError("build needs -o ENGINE");
   ASSIGN_OR_RETURN(builder::BuildOptions opts, BuildOptionsFrom(*args));
+  RETURN_IF_ERROR(CheckReportFlags(*args));
   auto logger = StderrLogger(args->flags.count("--quiet") > 0);
   ASSIGN_OR_RETURN(auto result, builder::BuildEngineFromFile(args->positional[0], opts, logger));
   RETURN_IF_ERROR(WriteFileAtomic(args->flags["-o"], result.blob));
@@ -160,6 +126,10 @@ absl::Status Build(int argc, char** argv) {
                                s.fusion_refusals.size());
   for (const std::string& w : s.warnings) std::cout << "  warning: " << w << "\n";
   for (const std::string& r : s.fusion_refusals) std::cout << "  fusion refused: " << r << "\n";
+  if (WantsReport(*args)) {
+    std::string blob = std::move(result.blob);
+    return RunReport(*args, args->positional[0], opts, result, std::move(blob), logger);
+  }
   return absl::OkStatus();
 }
 
@@ -340,6 +310,8 @@ int Main(int argc, char** argv) {
     st = Inspect(argc, argv);
   else if (cmd == "explain")
     st = Explain(argc, argv);
+  else if (cmd == "compare")
+    st = Compare(argc, argv);
   else
     st = UsageError(absl::StrCat("unknown command '", cmd, "'"));
   if (st.GetPayload(kUsagePayload).has_value()) {
@@ -357,4 +329,10 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace kiln::tools
 
-int main(int argc, char** argv) { return kiln::tools::Main(argc, argv); }
+int main(int argc, char** argv) {
+  // Tensors of a few MB come and go for every kernel of a tapped run: keep freed blocks in the
+  // heap for reuse instead of returning them to the kernel and faulting fresh zeroed pages in.
+  mallopt(M_MMAP_THRESHOLD, 64 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  return kiln::tools::Main(argc, argv);
+}

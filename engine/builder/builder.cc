@@ -109,10 +109,11 @@ std::vector<v1::NodeProvenance> Provenance(const ir::Node& n,
   return out;
 }
 
-}  // namespace
-
-absl::StatusOr<BuildResult> BuildEngine(const std::string& model_bytes, const BuildOptions& options,
-                                        std::shared_ptr<spdlog::logger> logger) {
+// The build; `release`, when set, points at the model bytes, freed once imported (the graph
+// holds the weights from then on, so a big model is not held twice while its blob is written).
+absl::StatusOr<BuildResult> Build(const std::string& model_bytes, std::string* release,
+                                  const BuildOptions& options,
+                                  std::shared_ptr<spdlog::logger> logger) {
   if (!logger)
     logger =
         std::make_shared<spdlog::logger>("kiln", std::make_shared<spdlog::sinks::null_sink_mt>());
@@ -126,6 +127,7 @@ absl::StatusOr<BuildResult> BuildEngine(const std::string& model_bytes, const Bu
   logger->info("import: {} bytes, sha256 {}", model_bytes.size(), sum.model_sha256);
   ASSIGN_OR_RETURN(std::unique_ptr<ir::Graph> graph,
                    import::ImportModel(model_bytes, options.import));
+  if (release) std::string().swap(*release);
   ir::Graph& g = *graph;
   sum.source_nodes = static_cast<int>(g.nodes().size());
   logger->info("import: {} nodes, {} values, opset {}, ir_version {}", g.nodes().size(),
@@ -136,6 +138,9 @@ absl::StatusOr<BuildResult> BuildEngine(const std::string& model_bytes, const Bu
   std::vector<SourceNode> sources;
   for (const auto& n : g.nodes()) sources.push_back({n->name, n->op});
   std::vector<precision::PatternInstance> patterns = precision::FindPatterns(g);
+  for (const auto& p : patterns) {
+    result.patterns.push_back({precision::PatternName(p.kind), p.nodes});
+  }
   ASSIGN_OR_RETURN(precision::Assignment assignment,
                    precision::AssignPrecision(g, policy, patterns, options.constraints,
                                               options.typing, logger.get()));
@@ -341,6 +346,19 @@ absl::StatusOr<BuildResult> BuildEngine(const std::string& model_bytes, const Bu
   return result;
 }
 
+}  // namespace
+
+absl::StatusOr<BuildResult> BuildEngine(const std::string& model_bytes, const BuildOptions& options,
+                                        std::shared_ptr<spdlog::logger> logger) {
+  return Build(model_bytes, nullptr, options, std::move(logger));
+}
+
+absl::StatusOr<BuildResult> BuildEngine(std::string&& model_bytes, const BuildOptions& options,
+                                        std::shared_ptr<spdlog::logger> logger) {
+  std::string bytes = std::move(model_bytes);
+  return Build(bytes, &bytes, options, std::move(logger));
+}
+
 absl::StatusOr<BuildResult> BuildEngineFromFile(const std::string& model_path, BuildOptions options,
                                                 std::shared_ptr<spdlog::logger> logger) {
   ASSIGN_OR_RETURN(std::string bytes, import::ReadFile(model_path, options.import.max_model_bytes));
@@ -349,7 +367,7 @@ absl::StatusOr<BuildResult> BuildEngineFromFile(const std::string& model_path, B
     options.import.model_dir = slash == std::string::npos ? "." : model_path.substr(0, slash);
     if (options.import.model_dir.empty()) options.import.model_dir = "/";
   }
-  return BuildEngine(bytes, options, std::move(logger));
+  return BuildEngine(std::move(bytes), options, std::move(logger));
 }
 
 }  // namespace kiln::builder

@@ -59,10 +59,21 @@ struct BuildResult {
   BuildSummary summary;
   /// Per source ONNX node (by index): how it was built, as recorded in the blob.
   std::vector<v1::NodeProvenance> nodes;
+  /// The recognised pattern instances: kind ("layernorm", ...) and source node indices.
+  struct Pattern {
+    std::string kind;
+    std::vector<int> nodes;
+  };
+  std::vector<Pattern> patterns;
 };
 
 /// Builds an engine from serialized ONNX. `logger` receives the build log (may be null).
 absl::StatusOr<BuildResult> BuildEngine(const std::string& model_bytes, const BuildOptions& options,
+                                        std::shared_ptr<spdlog::logger> logger);
+
+/// As above, freeing `model_bytes` as soon as the model is imported (peak memory of a big
+/// model: its graph and its blob, not also its bytes).
+absl::StatusOr<BuildResult> BuildEngine(std::string&& model_bytes, const BuildOptions& options,
                                         std::shared_ptr<spdlog::logger> logger);
 
 /// Reads MODEL (external data resolved next to it) and builds it.

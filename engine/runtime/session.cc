@@ -169,7 +169,7 @@ absl::StatusOr<std::vector<ir::Tensor>> Session::Run(const std::vector<ir::Tenso
   }
   for (size_t i = 0; i < inputs.size(); ++i) values[g.inputs()[i]->id] = inputs[i];
   char* arena = static_cast<char*>(arena_.get());
-  std::vector<const ir::Tensor*> outs;
+  std::vector<const ir::Tensor*> ins, outs;
   for (size_t i = 0; i < e.order.size(); ++i) {
     const ir::Node& n = *e.order[i];
     NodeContext ctx(n, values, arena, slot_offset_, slot_bytes_);
@@ -187,9 +187,13 @@ absl::StatusOr<std::vector<ir::Tensor>> Session::Run(const std::vector<ir::Tenso
       }
     }
     if (observer) {
+      ins.clear();
       outs.clear();
+      for (const ir::Value* v : n.inputs) {
+        ins.push_back(v && values[v->id].defined() ? &values[v->id] : nullptr);
+      }
       for (const ir::Value* v : n.outputs) outs.push_back(v ? &values[v->id] : nullptr);
-      observer(n, outs);
+      observer(n, ins, outs);
     }
     // Release activations after their last use (arena slots are simply forgotten).
     for (const ir::Value* v : n.inputs) {

@@ -14,8 +14,12 @@
 
 namespace kiln::runtime {
 
-/// Called after each node with the node and its output tensors (valid only during the call).
-using NodeObserver = std::function<void(const ir::Node&, const std::vector<const ir::Tensor*>&)>;
+/// Called after each node with the node, its input tensors and its output tensors (nullptr for
+/// an omitted one; all valid only during the call). Observers read; they never change what the
+/// engine computes.
+using NodeObserver =
+    std::function<void(const ir::Node&, const std::vector<const ir::Tensor*>& inputs,
+                       const std::vector<const ir::Tensor*>& outputs)>;
 
 /// A ready-to-run engine. Not thread-safe: one Run at a time.
 class Session {

@@ -1,0 +1,353 @@
+#include "engine/builder/accuracy.h"
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <sstream>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "engine/common/cpu_features.h"
+#include "engine/common/status.h"
+#include "engine/import/onnx_importer.h"
+#include "engine/precision/policy.h"
+#include "engine/report/analysis.h"
+#include "engine/runtime/session.h"
+
+namespace kiln::builder {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double MsSince(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+std::string Sci(double v) { return absl::StrFormat("%.3g", v); }
+
+// How reduced precision executes on this CPU (DESIGN.md §5: the report says which).
+std::string Arithmetic() {
+  uint64_t f = DetectCpuFeatures();
+  std::string bf16 = (f & kCpuAvx512Bf16) ? "bf16 dot products native (vdpbf16ps)"
+                                          : "bf16 emulated (fp32 arithmetic on bf16 values)";
+  std::string fp16 = (f & kCpuF16c) ? "fp16 emulated (F16C conversions, fp32 arithmetic)"
+                                    : "fp16 emulated (software conversions, fp32 arithmetic)";
+  return absl::StrCat(fp16, "; ", bf16, "; sums and dot products accumulate in fp32");
+}
+
+// Outputs of one engine on every sample, judged against the reference outputs.
+struct OutputCheck {
+  bool pass = true;
+  double worst_max_abs = 0;
+};
+
+// Reference outputs per sample (f32 copies; non-floating outputs left undefined).
+using SampleOutputs = std::vector<std::vector<ir::Tensor>>;
+
+absl::StatusOr<SampleOutputs> RunOutputs(std::shared_ptr<const plan::Engine> engine,
+                                         const std::vector<std::vector<ir::Tensor>>& samples) {
+  ASSIGN_OR_RETURN(auto session, runtime::Session::Create(std::move(engine)));
+  SampleOutputs all;
+  for (const auto& in : samples) {
+    ASSIGN_OR_RETURN(std::vector<ir::Tensor> out, session->Run(in));
+    std::vector<ir::Tensor> f32(out.size());
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (!IsFloating(out[i].dtype())) continue;
+      if (out[i].dtype() == DataType::kF32) {
+        f32[i] = out[i].Clone();
+      } else {
+        ASSIGN_OR_RETURN(f32[i], report::ToF32(out[i]));
+      }
+    }
+    all.push_back(std::move(f32));
+  }
+  return all;
+}
+
+OutputCheck Judge(const SampleOutputs& got, const SampleOutputs& ref,
+                  const report::Tolerance& tol) {
+  OutputCheck c;
+  if (got.empty()) return c;
+  for (size_t o = 0; o < got[0].size(); ++o) {
+    report::ErrorAccumulator acc;
+    for (size_t s = 0; s < got.size(); ++s) {
+      const ir::Tensor& x = got[s][o];
+      const ir::Tensor& r = ref[s][o];
+      if (!x.defined() || !r.defined() || x.num_elements() != r.num_elements()) continue;
+      acc.Add(x.data<float>(), r.data<float>(), x.num_elements(), tol);
+    }
+    v1::ErrorStats st = acc.Finish();
+    bool ok = st.nan_count() + st.inf_count() == 0 && st.fraction_outside() == 0;
+    c.pass &= ok;
+    double m = st.nan_count() + st.inf_count() > 0 ? INFINITY : st.max_abs();
+    c.worst_max_abs = std::max(c.worst_max_abs, m);
+  }
+  return c;
+}
+
+// The policy text the user started from: the preset, the policy file, then the --rule flags.
+std::string BasePolicyText(const BuildOptions& options) {
+  std::string text;
+  if (options.policy.empty()) {
+    text = "base = fp32\n";
+  } else if (precision::Preset(options.policy).ok()) {
+    text = absl::StrCat("preset = ", options.policy, "\n");
+  } else {
+    std::ifstream f(options.policy);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    text = absl::StrCat("# from ", options.policy, "\n", ss.str());
+    if (!text.empty() && text.back() != '\n') text += '\n';
+  }
+  if (!options.rules.empty()) {
+    absl::StrAppend(&text, "# --rule flags\n", absl::StrJoin(options.rules, "\n"), "\n");
+  }
+  return text;
+}
+
+// A unit of the search: the ONNX nodes raised together (a whole pattern instance, or one node).
+struct Unit {
+  std::vector<int> nodes;
+  std::string label;
+};
+
+std::vector<Unit> Units(const std::vector<int>& ranked, const BuildResult& built) {
+  std::vector<Unit> units;
+  std::vector<bool> taken(built.nodes.size(), false);
+  for (int s : ranked) {
+    if (s < 0 || s >= static_cast<int>(built.nodes.size()) || taken[s]) continue;
+    const v1::NodeProvenance& p = built.nodes[s];
+    if (p.assigned_precision().empty() || p.assigned_precision() == "fp32") continue;
+    // The smallest pattern instance holding the node: raise it whole.
+    const BuildResult::Pattern* best = nullptr;
+    for (const auto& pat : built.patterns) {
+      if (std::find(pat.nodes.begin(), pat.nodes.end(), s) == pat.nodes.end()) continue;
+      if (!best || pat.nodes.size() < best->nodes.size()) best = &pat;
+    }
+    Unit u;
+    if (best) {
+      for (int m : best->nodes) {
+        if (m >= 0 && m < static_cast<int>(taken.size()) && !taken[m]) {
+          u.nodes.push_back(m);
+          taken[m] = true;
+        }
+      }
+      u.label = absl::StrCat(best->kind, " instance ending at '",
+                             built.nodes[best->nodes.back()].node_name(), "'");
+    } else {
+      u.nodes.push_back(s);
+      taken[s] = true;
+      u.label = absl::StrCat("node '", p.node_name(), "' (", p.op_type(), ")");
+    }
+    units.push_back(std::move(u));
+  }
+  return units;
+}
+
+std::vector<std::string> RulesFor(const std::vector<Unit>& units, size_t k,
+                                  const BuildResult& built) {
+  std::vector<std::string> rules;
+  for (size_t i = 0; i < k && i < units.size(); ++i) {
+    for (int s : units[i].nodes) {
+      rules.push_back(absl::StrCat("name:", ExactGlob(built.nodes[s].node_name()), " = fp32"));
+    }
+  }
+  return rules;
+}
+
+}  // namespace
+
+std::string ExactGlob(const std::string& name) {
+  std::string g;
+  for (char c : name) {
+    if (c == '*' || c == '?' || c == '[') {
+      absl::StrAppend(&g, "[", std::string(1, c), "]");
+    } else {
+      g.push_back(c);
+    }
+  }
+  return g;
+}
+
+absl::StatusOr<double> MedianLatencyMs(std::shared_ptr<const plan::Engine> engine,
+                                       const std::vector<ir::Tensor>& inputs, int runs) {
+  ASSIGN_OR_RETURN(auto session, runtime::Session::Create(std::move(engine)));
+  RETURN_IF_ERROR(session->Run(inputs).status());  // warm-up
+  std::vector<double> ms;
+  for (int i = 0; i < runs; ++i) {
+    auto t0 = Clock::now();
+    RETURN_IF_ERROR(session->Run(inputs).status());
+    ms.push_back(MsSince(t0));
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms.empty() ? 0.0 : ms[ms.size() / 2];
+}
+
+absl::StatusOr<v1::AccuracyReport> BuildAccuracyReport(
+    std::string model_bytes, const BuildOptions& options, const BuildResult& built,
+    std::shared_ptr<const plan::Engine> engine, const std::vector<std::vector<ir::Tensor>>& samples,
+    const ReportOptions& report_options, std::shared_ptr<spdlog::logger> logger) {
+  auto t0 = Clock::now();
+  if (samples.empty()) return absl::InvalidArgumentError("the accuracy report needs samples");
+  // The reference: fp32, unfused, every authored type widened to fp32.
+  BuildOptions ref_options;
+  ref_options.policy = "fp32";
+  ref_options.typing = precision::Typing::kWeak;
+  ref_options.constraints = precision::Constraints::kPrefer;
+  ref_options.fusion.enabled = false;
+  ref_options.import = options.import;
+  ref_options.max_folded_bytes = options.max_folded_bytes;
+  if (logger) logger->info("report: building the fp32 reference (unfused)");
+  const std::string& path = report_options.model_path;
+  ASSIGN_OR_RETURN(BuildResult ref_built,
+                   path.empty() ? BuildEngine(model_bytes, ref_options, nullptr)
+                                : BuildEngine(std::move(model_bytes), ref_options, nullptr));
+  ASSIGN_OR_RETURN(
+      std::shared_ptr<const plan::Engine> reference,
+      plan::LoadEngineFromBytes(std::make_shared<const std::string>(std::move(ref_built.blob))));
+
+  ASSIGN_OR_RETURN(auto analysis,
+                   report::EngineAnalysis::Create(engine, reference, report_options.tolerance));
+  for (size_t i = 0; i < samples.size(); ++i) {
+    if (logger) logger->info("report: sample {}/{}", i + 1, samples.size());
+    absl::Status st = analysis->AddSample(samples[i]);
+    if (!st.ok()) {
+      return absl::Status(st.code(),
+                          absl::StrCat("accuracy report, sample ", i, ": ", st.message()));
+    }
+  }
+  std::vector<std::string> pattern_of_source(built.nodes.size());
+  for (const auto& p : built.patterns) {
+    if (p.nodes.empty()) continue;
+    std::string label = absl::StrCat(p.kind, "@", built.nodes[p.nodes.back()].node_name());
+    for (int s : p.nodes) {
+      if (s >= 0 && s < static_cast<int>(pattern_of_source.size()) &&
+          pattern_of_source[s].empty()) {
+        pattern_of_source[s] = label;
+      }
+    }
+  }
+  v1::AccuracyReport rep = analysis->Report(report_options.max_offenders, pattern_of_source);
+  rep.set_sample_source(report_options.sample_source);
+  rep.set_arithmetic(Arithmetic());
+  for (const auto& n : report_options.notes) rep.add_notes(n);
+  std::vector<int> ranked = analysis->RankedSources();
+  analysis.reset();  // the search needs only the outputs
+  if (logger) {
+    logger->info("report: {} tensor(s) compared over {} sample(s): {}", rep.tensors_size(),
+                 samples.size(), rep.pass() ? "every output passes" : "some output fails");
+  }
+
+  if (!rep.pass() && report_options.suggest) {
+    auto s0 = Clock::now();
+    v1::Suggestion* sug = rep.mutable_suggestion();
+    sug->set_searched(true);
+    ASSIGN_OR_RETURN(SampleOutputs ref_out, RunOutputs(reference, samples));
+    ASSIGN_OR_RETURN(SampleOutputs cur_out, RunOutputs(engine, samples));
+    OutputCheck before = Judge(cur_out, ref_out, report_options.tolerance);
+    sug->set_output_max_abs_before(before.worst_max_abs);
+    std::vector<Unit> units = Units(ranked, built);
+    if (built.summary.strong_typing) {
+      sug->set_note(
+          "the model is authored in mixed precision and runs strongly typed: its precision is "
+          "its Casts; change them in the model (or build with --typing weak)");
+    } else if (units.empty()) {
+      sug->set_note("no node below fp32 introduces error out of tolerance: nothing to raise");
+    } else {
+      // Trial k: the first k units raised to fp32, built and judged on the samples.
+      int builds = 0;
+      std::shared_ptr<const plan::Engine> best_engine;
+      OutputCheck best_check;
+      absl::Status trial_error;
+      auto trial = [&](size_t k) -> absl::StatusOr<bool> {
+        BuildOptions o = options;
+        for (auto& r : RulesFor(units, k, built)) o.rules.push_back(std::move(r));
+        ++builds;
+        if (logger) logger->info("report: search build {}: {} unit(s) raised to fp32", builds, k);
+        absl::StatusOr<BuildResult> built_trial;
+        if (path.empty()) {
+          built_trial = BuildEngine(model_bytes, o, nullptr);
+        } else {
+          ASSIGN_OR_RETURN(std::string bytes, import::ReadFile(path, o.import.max_model_bytes));
+          built_trial = BuildEngine(std::move(bytes), o, nullptr);
+        }
+        if (!built_trial.ok()) return built_trial.status();
+        BuildResult b = *std::move(built_trial);
+        ASSIGN_OR_RETURN(
+            std::shared_ptr<const plan::Engine> e,
+            plan::LoadEngineFromBytes(std::make_shared<const std::string>(std::move(b.blob))));
+        ASSIGN_OR_RETURN(SampleOutputs out, RunOutputs(e, samples));
+        OutputCheck c = Judge(out, ref_out, report_options.tolerance);
+        if (c.pass) {
+          best_engine = e;
+          best_check = c;
+        }
+        return c.pass;
+      };
+      // Doubling, then bisection between the last failing and the first passing prefix.
+      size_t lo = 0, hi = 0;
+      for (size_t k = 1;; k = std::min(k * 2, units.size())) {
+        if (builds >= report_options.max_search_builds) break;
+        ASSIGN_OR_RETURN(bool ok, trial(k));
+        if (ok) {
+          hi = k;
+          break;
+        }
+        lo = k;
+        if (k == units.size()) break;
+      }
+      if (hi > 0) {
+        std::shared_ptr<const plan::Engine> keep = best_engine;
+        OutputCheck keep_check = best_check;
+        while (hi - lo > 1 && builds < report_options.max_search_builds) {
+          size_t mid = (lo + hi) / 2;
+          ASSIGN_OR_RETURN(bool ok, trial(mid));
+          if (ok) {
+            hi = mid;
+            keep = best_engine;
+            keep_check = best_check;
+          } else {
+            lo = mid;
+          }
+        }
+        std::vector<std::string> rules = RulesFor(units, hi, built);
+        std::string text =
+            absl::StrCat("# Suggested by kiln: raises ", rules.size(), " ONNX node(s) in ", hi,
+                         " unit(s) to fp32 so that every output passes (atol ", Sci(rep.atol()),
+                         ", rtol ", Sci(rep.rtol()), ", ", samples.size(),
+                         " sample(s)).\n# Worst output max_abs ", Sci(before.worst_max_abs), " -> ",
+                         Sci(keep_check.worst_max_abs), ".\n", BasePolicyText(options));
+        for (size_t i = 0; i < hi; ++i) {
+          absl::StrAppend(&text, "# ", units[i].label, "\n");
+          for (int s : units[i].nodes) {
+            absl::StrAppend(&text, "name:", ExactGlob(built.nodes[s].node_name()), " = fp32\n");
+            sug->add_nodes(built.nodes[s].node_name());
+          }
+        }
+        sug->set_found(true);
+        sug->set_output_max_abs_after(keep_check.worst_max_abs);
+        ASSIGN_OR_RETURN(double before_ms, MedianLatencyMs(engine, samples[0], 5));
+        ASSIGN_OR_RETURN(double after_ms, MedianLatencyMs(keep, samples[0], 5));
+        sug->set_latency_ms_before(before_ms);
+        sug->set_latency_ms_after(after_ms);
+        absl::StrAppend(&text, "# Engine latency (median of 5 runs, sample 0): ",
+                        absl::StrFormat("%.3f", before_ms), " ms -> ",
+                        absl::StrFormat("%.3f", after_ms), " ms.\n");
+        sug->set_policy_text(text);
+      } else {
+        sug->set_note(absl::StrCat(
+            "raising the ", lo, " ranked unit(s) tried to fp32 does not make every output pass",
+            builds >= report_options.max_search_builds ? " (search stopped at its build limit)"
+                                                       : ""));
+      }
+      sug->set_builds(builds);
+    }
+    rep.set_search_ms(MsSince(s0));
+  }
+  rep.set_report_ms(MsSince(t0));
+  return rep;
+}
+
+}  // namespace kiln::builder

@@ -1,0 +1,537 @@
+#include "engine/report/analysis.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <tuple>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "engine/common/status.h"
+#include "engine/kernels/registry.h"
+
+namespace kiln::report {
+namespace {
+
+// The context of a kernel run outside the engine: inputs given, outputs freshly allocated.
+class AloneContext final : public kernels::KernelContext {
+ public:
+  AloneContext(const ir::Node& n, const std::vector<const ir::Tensor*>& inputs,
+               std::vector<ir::Tensor>& outputs)
+      : node_(n), inputs_(inputs), outputs_(outputs) {
+    outputs_.assign(n.num_outputs(), ir::Tensor());
+  }
+  int num_inputs() const override { return static_cast<int>(inputs_.size()); }
+  const ir::Tensor* input(int i) const override {
+    return i < static_cast<int>(inputs_.size()) ? inputs_[i] : nullptr;
+  }
+  int num_outputs() const override { return node_.num_outputs(); }
+  bool output_requested(int i) const override {
+    return i < node_.num_outputs() && node_.outputs[i] != nullptr;
+  }
+  absl::StatusOr<ir::Tensor*> output(int i, DataType dtype, std::vector<int64_t> dims) override {
+    if (i < 0 || i >= node_.num_outputs()) {
+      return absl::InternalError(absl::StrCat(node_.Label(), " asked for output ", i));
+    }
+    ASSIGN_OR_RETURN(outputs_[i], ir::Tensor::Allocate(dtype, std::move(dims)));
+    return &outputs_[i];
+  }
+
+ private:
+  const ir::Node& node_;
+  const std::vector<const ir::Tensor*>& inputs_;
+  std::vector<ir::Tensor>& outputs_;
+};
+
+DataType DataTypeOfPrecision(const std::string& p) {
+  if (p == "fp16") return DataType::kF16;
+  if (p == "bf16") return DataType::kBF16;
+  return DataType::kF32;
+}
+
+// `t` converted to floating `dtype` through f32 (a copy; `t` itself when the dtypes agree).
+absl::StatusOr<ir::Tensor> Converted(const ir::Tensor& t, DataType dtype) {
+  if (t.dtype() == dtype) return t;
+  ASSIGN_OR_RETURN(ir::Tensor f, ToF32(t));
+  return FromF32(f, dtype);
+}
+
+// `t` rounded to floating `dtype` and back to f32 (the value a kernel at that precision holds).
+absl::StatusOr<ir::Tensor> RoundedF32(const ir::Tensor& t, DataType dtype) {
+  ASSIGN_OR_RETURN(ir::Tensor f, ToF32(t));
+  if (dtype == DataType::kF32) return f;
+  ASSIGN_OR_RETURN(ir::Tensor r, FromF32(f, dtype));
+  return ToF32(r);
+}
+
+// An owned f32 copy of a floating tensor (never sharing the engine's arena).
+absl::StatusOr<ir::Tensor> OwnedF32(const ir::Tensor& t) {
+  if (t.dtype() == DataType::kF32) return t.Clone();
+  return ToF32(t);
+}
+
+std::string Sci(double v) { return absl::StrFormat("%.3g", v); }
+
+}  // namespace
+
+std::string SourceTensorName(const std::string& value_name) {
+  std::string n = value_name;
+  for (;;) {
+    size_t p = n.rfind("::");
+    if (p == std::string::npos) return n;
+    std::string suffix = n.substr(p + 2);
+    bool is_dtype = false;
+    for (DataType t : {DataType::kF32, DataType::kF16, DataType::kBF16, DataType::kF64}) {
+      is_dtype |= suffix == DataTypeName(t);
+    }
+    if (!is_dtype) return n;
+    n.resize(p);
+  }
+}
+
+absl::StatusOr<std::unique_ptr<EngineAnalysis>> EngineAnalysis::Create(
+    std::shared_ptr<const plan::Engine> engine, std::shared_ptr<const plan::Engine> reference,
+    Tolerance tolerance) {
+  auto a = std::unique_ptr<EngineAnalysis>(new EngineAnalysis());
+  a->engine_ = std::move(engine);
+  a->reference_ = std::move(reference);
+  a->tol_ = tolerance;
+  ASSIGN_OR_RETURN(a->engine_session_, runtime::Session::Create(a->engine_));
+  ASSIGN_OR_RETURN(a->reference_session_, runtime::Session::Create(a->reference_));
+  const kernels::Registry& reg = kernels::Registry::Default();
+  for (const ir::Node* n : a->engine_->order) {
+    ASSIGN_OR_RETURN(const kernels::KernelDef* def, reg.Find(*n));
+    ASSIGN_OR_RETURN(auto k, def->factory(*n));
+    a->engine_kernels_.push_back(std::move(k));
+  }
+  for (const ir::Node* n : a->reference_->order) {
+    ASSIGN_OR_RETURN(const kernels::KernelDef* def, reg.Find(*n));
+    ASSIGN_OR_RETURN(auto k, def->factory(*n));
+    a->reference_kernels_.push_back(std::move(k));
+  }
+  RETURN_IF_ERROR(a->Index());
+  return a;
+}
+
+absl::Status EngineAnalysis::Index() {
+  const plan::Engine& e = *engine_;
+  const plan::Engine& r = *reference_;
+  if (e.graph->inputs().size() != r.graph->inputs().size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the engine has ", e.graph->inputs().size(), " inputs but its reference has ",
+                     r.graph->inputs().size(), ": not the same model"));
+  }
+  const int nsrc = std::max(e.metadata.source_node_count(), r.metadata.source_node_count());
+  // Source node -> (engine kernel, provenance position).
+  std::vector<std::pair<int, int>> kernel_of_source(nsrc, {-1, 0});
+  effective_of_source_.assign(nsrc, DataType::kF32);
+  for (int k = 0; k < static_cast<int>(e.order.size()); ++k) {
+    engine_index_[e.order[k]] = k;
+    const auto& kd = e.metadata.kernels(k);
+    for (int p = 0; p < kd.nodes_size(); ++p) {
+      int s = kd.nodes(p).node_index();
+      if (s < 0 || s >= nsrc) continue;
+      kernel_of_source[s] = {k, p};
+      effective_of_source_[s] = DataTypeOfPrecision(kd.nodes(p).effective_precision());
+    }
+  }
+  // The reference's constants (initializers and folded values), by ONNX name.
+  for (const auto& v : r.graph->values()) {
+    if (v->constant) reference_constants_[SourceTensorName(v->name)] = *v->constant;
+  }
+  // Entries: every floating output of a source node, in reference (topological) order.
+  std::vector<int> ref_index_of_source(nsrc, -1);
+  for (int i = 0; i < static_cast<int>(r.order.size()); ++i) {
+    const auto& kd = r.metadata.kernels(i);
+    if (kd.nodes_size() != 1 || kd.nodes(0).node_index() < 0) continue;
+    int s = kd.nodes(0).node_index();
+    if (s >= nsrc) continue;
+    ref_index_of_source[s] = i;
+    auto [k, p] = kernel_of_source[s];
+    if (k < 0) continue;  // folded or removed in the engine: nothing computed
+    for (const ir::Value* v : r.order[i]->outputs) {
+      if (!v || !IsFloating(v->dtype)) continue;
+      Entry en;
+      en.name = SourceTensorName(v->name);
+      en.source = s;
+      en.kernel = k;
+      en.provenance = p;
+      en.is_output = v->is_graph_output;
+      if (entry_of_.contains(en.name)) continue;
+      entry_of_[en.name] = static_cast<int>(entries_.size());
+      entries_.push_back(std::move(en));
+    }
+  }
+  for (const ir::Value* v : e.graph->outputs()) {
+    auto it = entry_of_.find(SourceTensorName(v->name));
+    if (it != entry_of_.end()) entries_[it->second].is_output = true;
+  }
+  // Per engine kernel: materialised outputs, and members when it hides tensors.
+  outputs_of_.assign(e.order.size(), {});
+  members_of_.assign(e.order.size(), {});
+  for (int k = 0; k < static_cast<int>(e.order.size()); ++k) {
+    const ir::Node& n = *e.order[k];
+    if (e.metadata.kernels(k).nodes_size() == 0 ||
+        e.metadata.kernels(k).nodes(0).node_index() < 0) {
+      continue;  // a conversion the build inserted: no ONNX tensor of its own
+    }
+    for (int j = 0; j < n.num_outputs(); ++j) {
+      if (!n.outputs[j]) continue;
+      auto it = entry_of_.find(SourceTensorName(n.outputs[j]->name));
+      if (it != entry_of_.end() && entries_[it->second].kernel == k) {
+        outputs_of_[k].push_back({j, it->second});
+      }
+    }
+  }
+  for (auto& en : entries_) {
+    bool materialised = false;
+    for (auto [j, ent] : outputs_of_[en.kernel]) materialised |= &entries_[ent] == &en;
+    en.inside = !materialised;
+  }
+  for (int k = 0; k < static_cast<int>(e.order.size()); ++k) {
+    bool hides = false;
+    for (const auto& en : entries_) hides |= en.kernel == k && en.inside;
+    if (!hides) continue;
+    const auto& kd = e.metadata.kernels(k);
+    for (const auto& p : kd.nodes()) {
+      int s = p.node_index();
+      if (s >= 0 && s < nsrc && ref_index_of_source[s] >= 0) {
+        members_of_[k].push_back(ref_index_of_source[s]);
+      }
+    }
+    std::sort(members_of_[k].begin(), members_of_[k].end());
+  }
+  return absl::OkStatus();
+}
+
+const ir::Tensor* EngineAnalysis::Reference(const std::string& name) const {
+  auto it = reference_values_.find(name);
+  if (it != reference_values_.end()) return &it->second;
+  auto c = reference_constants_.find(name);
+  return c != reference_constants_.end() ? &c->second : nullptr;
+}
+
+absl::Status EngineAnalysis::AddSample(const std::vector<ir::Tensor>& inputs) {
+  RETURN_IF_ERROR(RunReference(inputs));
+  RETURN_IF_ERROR(RunTapped(inputs));
+  RETURN_IF_ERROR(RunIntroduced());
+  reference_values_.clear();
+  ++samples_;
+  return absl::OkStatus();
+}
+
+absl::Status EngineAnalysis::RunReference(const std::vector<ir::Tensor>& inputs) {
+  reference_values_.clear();
+  const plan::Engine& r = *reference_;
+  for (size_t i = 0; i < inputs.size() && i < r.graph->inputs().size(); ++i) {
+    const ir::Tensor& t = inputs[i];
+    ASSIGN_OR_RETURN(reference_values_[SourceTensorName(r.graph->inputs()[i]->name)],
+                     IsFloating(t.dtype()) ? OwnedF32(t) : absl::StatusOr<ir::Tensor>(t));
+  }
+  absl::Status failed;
+  int index = 0;
+  auto observer = [&](const ir::Node& n, const std::vector<const ir::Tensor*>&,
+                      const std::vector<const ir::Tensor*>& outs) {
+    const auto& kd = r.metadata.kernels(index++);
+    // Only ONNX nodes: an inserted conversion (a graph output cast back to its authored type)
+    // would overwrite the f32 value with a rounded one.
+    if (!failed.ok() || kd.nodes_size() == 0 || kd.nodes(0).node_index() < 0) return;
+    for (int j = 0; j < n.num_outputs(); ++j) {
+      if (!n.outputs[j] || !outs[j]) continue;
+      std::string name = SourceTensorName(n.outputs[j]->name);
+      auto copy = IsFloating(outs[j]->dtype()) ? OwnedF32(*outs[j])
+                                               : absl::StatusOr<ir::Tensor>(outs[j]->Clone());
+      if (!copy.ok()) {
+        failed = copy.status();
+        return;
+      }
+      auto it = entry_of_.find(name);
+      if (it != entry_of_.end()) {
+        Entry& en = entries_[it->second];
+        en.ref_max = std::max(en.ref_max, MaxAbsFinite(copy->data<float>(), copy->num_elements()));
+      }
+      reference_values_[name] = *std::move(copy);
+    }
+  };
+  auto out = reference_session_->Run(inputs, observer);
+  if (!out.ok()) {
+    return absl::Status(out.status().code(),
+                        absl::StrCat("reference run: ", out.status().message()));
+  }
+  return failed;
+}
+
+absl::Status EngineAnalysis::Compare(int e, const ir::Tensor& value, bool introduced) {
+  Entry& en = entries_[e];
+  const ir::Tensor* ref = Reference(en.name);
+  if (!ref) return absl::OkStatus();
+  if (value.num_elements() != ref->num_elements()) {
+    return absl::InternalError(absl::StrCat("tensor '", en.name, "' has ",
+                                            ir::DimsToString(value.dims()), " in the engine but ",
+                                            ir::DimsToString(ref->dims()), " in the reference"));
+  }
+  RETURN_IF_ERROR((introduced ? en.introduced : en.accumulated).AddTensor(value, *ref, tol_));
+  en.seen = true;
+  return absl::OkStatus();
+}
+
+absl::Status EngineAnalysis::RunAlone(kernels::Kernel& kernel, const ir::Node& node, Io& io) {
+  AloneContext ctx(node, io.inputs, io.outputs);
+  absl::Status st = kernel.Run(ctx);
+  if (!st.ok()) {
+    std::string msg(st.message());
+    if (!absl::StartsWith(msg, "[node")) msg = absl::StrCat(node.Label(), " ", msg);
+    return absl::Status(st.code(), msg);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EngineAnalysis::CompareInside(int k, const std::vector<const ir::Tensor*>& inputs,
+                                           bool introduced) {
+  if (members_of_[k].empty()) return absl::OkStatus();
+  const plan::Engine& r = *reference_;
+  const ir::Node& fused = *engine_->order[k];
+  absl::flat_hash_map<std::string, ir::Tensor> local;
+  for (int i = 0; i < fused.num_inputs() && i < static_cast<int>(inputs.size()); ++i) {
+    if (!fused.inputs[i] || !inputs[i]) continue;
+    const ir::Tensor& t = *inputs[i];
+    ASSIGN_OR_RETURN(local[SourceTensorName(fused.inputs[i]->name)],
+                     IsFloating(t.dtype()) ? ToF32(t) : absl::StatusOr<ir::Tensor>(t));
+  }
+  std::deque<ir::Tensor> converted;
+  for (int m : members_of_[k]) {
+    const ir::Node& n = *r.order[m];
+    Io io;
+    for (const ir::Value* u : n.inputs) {
+      if (!u) {
+        io.inputs.push_back(nullptr);
+        continue;
+      }
+      const ir::Tensor* t = nullptr;
+      auto it = local.find(SourceTensorName(u->name));
+      if (it != local.end()) {
+        t = &it->second;
+      } else if (u->constant) {
+        t = &*u->constant;
+      } else {
+        return absl::OkStatus();  // an input from outside the kernel: nothing to recompute
+      }
+      if (IsFloating(u->dtype) && t->dtype() != u->dtype) {
+        ASSIGN_OR_RETURN(ir::Tensor c, Converted(*t, u->dtype));
+        converted.push_back(std::move(c));
+        t = &converted.back();
+      }
+      io.inputs.push_back(t);
+    }
+    RETURN_IF_ERROR(RunAlone(*reference_kernels_[m], n, io));
+    int s = r.metadata.kernels(m).nodes(0).node_index();
+    for (int j = 0; j < n.num_outputs(); ++j) {
+      if (!n.outputs[j] || !io.outputs[j].defined()) continue;
+      std::string name = SourceTensorName(n.outputs[j]->name);
+      ir::Tensor value = io.outputs[j];
+      if (IsFloating(value.dtype())) {
+        ASSIGN_OR_RETURN(value, RoundedF32(value, effective_of_source_[s]));
+        auto e = entry_of_.find(name);
+        if (e != entry_of_.end() && entries_[e->second].kernel == k && entries_[e->second].inside) {
+          RETURN_IF_ERROR(Compare(e->second, value, introduced));
+        }
+      }
+      local[name] = std::move(value);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EngineAnalysis::RunTapped(const std::vector<ir::Tensor>& inputs) {
+  absl::Status failed;
+  auto observer = [&](const ir::Node& n, const std::vector<const ir::Tensor*>& ins,
+                      const std::vector<const ir::Tensor*>& outs) {
+    if (!failed.ok()) return;
+    int k = engine_index_.at(&n);
+    for (auto [j, e] : outputs_of_[k]) {
+      if (!outs[j]) continue;
+      failed = Compare(e, *outs[j], false);
+      if (!failed.ok()) return;
+    }
+    failed = CompareInside(k, ins, false);
+  };
+  ASSIGN_OR_RETURN(last_outputs_, engine_session_->Run(inputs, observer));
+  return failed;
+}
+
+absl::Status EngineAnalysis::RunIntroduced() {
+  const plan::Engine& e = *engine_;
+  std::deque<ir::Tensor> converted;
+  for (int k = 0; k < static_cast<int>(e.order.size()); ++k) {
+    if (outputs_of_[k].empty() && members_of_[k].empty()) continue;
+    const ir::Node& n = *e.order[k];
+    Io io;
+    converted.clear();
+    bool complete = true;
+    for (const ir::Value* v : n.inputs) {
+      if (!v) {
+        io.inputs.push_back(nullptr);
+        continue;
+      }
+      if (v->constant) {
+        io.inputs.push_back(&*v->constant);
+        continue;
+      }
+      const ir::Tensor* ref = Reference(SourceTensorName(v->name));
+      if (!ref) {
+        complete = false;
+        break;
+      }
+      if (IsFloating(v->dtype) && ref->dtype() != v->dtype) {
+        ASSIGN_OR_RETURN(ir::Tensor c, Converted(*ref, v->dtype));
+        converted.push_back(std::move(c));
+        ref = &converted.back();
+      } else if (v->dtype != DataType::kUndefined && ref->dtype() != v->dtype) {
+        complete = false;
+        break;
+      }
+      io.inputs.push_back(ref);
+    }
+    if (!complete) {
+      ++kernels_without_reference_inputs_;
+      continue;
+    }
+    RETURN_IF_ERROR(RunAlone(*engine_kernels_[k], n, io));
+    for (auto [j, ent] : outputs_of_[k]) {
+      if (io.outputs[j].defined()) RETURN_IF_ERROR(Compare(ent, io.outputs[j], true));
+    }
+    RETURN_IF_ERROR(CompareInside(k, io.inputs, true));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// Ranking key of introduced error: non-finite elements first, then the share of elements out
+// of tolerance, then max_abs relative to the tensor's range.
+std::tuple<int64_t, double, double> Badness(const v1::ErrorStats& s, double ref_max, double atol) {
+  return {s.nan_count() + s.inf_count(), s.fraction_outside(),
+          s.max_abs() / std::max(ref_max, atol)};
+}
+
+}  // namespace
+
+std::vector<int> EngineAnalysis::RankedSources() const {
+  std::vector<std::pair<std::tuple<int64_t, double, double>, int>> ranked;
+  for (int i = 0; i < static_cast<int>(entries_.size()); ++i) {
+    const Entry& en = entries_[i];
+    if (!en.seen) continue;
+    v1::ErrorStats s = en.introduced.Finish();
+    if (s.nan_count() + s.inf_count() == 0 && s.fraction_outside() == 0) continue;
+    ranked.push_back({Badness(s, en.ref_max, tol_.atol), i});
+  }
+  // Worst first; ties keep topological order so the first node of a chain leads.
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<int> out;
+  for (const auto& [key, i] : ranked) {
+    int s = entries_[i].source;
+    if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
+  }
+  return out;
+}
+
+v1::AccuracyReport EngineAnalysis::Report(int max_offenders,
+                                          const std::vector<std::string>& pattern_of_source) const {
+  v1::AccuracyReport rep;
+  const plan::Engine& e = *engine_;
+  rep.set_model_name(e.metadata.model_name());
+  rep.set_model_sha256(e.metadata.model_sha256());
+  rep.set_policy(e.metadata.policy());
+  rep.set_samples(samples_);
+  rep.set_atol(tol_.atol);
+  rep.set_rtol(tol_.rtol);
+  absl::flat_hash_map<int, int> tensor_of_entry;
+  for (int i = 0; i < static_cast<int>(entries_.size()); ++i) {
+    const Entry& en = entries_[i];
+    if (!en.seen) continue;
+    const auto& kd = e.metadata.kernels(en.kernel);
+    const auto& p = kd.nodes(en.provenance);
+    v1::TensorReport* t = rep.add_tensors();
+    tensor_of_entry[i] = rep.tensors_size() - 1;
+    t->set_tensor(en.name);
+    t->set_node_name(p.node_name());
+    t->set_op_type(p.op_type());
+    t->set_node_index(p.node_index());
+    t->set_assigned_precision(p.assigned_precision());
+    t->set_effective_precision(p.effective_precision());
+    t->set_kernel_id(kd.id());
+    t->set_kernel_op(kd.op_type());
+    t->set_fusion(p.fusion());
+    t->set_rule(p.rule());
+    t->set_inside_fused_kernel(en.inside);
+    *t->mutable_accumulated() = en.accumulated.Finish();
+    *t->mutable_introduced() = en.introduced.Finish();
+    t->set_ref_max_abs(en.ref_max);
+    t->set_ref_exceeds_fp16(en.ref_max > 65504.0);
+    t->set_is_graph_output(en.is_output);
+    if (en.source < static_cast<int>(pattern_of_source.size())) {
+      t->set_pattern(pattern_of_source[en.source]);
+    }
+  }
+  bool pass = true;
+  for (const ir::Value* v : e.graph->outputs()) {
+    auto it = entry_of_.find(SourceTensorName(v->name));
+    if (it == entry_of_.end() || !entries_[it->second].seen) continue;
+    v1::OutputVerdict* o = rep.add_outputs();
+    o->set_tensor(v->name);
+    *o->mutable_error() = entries_[it->second].accumulated.Finish();
+    const auto& s = o->error();
+    o->set_pass(s.nan_count() + s.inf_count() == 0 && s.fraction_outside() == 0);
+    pass &= o->pass();
+  }
+  rep.set_pass(pass);
+  // Worst offenders: ranked by introduced error, one row per tensor.
+  std::vector<std::pair<std::tuple<int64_t, double, double>, int>> ranked;
+  for (const auto& [i, ti] : tensor_of_entry) {
+    const auto& s = rep.tensors(ti).introduced();
+    if (s.nan_count() + s.inf_count() == 0 && s.fraction_outside() == 0) continue;
+    ranked.push_back({Badness(s, entries_[i].ref_max, tol_.atol), ti});
+  }
+  std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  });
+  for (int r = 0; r < static_cast<int>(ranked.size()) && r < max_offenders; ++r) {
+    const v1::TensorReport& t = rep.tensors(ranked[r].second);
+    v1::Offender* o = rep.add_worst_offenders();
+    o->set_tensor(t.tensor());
+    o->set_node_name(t.node_name());
+    o->set_op_type(t.op_type());
+    o->set_effective_precision(t.effective_precision());
+    o->set_pattern(t.pattern());
+    const auto& s = t.introduced();
+    std::string why;
+    if (s.inf_count() > 0) why = absl::StrCat("introduces ", s.inf_count(), " Inf");
+    if (s.nan_count() > 0)
+      absl::StrAppend(&why, why.empty() ? "introduces " : ", ", s.nan_count(), " NaN");
+    if (why.empty()) {
+      why = absl::StrCat("introduces max_abs ", Sci(s.max_abs()), " (",
+                         absl::StrFormat("%.1f", 100.0 * s.fraction_outside()),
+                         "% outside tolerance)");
+    }
+    if (t.ref_exceeds_fp16()) {
+      absl::StrAppend(&why, "; reference reaches ", Sci(t.ref_max_abs()), " > fp16 max 65504");
+    }
+    o->set_why(why);
+  }
+  if (kernels_without_reference_inputs_ > 0) {
+    rep.add_notes(absl::StrCat(kernels_without_reference_inputs_,
+                               " kernel run(s) had inputs without a reference value: no "
+                               "introduced error for them"));
+  }
+  int not_computed = 0;
+  for (const Entry& en : entries_) not_computed += en.seen ? 0 : 1;
+  if (not_computed > 0) {
+    rep.add_notes(absl::StrCat(not_computed, " tensor(s) had no reference to compare with"));
+  }
+  return rep;
+}
+
+}  // namespace kiln::report

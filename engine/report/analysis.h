@@ -1,0 +1,114 @@
+// Per-tensor accuracy of an engine against the fp32 reference engine of the same model
+// (DESIGN.md §7).
+//
+// The reference is the model built at fp32, unfused (one reference kernel per ONNX node). For
+// each sample:
+//   1. the reference runs and keeps every ONNX tensor of that sample (one copy, as f32);
+//   2. the engine runs with taps: each kernel's outputs are compared as they are produced and
+//      dropped, so the engine's activations are never held twice. Tensors inside a fused kernel,
+//      which the kernel never materialises, are recomputed in side buffers from the kernel's
+//      actual inputs by the reference kernels of its member nodes, each output rounded to that
+//      node's effective precision. Taps only read: a tapped run is bit-identical to an untapped
+//      one;
+//   3. every kernel runs once more alone, fed the reference inputs (converted to its input
+//      dtypes): the error it *introduces*, apart from the error it *inherits*.
+// Errors accumulate over samples element by element (ErrorAccumulator).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "engine/kernels/kernel.h"
+#include "engine/plan/engine_blob.h"
+#include "engine/report/metrics.h"
+#include "engine/runtime/session.h"
+#include "kiln/v1/report.pb.h"
+
+namespace kiln::report {
+
+/// The ONNX tensor name of an engine value: its name without the `::f16`-style suffixes that
+/// precision lowering gives retyped and converted values.
+std::string SourceTensorName(const std::string& value_name);
+
+/// Compares one engine with the fp32 reference engine of the same model, sample by sample.
+class EngineAnalysis {
+ public:
+  /// `engine` and `reference` must come from the same ONNX model (same graph inputs).
+  static absl::StatusOr<std::unique_ptr<EngineAnalysis>> Create(
+      std::shared_ptr<const plan::Engine> engine, std::shared_ptr<const plan::Engine> reference,
+      Tolerance tolerance);
+
+  /// Adds one sample (tensors in the engine's graph-input order).
+  absl::Status AddSample(const std::vector<ir::Tensor>& inputs);
+
+  /// The engine's outputs for the last sample (from the tapped run).
+  const std::vector<ir::Tensor>& last_outputs() const { return last_outputs_; }
+
+  /// The per-tensor report so far: tensors in topological order, a verdict per graph output,
+  /// the overall verdict and up to `max_offenders` worst offenders ranked by introduced error.
+  /// `pattern_of_source[i]`, when given, labels source node i with its pattern instance.
+  v1::AccuracyReport Report(int max_offenders = 10,
+                            const std::vector<std::string>& pattern_of_source = {}) const;
+
+  /// Source node indices (of tensors that introduce error) worst first: the ranking behind
+  /// the offenders and the policy search.
+  std::vector<int> RankedSources() const;
+
+  int samples() const { return samples_; }
+
+ private:
+  // One floating ONNX tensor the engine computes.
+  struct Entry {
+    std::string name;
+    int source = -1;     // source ONNX node index
+    int kernel = -1;     // engine kernel (order index) implementing that node
+    int provenance = 0;  // index of the node in that kernel's provenance list
+    bool inside = false;
+    bool is_output = false;
+    ErrorAccumulator accumulated, introduced;
+    double ref_max = 0;
+    bool seen = false;  // compared at least once
+  };
+  // Inputs and outputs of one standalone kernel run.
+  struct Io {
+    std::vector<const ir::Tensor*> inputs;
+    std::vector<ir::Tensor> outputs;
+  };
+
+  EngineAnalysis() = default;
+  absl::Status Index();
+  absl::Status RunReference(const std::vector<ir::Tensor>& inputs);
+  absl::Status RunTapped(const std::vector<ir::Tensor>& inputs);
+  absl::Status RunIntroduced();
+  // The reference value of ONNX tensor `name` (this sample's run, or a reference constant).
+  const ir::Tensor* Reference(const std::string& name) const;
+  // Compares `value` (any floating dtype) with the reference of entry `e`.
+  absl::Status Compare(int e, const ir::Tensor& value, bool introduced);
+  // Recomputes the tensors inside fused kernel `k` from its inputs and compares them.
+  absl::Status CompareInside(int k, const std::vector<const ir::Tensor*>& inputs, bool introduced);
+  // Runs `kernel` for `node` alone.
+  static absl::Status RunAlone(kernels::Kernel& kernel, const ir::Node& node, Io& io);
+
+  std::shared_ptr<const plan::Engine> engine_, reference_;
+  Tolerance tol_;
+  std::unique_ptr<runtime::Session> engine_session_, reference_session_;
+  std::vector<std::unique_ptr<kernels::Kernel>> engine_kernels_, reference_kernels_;
+  absl::flat_hash_map<const ir::Node*, int> engine_index_;
+  // Per engine kernel: (output slot, entry) of materialised outputs; member reference nodes
+  // (reference order indices) when it hides tensors inside.
+  std::vector<std::vector<std::pair<int, int>>> outputs_of_;
+  std::vector<std::vector<int>> members_of_;
+  std::vector<Entry> entries_;
+  absl::flat_hash_map<std::string, int> entry_of_;
+  std::vector<DataType> effective_of_source_;  // per source node, kF32 when unknown
+  absl::flat_hash_map<std::string, ir::Tensor> reference_constants_;
+  absl::flat_hash_map<std::string, ir::Tensor> reference_values_;  // this sample
+  std::vector<ir::Tensor> last_outputs_;
+  int samples_ = 0;
+  int kernels_without_reference_inputs_ = 0;
+};
+
+}  // namespace kiln::report

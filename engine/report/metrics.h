@@ -1,0 +1,53 @@
+// Error metrics of the accuracy report (DESIGN.md §7), accumulated element by element so a
+// tensor's error over many samples needs no copy of the samples.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/types/span.h"
+#include "engine/ir/tensor.h"
+#include "kiln/v1/report.pb.h"
+
+namespace kiln::report {
+
+/// Tolerances of the verdict: an element passes when |x - ref| <= atol + rtol * |ref|.
+struct Tolerance {
+  // Defaults sized for reduced-precision engines: one fp16 rounding is a relative error of at
+  // most 2^-11 (~4.9e-4), and an output of a network of a few dozen layers carries a few dozen
+  // such roundings, so 1e-2 relative (and 1e-2 absolute for values near zero) separates normal
+  // fp16 drift from a real accuracy problem (an overflow, a lost mantissa). bf16 (2^-8 per
+  // rounding) usually needs --rtol 5e-2.
+  double atol = 1e-2;
+  double rtol = 1e-2;
+};
+
+/// Streams (x, ref) pairs of one tensor and produces its ErrorStats.
+class ErrorAccumulator {
+ public:
+  /// Adds `n` pairs. Non-finite reference elements are skipped (nothing to compare against);
+  /// a non-finite x where the reference is finite counts as NaN/Inf and as outside.
+  void Add(const float* x, const float* ref, int64_t n, const Tolerance& tol);
+  /// Adds every element of `x` (any floating dtype, converted in small chunks without a copy
+  /// of the tensor) against `ref` (f32, same element count).
+  absl::Status AddTensor(const ir::Tensor& x, const ir::Tensor& ref, const Tolerance& tol);
+  v1::ErrorStats Finish() const;
+  int64_t elements() const { return elements_; }
+
+ private:
+  int64_t elements_ = 0;
+  int64_t finite_ = 0;
+  int64_t nan_ = 0, inf_ = 0, outside_ = 0;
+  double max_abs_ = 0, sum_abs_ = 0, max_rel_ = 0;
+  double dot_ = 0, xx_ = 0, rr_ = 0, ee_ = 0;
+};
+
+/// Max |ref| over the finite elements.
+double MaxAbsFinite(const float* ref, int64_t n);
+
+/// `t` (any floating dtype) as an f32 tensor: `t` itself when already f32, else a converted copy.
+absl::StatusOr<ir::Tensor> ToF32(const ir::Tensor& t);
+
+/// `t` (f32) converted to floating `dtype` (round to nearest even), or `t` itself when f32.
+absl::StatusOr<ir::Tensor> FromF32(const ir::Tensor& t, DataType dtype);
+
+}  // namespace kiln::report

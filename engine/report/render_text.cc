@@ -1,0 +1,129 @@
+// The terminal rendering of the accuracy report: plain text, no colours, columns padded to the
+// widest cell. Long ONNX names are shortened from the left, where they repeat the scope prefix.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "engine/report/render.h"
+#include "engine/report/render_util.h"
+
+namespace kiln::report {
+namespace {
+
+constexpr size_t kMaxNameWidth = 60;
+
+// The tail of a long name, which carries the distinguishing part of an ONNX scope path.
+std::string Shorten(const std::string& name) {
+  if (name.size() <= kMaxNameWidth) return name;
+  return absl::StrCat("...", name.substr(name.size() - (kMaxNameWidth - 3)));
+}
+
+// Rows of cells printed as aligned columns, two spaces of indent and between columns; `right[i]`
+// right-aligns column i. The last column is never padded (it may be long free text).
+std::string FormatTable(const std::vector<std::vector<std::string>>& rows,
+                        const std::vector<bool>& right) {
+  std::vector<size_t> width(right.size(), 0);
+  for (const auto& row : rows) {
+    for (size_t i = 0; i < row.size() && i < width.size(); ++i) {
+      width[i] = std::max(width[i], row[i].size());
+    }
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line = " ";
+    for (size_t i = 0; i < row.size() && i < width.size(); ++i) {
+      const bool last = i + 1 == row.size();
+      const int w = last && !right[i] ? 0 : static_cast<int>(width[i]);
+      absl::StrAppend(&line, " ", i > 0 ? " " : "",
+                      absl::StrFormat(right[i] ? "%*s" : "%-*s", w, row[i]));
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    absl::StrAppend(&out, line, "\n");
+  }
+  return out;
+}
+
+void AppendVerdicts(const v1::AccuracyReport& r, std::string* out) {
+  absl::StrAppend(out, "\nOutputs\n");
+  if (r.outputs_size() == 0) {
+    absl::StrAppend(out, "  (none compared)\n");
+    return;
+  }
+  std::vector<std::vector<std::string>> rows = {
+      {"tensor", "max_abs", "max_rel", "cosine", "outside", "NaN/Inf", "verdict"}};
+  for (const v1::OutputVerdict& o : r.outputs()) {
+    const v1::ErrorStats& e = o.error();
+    rows.push_back({Shorten(o.tensor()), FormatNumber(e.max_abs()), FormatNumber(e.max_rel()),
+                    FormatCosine(e.cosine()), FormatPercent(e.fraction_outside()),
+                    absl::StrFormat("%d/%d", e.nan_count(), e.inf_count()),
+                    o.pass() ? "pass" : "FAIL"});
+  }
+  absl::StrAppend(out, FormatTable(rows, {false, true, true, true, true, true, false}));
+}
+
+void AppendOffenders(const v1::AccuracyReport& r, int max_rows, std::string* out) {
+  const int total = r.worst_offenders_size();
+  const int shown = std::clamp(max_rows, 0, total);
+  if (total == 0) {
+    absl::StrAppend(out, "\nWorst offenders: none\n");
+    return;
+  }
+  absl::StrAppendFormat(out, "\nWorst offenders (%d of %d)\n", shown, total);
+  std::vector<std::vector<std::string>> rows = {{"#", "node", "op", "precision", "why"}};
+  for (int i = 0; i < shown; ++i) {
+    const v1::Offender& o = r.worst_offenders(i);
+    rows.push_back({absl::StrCat(i + 1), Shorten(o.node_name()), o.op_type(),
+                    PrecisionLabel(o.effective_precision()), o.why()});
+  }
+  absl::StrAppend(out, FormatTable(rows, {true, false, false, false, false}));
+  if (shown < total) absl::StrAppendFormat(out, "  ... %d more\n", total - shown);
+}
+
+void AppendSuggestion(const v1::AccuracyReport& r, std::string* out) {
+  const v1::Suggestion& s = r.suggestion();
+  if (!s.searched()) return;
+  absl::StrAppendFormat(out, "\nSuggestion: %s (%d builds)\n",
+                        s.found() ? "passing policy found and verified" : "no passing policy found",
+                        s.builds());
+  absl::StrAppendFormat(out, "  worst output max_abs %s -> %s\n",
+                        FormatNumber(s.output_max_abs_before()),
+                        FormatNumber(s.output_max_abs_after()));
+  absl::StrAppendFormat(out, "  latency %s ms -> %s ms (%s%s ms)\n",
+                        FormatNumber(s.latency_ms_before()), FormatNumber(s.latency_ms_after()),
+                        s.latency_ms_after() >= s.latency_ms_before() ? "+" : "",
+                        FormatNumber(s.latency_ms_after() - s.latency_ms_before()));
+  if (!s.note().empty()) absl::StrAppend(out, "  note: ", s.note(), "\n");
+  if (!s.policy_text().empty()) {
+    absl::StrAppend(out, "  policy:\n");
+    size_t start = 0;
+    const std::string& text = s.policy_text();
+    while (start < text.size()) {
+      size_t end = text.find('\n', start);
+      if (end == std::string::npos) end = text.size();
+      absl::StrAppend(out, "    ", text.substr(start, end - start), "\n");
+      start = end + 1;
+    }
+  }
+}
+
+}  // namespace
+
+std::string RenderTable(const v1::AccuracyReport& report, int max_rows) {
+  int failed = 0;
+  for (const v1::OutputVerdict& o : report.outputs()) failed += o.pass() ? 0 : 1;
+  std::string out = absl::StrFormat(
+      "%s  %s: %d of %d outputs fail  samples %d%s  atol %s rtol %s\n",
+      report.pass() ? "PASS" : "FAIL", report.model_name().empty() ? "model" : report.model_name(),
+      failed, report.outputs_size(), report.samples(),
+      report.sample_source().empty() ? "" : absl::StrCat(" (", report.sample_source(), ")"),
+      FormatNumber(report.atol()), FormatNumber(report.rtol()));
+  AppendVerdicts(report, &out);
+  AppendOffenders(report, max_rows, &out);
+  AppendSuggestion(report, &out);
+  return out;
+}
+
+}  // namespace kiln::report

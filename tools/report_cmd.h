@@ -1,0 +1,35 @@
+// The accuracy report on the kiln command line: the report flags of `kiln build` and the
+// `kiln compare` command (DESIGN.md §7, §10).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "engine/builder/builder.h"
+#include "spdlog/logger.h"
+#include "tools/cli_args.h"
+
+namespace kiln::tools {
+
+/// Adds the report flags of `kiln build` to `known`.
+void AddReportFlags(std::map<std::string, bool>& known);
+
+/// True when the flags ask for a report: sample inputs (--inputs, --seed) or a report output.
+bool WantsReport(const Args& args);
+
+/// Checks the report flags before the build starts (so a typo does not cost a build).
+absl::Status CheckReportFlags(const Args& args);
+
+/// Builds the accuracy report of a finished build of `model_path`, prints its terminal table
+/// and writes --report / --html / --suggest-policy. `blob` is the engine just written.
+absl::Status RunReport(const Args& args, const std::string& model_path,
+                       const builder::BuildOptions& options, const builder::BuildResult& built,
+                       std::string blob, std::shared_ptr<spdlog::logger> logger);
+
+/// `kiln compare ENGINE_A ENGINE_B --inputs DIR | --seed N ...`: every tensor both engines
+/// compute, A against B.
+absl::Status Compare(int argc, char** argv);
+
+}  // namespace kiln::tools
