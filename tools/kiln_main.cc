@@ -330,9 +330,9 @@ int Main(int argc, char** argv) {
 }  // namespace kiln::tools
 
 int main(int argc, char** argv) {
-  // Tensors of a few MB come and go for every kernel of a tapped run: keep freed blocks in the
-  // heap for reuse instead of returning them to the kernel and faulting fresh zeroed pages in.
-  mallopt(M_MMAP_THRESHOLD, 64 << 20);
-  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  // Big buffers (weights, activations) are mapped and unmapped on their own: a fixed threshold
+  // stops glibc from raising it after the first free and then keeping hundreds of MB of freed
+  // weights in the heap, which a build followed by the accuracy report would carry to its peak.
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
   return kiln::tools::Main(argc, argv);
 }

@@ -146,9 +146,9 @@ absl::Status RunReport(const Args& args, const std::string& model_path,
   }
   ASSIGN_OR_RETURN(std::string model_bytes,
                    import::ReadFile(model_path, opts.import.max_model_bytes));
-  ASSIGN_OR_RETURN(
-      v1::AccuracyReport rep,
-      builder::BuildAccuracyReport(model_bytes, opts, built, engine, samples.sets, ro, logger));
+  ASSIGN_OR_RETURN(v1::AccuracyReport rep,
+                   builder::BuildAccuracyReport(std::move(model_bytes), opts, built, engine,
+                                                samples.sets, ro, logger));
   std::cout << "\n" << report::RenderTable(rep, 10);
   RETURN_IF_ERROR(WriteOutputs(args, rep));
   if (args.flags.count("--suggest-policy")) {

@@ -126,8 +126,7 @@ absl::StatusOr<BuildResult> Build(const std::string& model_bytes, std::string* r
   sum.model_sha256 = DigestHex(Sha256(model_bytes));
   logger->info("import: {} bytes, sha256 {}", model_bytes.size(), sum.model_sha256);
   ASSIGN_OR_RETURN(std::unique_ptr<ir::Graph> graph,
-                   import::ImportModel(model_bytes, options.import));
-  if (release) std::string().swap(*release);
+                   import::ImportModel(model_bytes, options.import, release));
   ir::Graph& g = *graph;
   sum.source_nodes = static_cast<int>(g.nodes().size());
   logger->info("import: {} nodes, {} values, opset {}, ir_version {}", g.nodes().size(),

@@ -154,7 +154,7 @@ absl::Status RunOnnxChecker(const onnx::ModelProto& model, int opset) {
 
 class Importer {
  public:
-  Importer(const onnx::ModelProto& model, const ImportOptions& options)
+  Importer(onnx::ModelProto& model, const ImportOptions& options)
       : model_(model), options_(options), ext_{options.model_dir} {}
 
   absl::StatusOr<std::unique_ptr<ir::Graph>> Run() {
@@ -279,6 +279,8 @@ class Importer {
       auto v = graph_->AddValue(t.name());
       if (!v.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": duplicate name"));
       ASSIGN_OR_RETURN(ir::Tensor tensor, TensorFromProto(t, ext_, what));
+      // The graph owns the data now: free the proto's copy, so a big model is not held twice.
+      std::string().swap(*model_.mutable_graph()->mutable_initializer(i)->mutable_raw_data());
       (*v)->dtype = tensor.dtype();
       (*v)->shape = ir::Shape::Of(tensor.dims());
       (*v)->constant = std::move(tensor);
@@ -403,7 +405,7 @@ class Importer {
     return absl::OkStatus();
   }
 
-  const onnx::ModelProto& model_;
+  onnx::ModelProto& model_;
   const ImportOptions& options_;
   ExternalDataPolicy ext_;
   int opset_ = 0;
@@ -415,7 +417,8 @@ class Importer {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ir::Graph>> ImportModel(absl::string_view bytes,
-                                                       const ImportOptions& options) {
+                                                       const ImportOptions& options,
+                                                       std::string* release) {
   if (static_cast<int64_t>(bytes.size()) > options.max_model_bytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("model is ", bytes.size(), " bytes; the limit is ", options.max_model_bytes));
@@ -431,6 +434,7 @@ absl::StatusOr<std::unique_ptr<ir::Graph>> ImportModel(absl::string_view bytes,
         "model is not a valid ONNX ModelProto (protobuf parse failed: truncated, corrupted, not "
         "an ONNX file, or nested deeper than the recursion limit)");
   }
+  if (release) std::string().swap(*release);
   return Importer(model, options).Run();
 }
 

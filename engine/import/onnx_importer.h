@@ -31,9 +31,11 @@ struct ImportOptions {
 constexpr int64_t kMinIrVersion = 3;
 constexpr int64_t kMaxIrVersion = 11;
 
-/// Imports a serialized ModelProto.
+/// Imports a serialized ModelProto. `release`, when given, must hold `bytes`: it is freed once
+/// parsed, so a big model's bytes, parsed message and graph are never all alive at once.
 absl::StatusOr<std::unique_ptr<ir::Graph>> ImportModel(absl::string_view bytes,
-                                                       const ImportOptions& options);
+                                                       const ImportOptions& options,
+                                                       std::string* release = nullptr);
 
 /// Reads and imports a model file; external data is resolved against the file's folder.
 absl::StatusOr<std::unique_ptr<ir::Graph>> ImportModelFile(const std::string& path,

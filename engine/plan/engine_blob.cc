@@ -344,7 +344,10 @@ absl::StatusOr<std::string> WriteEngine(const ir::Graph& graph, const std::vecto
       by_index[index[v->id]] = v.get();
     }
   }
-  std::string weights;
+  // Weights are laid out first (offsets only) and copied once, straight into the blob: a big
+  // model's weights exist twice while it is written (graph and blob), never three times.
+  uint64_t weights_size = 0;
+  std::vector<std::pair<const ir::Tensor*, uint64_t>> weight_copies;
   meta.clear_tensors();
   for (const ir::Value* v : by_index) {
     v1::TensorInfo* t = meta.add_tensors();
@@ -358,11 +361,12 @@ absl::StatusOr<std::string> WriteEngine(const ir::Graph& graph, const std::vecto
     }
     if (v->constant && !v->is_graph_input) {
       t->set_is_constant(true);
-      weights.resize(AlignUp(weights.size()), '\0');
-      t->set_weight_offset(weights.size());
+      weights_size = AlignUp(weights_size);
+      t->set_weight_offset(weights_size);
       t->set_weight_bytes(v->constant->byte_size());
       for (int64_t d : v->constant->dims()) t->add_constant_dims(d);
-      weights.append(static_cast<const char*>(v->constant->raw_data()), v->constant->byte_size());
+      weight_copies.push_back({&*v->constant, weights_size});
+      weights_size += v->constant->byte_size();
     }
   }
   meta.clear_graph_inputs();
@@ -400,7 +404,7 @@ absl::StatusOr<std::string> WriteEngine(const ir::Graph& graph, const std::vecto
   uint64_t table_end = kHeaderBytes + nsec * kEntryBytes;
   uint64_t meta_off = AlignUp(table_end + 32);
   uint64_t weights_off = AlignUp(meta_off + meta_bytes.size());
-  uint64_t total = weights_off + weights.size();
+  uint64_t total = weights_off + weights_size;
   std::string out(total, '\0');
   std::memcpy(&out[0], kMagic, 8);
   Put<uint32_t>(out, 8, kFormatVersion);
@@ -409,17 +413,21 @@ absl::StatusOr<std::string> WriteEngine(const ir::Graph& graph, const std::vecto
   Put<uint64_t>(out, 24, total);
   std::string bv = meta.builder_version().substr(0, 31);
   std::memcpy(&out[32], bv.data(), bv.size());
-  auto entry = [&](int i, uint32_t kind, uint64_t off, const std::string& bytes) {
+  std::memcpy(&out[meta_off], meta_bytes.data(), meta_bytes.size());
+  for (const auto& [t, off] : weight_copies) {
+    if (t->byte_size() > 0) std::memcpy(&out[weights_off + off], t->raw_data(), t->byte_size());
+  }
+  // Section table entries; each digest covers the section's bytes as they sit in the blob.
+  auto entry = [&](int i, uint32_t kind, uint64_t off, uint64_t size) {
     size_t e = kHeaderBytes + i * kEntryBytes;
     Put<uint32_t>(out, e, kind);
     Put<uint64_t>(out, e + 8, off);
-    Put<uint64_t>(out, e + 16, bytes.size());
-    Sha256Digest d = Sha256(bytes);
+    Put<uint64_t>(out, e + 16, size);
+    Sha256Digest d = Sha256(out.data() + off, size);
     std::memcpy(&out[e + 24], d.data(), 32);
-    std::memcpy(&out[off], bytes.data(), bytes.size());
   };
-  entry(0, kSectionMetadata, meta_off, meta_bytes);
-  entry(1, kSectionWeights, weights_off, weights);
+  entry(0, kSectionMetadata, meta_off, meta_bytes.size());
+  entry(1, kSectionWeights, weights_off, weights_size);
   Sha256Digest hd = Sha256(out.data(), table_end);
   std::memcpy(&out[table_end], hd.data(), 32);
   return out;

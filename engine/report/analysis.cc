@@ -1,7 +1,10 @@
 #include "engine/report/analysis.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <deque>
 #include <tuple>
 
@@ -99,7 +102,9 @@ absl::StatusOr<std::unique_ptr<EngineAnalysis>> EngineAnalysis::Create(
   a->reference_ = std::move(reference);
   a->tol_ = tolerance;
   ASSIGN_OR_RETURN(a->engine_session_, runtime::Session::Create(a->engine_));
-  ASSIGN_OR_RETURN(a->reference_session_, runtime::Session::Create(a->reference_));
+  // No arena for the reference: its tensors are kept for the sample by sharing, not copying.
+  ASSIGN_OR_RETURN(a->reference_session_,
+                   runtime::Session::Create(a->reference_, /*use_arena=*/false));
   const kernels::Registry& reg = kernels::Registry::Default();
   for (const ir::Node* n : a->engine_->order) {
     ASSIGN_OR_RETURN(const kernels::KernelDef* def, reg.Find(*n));
@@ -241,8 +246,9 @@ absl::Status EngineAnalysis::RunReference(const std::vector<ir::Tensor>& inputs)
     for (int j = 0; j < n.num_outputs(); ++j) {
       if (!n.outputs[j] || !outs[j]) continue;
       std::string name = SourceTensorName(n.outputs[j]->name);
-      auto copy = IsFloating(outs[j]->dtype()) ? OwnedF32(*outs[j])
-                                               : absl::StatusOr<ir::Tensor>(outs[j]->Clone());
+      // Without an arena the tensor's buffer is its own: keep it (f32 as is, others converted).
+      auto copy =
+          IsFloating(outs[j]->dtype()) ? ToF32(*outs[j]) : absl::StatusOr<ir::Tensor>(*outs[j]);
       if (!copy.ok()) {
         failed = copy.status();
         return;

@@ -8,36 +8,63 @@
 #include "absl/strings/str_cat.h"
 #include "engine/common/half.h"
 #include "engine/common/status.h"
+#include "engine/report/metrics_block.h"
 
 namespace kiln::report {
 
 void ErrorAccumulator::Add(const float* x, const float* ref, int64_t n, const Tolerance& tol) {
-  for (int64_t i = 0; i < n; ++i) {
-    const double r = ref[i];
-    if (!std::isfinite(r)) continue;
-    ++elements_;
-    const double v = x[i];
-    if (!std::isfinite(v)) {
-      if (std::isnan(v)) {
-        ++nan_;
-      } else {
-        ++inf_;
-      }
-      ++outside_;
+  // Blocks of finite pairs take the vectorized path; a block holding a NaN or an Inf goes
+  // element by element. Sums are kept in double across blocks.
+  constexpr int64_t kBlock = 4096;
+  for (int64_t b = 0; b < n; b += kBlock) {
+    const int64_t m = std::min(kBlock, n - b);
+    if (internal::AllFinite(x + b, ref + b, m)) {
+      internal::BlockSums s;
+      s.max_abs = static_cast<float>(max_abs_);
+      s.max_rel = static_cast<float>(max_rel_);
+      internal::AddFiniteBlock(x + b, ref + b, m, static_cast<float>(tol.atol),
+                               static_cast<float>(tol.rtol), s);
+      elements_ += m;
+      finite_ += m;
+      outside_ += s.outside;
+      max_abs_ = std::max<double>(max_abs_, s.max_abs);
+      max_rel_ = std::max<double>(max_rel_, s.max_rel);
+      sum_abs_ += s.sum_abs;
+      dot_ += s.dot;
+      xx_ += s.xx;
+      rr_ += s.rr;
+      ee_ += s.ee;
       continue;
     }
-    ++finite_;
-    const double e = std::fabs(v - r);
-    const double ar = std::fabs(r);
-    max_abs_ = std::max(max_abs_, e);
-    sum_abs_ += e;
-    max_rel_ = std::max(max_rel_, e / std::max(ar, 1e-6));
-    if (e > tol.atol + tol.rtol * ar) ++outside_;
-    dot_ += v * r;
-    xx_ += v * v;
-    rr_ += r * r;
-    ee_ += e * e;
+    for (int64_t i = b; i < b + m; ++i) AddOne(x[i], ref[i], tol);
   }
+}
+
+void ErrorAccumulator::AddOne(float xv, float rv, const Tolerance& tol) {
+  const double r = rv;
+  if (!std::isfinite(r)) return;
+  ++elements_;
+  const double v = xv;
+  if (!std::isfinite(v)) {
+    if (std::isnan(v)) {
+      ++nan_;
+    } else {
+      ++inf_;
+    }
+    ++outside_;
+    return;
+  }
+  ++finite_;
+  const double e = std::fabs(v - r);
+  const double ar = std::fabs(r);
+  max_abs_ = std::max(max_abs_, e);
+  sum_abs_ += e;
+  max_rel_ = std::max(max_rel_, e / std::max(ar, 1e-6));
+  if (e > tol.atol + tol.rtol * ar) ++outside_;
+  dot_ += v * r;
+  xx_ += v * v;
+  rr_ += r * r;
+  ee_ += e * e;
 }
 
 absl::Status ErrorAccumulator::AddTensor(const ir::Tensor& x, const ir::Tensor& ref,
@@ -85,7 +112,8 @@ v1::ErrorStats ErrorAccumulator::Finish() const {
   } else if (xx_ == 0 || rr_ == 0) {
     s.set_cosine(0.0);
   } else {
-    s.set_cosine(dot_ / (std::sqrt(xx_) * std::sqrt(rr_)));
+    // Clamped: rounding in the sums may put an exact match a hair above 1.
+    s.set_cosine(std::clamp(dot_ / (std::sqrt(xx_) * std::sqrt(rr_)), -1.0, 1.0));
   }
   if (ee_ == 0) {
     s.set_snr_db(std::numeric_limits<double>::infinity());
@@ -98,13 +126,7 @@ v1::ErrorStats ErrorAccumulator::Finish() const {
   return s;
 }
 
-double MaxAbsFinite(const float* ref, int64_t n) {
-  double m = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    if (std::isfinite(ref[i])) m = std::max(m, static_cast<double>(std::fabs(ref[i])));
-  }
-  return m;
-}
+double MaxAbsFinite(const float* ref, int64_t n) { return internal::MaxAbsOfFinite(ref, n); }
 
 absl::StatusOr<ir::Tensor> ToF32(const ir::Tensor& t) {
   if (t.dtype() == DataType::kF32) return t;

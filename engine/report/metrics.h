@@ -34,6 +34,8 @@ class ErrorAccumulator {
   int64_t elements() const { return elements_; }
 
  private:
+  void AddOne(float x, float ref, const Tolerance& tol);
+
   int64_t elements_ = 0;
   int64_t finite_ = 0;
   int64_t nan_ = 0, inf_ = 0, outside_ = 0;

@@ -79,8 +79,8 @@ class NodeContext final : public kernels::KernelContext {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Session>> Session::Create(
-    std::shared_ptr<const plan::Engine> engine) {
+absl::StatusOr<std::unique_ptr<Session>> Session::Create(std::shared_ptr<const plan::Engine> engine,
+                                                         bool use_arena) {
   auto s = std::unique_ptr<Session>(new Session());
   s->engine_ = std::move(engine);
   const plan::Engine& e = *s->engine_;
@@ -103,10 +103,11 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Create(
   // Slots in the metadata use blob tensor indices, which equal value ids of the rebuilt graph;
   // the blob reader has checked every slot lies inside the arena.
   for (const auto& slot : mp.slots()) {
+    if (!use_arena) break;
     s->slot_offset_[slot.tensor()] = static_cast<int64_t>(slot.offset());
     s->slot_bytes_[slot.tensor()] = slot.bytes();
   }
-  s->arena_bytes_ = mp.arena_bytes();
+  s->arena_bytes_ = use_arena ? mp.arena_bytes() : 0;
   if (s->arena_bytes_ > 0) {
     void* p = std::aligned_alloc(64, (s->arena_bytes_ + 63) / 64 * 64);
     if (!p) {

@@ -24,9 +24,11 @@ using NodeObserver =
 /// A ready-to-run engine. Not thread-safe: one Run at a time.
 class Session {
  public:
-  /// Creates kernels for every node (fails naming the node if one has no kernel).
-  static absl::StatusOr<std::unique_ptr<Session>> Create(
-      std::shared_ptr<const plan::Engine> engine);
+  /// Creates kernels for every node (fails naming the node if one has no kernel). With
+  /// `use_arena` false every activation gets its own buffer instead of a planned arena slot, so
+  /// an observer may keep (share) any tensor it sees beyond the call.
+  static absl::StatusOr<std::unique_ptr<Session>> Create(std::shared_ptr<const plan::Engine> engine,
+                                                         bool use_arena = true);
 
   /// Runs with `inputs` in graph-input order; returns outputs in graph-output order.
   absl::StatusOr<std::vector<ir::Tensor>> Run(const std::vector<ir::Tensor>& inputs,

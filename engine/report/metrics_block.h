@@ -1,0 +1,27 @@
+// The inner loops of the error metrics, in their own file: it is compiled with -O3 and
+// finite-math flags (engine/CMakeLists.txt) so its reductions vectorize. Finiteness is therefore
+// tested on the bits, never with isfinite/isnan, which those flags may fold away.
+#pragma once
+
+#include <cstdint>
+
+namespace kiln::report::internal {
+
+/// Sums of one block of finite pairs.
+struct BlockSums {
+  float max_abs = 0, max_rel = 0;
+  double sum_abs = 0, dot = 0, xx = 0, rr = 0, ee = 0;
+  int64_t outside = 0;
+};
+
+/// True when every element of `x` and `ref` is finite.
+bool AllFinite(const float* x, const float* ref, int64_t n);
+
+/// Adds `n` pairs, all finite (checked by AllFinite), to `out`.
+void AddFiniteBlock(const float* x, const float* ref, int64_t n, float atol, float rtol,
+                    BlockSums& out);
+
+/// Max |v| over the finite elements of `v`.
+float MaxAbsOfFinite(const float* v, int64_t n);
+
+}  // namespace kiln::report::internal
