@@ -20,3 +20,8 @@ echo "== compare with ONNX Runtime's output (recorded in $model_dir/test_data_se
 echo
 echo "== kiln inspect"
 "$kiln" inspect "$work/mobilenet_tiny.kiln"
+echo
+echo "== kiln build --policy fp16 with the accuracy report (every ONNX tensor against fp32)"
+"$kiln" build "$model_dir/model.onnx" --policy fp16 -o "$work/mobilenet_tiny_fp16.kiln" \
+  --inputs "$model_dir/test_data_set_0" --report "$work/report.json" --html "$work/report.html" \
+  --quiet
