@@ -7,6 +7,7 @@ packages=(
   g++ cmake make pkg-config
   libabsl-dev
   libprotobuf-dev protobuf-compiler
+  libgrpc++-dev protobuf-compiler-grpc python3-grpcio python3-grpc-tools
   libonnx-dev
   libssl-dev
   libspdlog-dev
