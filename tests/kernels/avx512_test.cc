@@ -11,6 +11,7 @@
 #include "engine/common/cpu_features.h"
 #include "engine/common/half.h"
 #include "engine/kernels/cpu/avx512/convert.h"
+#include "engine/kernels/cpu/avx512/gemm.h"
 #include "engine/kernels/registry.h"
 #include "gtest/gtest.h"
 #include "tests/testing/node_runner.h"
@@ -258,7 +259,10 @@ void CheckAgainstRef(NodeSpec spec, const Problem* p, const std::vector<float>& 
   ASSERT_EQ(fast_t.dims(), ref_t.dims());
   std::vector<float> fast = Floats(fast_t), ref = Floats(ref_t);
   ASSERT_EQ(fast.size(), abs_dot.size());
-  if (p != nullptr) {
+  // On AMX the tile unit's rounding inside a block of pairs is the hardware's own (gemm_avx512.cc),
+  // so the bit-exact emulation holds for the vdpbf16ps order only; the bound below still holds.
+  const bool amx = bf16_dot && kernels::cpu::avx512::GemmUsesAmx();
+  if (p != nullptr && !amx) {
     std::vector<float> emu = Emulate(*p);
     for (size_t i = 0; i < fast.size(); ++i) {
       ASSERT_EQ(FloatBits(fast[i]), FloatBits(RoundTo(t, emu[i])))

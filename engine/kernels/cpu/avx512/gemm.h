@@ -11,6 +11,11 @@
 //   acc = ftz(fma(a[2p], b[2p], acc)) (a[K] = b[K] = 0 when K is odd), where ftz() flushes a
 //   subnormal fp32 result to zero of the same sign: vdpbf16ps adds the odd product first and
 //   flushes subnormal results. Products of bf16 values are exact in fp32.
+// - bf16 dot path on a CPU with AMX-BF16 (GemmUsesAmx): the same pair products, accumulated in
+//   fp32 by TDPBF16PS with subnormals read as zero and flushed, in the tile unit's own order
+//   and rounding within a block of 16 pairs; not reproduced bit for bit, it stays within the
+//   fp32 accumulation bound of any order (tests check both paths; KILN_NO_AMX=1 forces
+//   vdpbf16ps).
 // - bf16 with a subnormal value in A or B: the fp32 order above (vdpbf16ps would read those
 //   inputs as zero, which the precision contract does not allow).
 //
@@ -50,6 +55,10 @@ struct GemmArgs {
 /// Runs the GEMM with OpenMP over the available threads. Needs the kAvx512 CPU features, and
 /// kCpuAvx512Bf16 for GemmType::kBF16.
 void GemmAvx512(const GemmArgs& args);
+
+/// Whether the bf16 dot path runs on AMX tiles on this CPU (see gemm_avx512.cc); the results
+/// then differ from the vdpbf16ps order above by the hardware's rounding within a pair.
+bool GemmUsesAmx();
 
 /// Whether a bf16 GEMM takes the vdpbf16ps ("dot") path: no subnormal among the `n` values.
 bool Bf16DotPathAllowed(const uint16_t* values, int64_t n);

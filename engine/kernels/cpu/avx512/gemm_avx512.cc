@@ -7,8 +7,11 @@
 // 6 x 64 accumulators in 24 zmm registers. Keeping the whole K in registers makes the
 // accumulation order exactly the one gemm.h defines, with no partial sums to combine. Tasks
 // (batch x strip x row group) are spread over the OpenMP threads.
+#include <cpuid.h>
 #include <immintrin.h>
 #include <omp.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -264,7 +267,147 @@ static void StoreTile(const GemmArgs& g, int64_t bi, int64_t i0, int mr, int64_t
   }
 }
 
+
+// ---------------------------------------------------------------- AMX (bf16 dot path)
+//
+// On CPUs with AMX-BF16 whose kernel grants the tile data state, the bf16 dot path runs on
+// tiles: TDPBF16PS forms the same pair products of bf16 values (exact in fp32), accumulates them
+// in fp32 with subnormal inputs read as zero and subnormal results flushed, like vdpbf16ps; the
+// order within a pair and the rounding between the two products are the hardware's, so AMX
+// results may differ from the vdpbf16ps path in the last bit of an element (tests bound it).
+// Blocking: 32 x 32 outputs in four 16 x 16 fp32 tiles, A as two 16 x 32 bf16 tiles, B as two
+// 16-pair x 16-column tiles read straight from the packed [K/2][64][2] strip.
+
+// Whether AMX runs here: CPUID AMX-TILE and AMX-BF16, the OS enabling the tile state in XCR0,
+// and Linux granting this process the tile data (arch_prctl); KILN_NO_AMX=1 turns it off.
+static bool AmxUsable() {
+  static const bool usable = [] {
+    const char* off = std::getenv("KILN_NO_AMX");
+    if (off != nullptr && off[0] == '1') return false;
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid_max(0, nullptr) < 7) return false;
+    __cpuid_count(7, 0, a, b, c, d);
+    if (!(d & (1u << 24)) || !(d & (1u << 22))) return false;
+    __cpuid(1, a, b, c, d);
+    if (!(c & (1u << 27))) return false;  // OSXSAVE
+    uint32_t xcr0_lo = 0, xcr0_hi = 0;
+    __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+    if ((xcr0_lo & (3u << 17)) != (3u << 17)) return false;  // XTILECFG, XTILEDATA
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return usable;
+}
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+constexpr int kAmxRows = 32;  // rows per block (two A tiles)
+constexpr int kAmxK = 32;     // bf16 values of K per A tile row (16 pairs)
+
+static void GemmAmxBf16(const GemmArgs& g) {
+  const int64_t kb = CeilDiv(g.k, kAmxK);          // K blocks
+  const int64_t mblocks = CeilDiv(g.m, kAmxRows);  // 32-row blocks
+  const int64_t strips = CeilDiv(g.n, kNr);
+  const int64_t a_block = kAmxRows * kb * kAmxK;  // bf16 values per packed 32-row block
+  // Packed A: per batch and 32-row block, per K block, two 16 x 32 tiles ([2][16][32]); zero
+  // past M and K.
+  Buffer apack(g.batch * mblocks * a_block * 2 + 64);
+  std::memset(apack.as<uint16_t>(), 0, g.batch * mblocks * a_block * 2);
+  const int64_t kp_padded = kb * (kAmxK / 2);
+  const int64_t b_strip_bytes = kp_padded * kNr * 2 * 2 + 64;
+
+  const int threads = omp_get_max_threads();
+  int64_t mgroups = 1;
+  if (g.batch * strips < 2 * threads) {
+    mgroups = Min(mblocks, CeilDiv(2 * threads, g.batch * strips));
+  }
+  const int64_t blocks_per_group = CeilDiv(mblocks, mgroups);
+  const int64_t tasks = g.batch * strips * mgroups;
+  const bool parallel = g.batch * g.m * g.n * (g.k + 1) >= (1 << 16);
+
+#pragma omp parallel if (parallel)
+  {
+    Buffer row(kb * kAmxK * 2 + 64);
+    Buffer bpack(b_strip_bytes);
+    alignas(64) float acc[kAmxRows * kNr];
+    Buffer crow(kNr * 4);
+
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < g.batch * mblocks; ++t) {
+      const int64_t bi = t / mblocks, blk = t % mblocks;
+      const void* a = Elem(g.a, g.type, g.a_offsets ? g.a_offsets[bi] : 0);
+      uint16_t* dst = apack.as<uint16_t>() + t * a_block;
+      uint16_t* r = row.as<uint16_t>();
+      for (int64_t i = 0; i < kAmxRows && blk * kAmxRows + i < g.m; ++i) {
+        std::memset(r, 0, kb * kAmxK * 2);
+        LoadRowU16(Elem(a, g.type, (blk * kAmxRows + i) * g.a_rs), g.a_cs, g.k, r);
+        const int64_t half = i / 16, ri = i % 16;
+        for (int64_t q = 0; q < kb; ++q) {
+          std::memcpy(dst + ((q * 2 + half) * 16 + ri) * kAmxK, r + q * kAmxK, kAmxK * 2);
+        }
+      }
+    }
+
+    TileConfig cfg;
+    for (int t = 0; t < 8; ++t) {
+      cfg.rows[t] = 16;
+      cfg.colsb[t] = 64;
+    }
+    _tile_loadconfig(&cfg);
+
+#pragma omp for schedule(dynamic)
+    for (int64_t t = 0; t < tasks; ++t) {
+      const int64_t bi = t / (strips * mgroups);
+      const int64_t s = (t / mgroups) % strips, grp = t % mgroups;
+      const int64_t j0 = s * kNr, nc = Min(kNr, g.n - j0);
+      const void* b = Elem(g.b, g.type, g.b_offsets ? g.b_offsets[bi] : 0);
+      uint16_t* bp = bpack.as<uint16_t>();
+      PackBStripBf16(g, b, j0, bp);
+      const int64_t kp = CeilDiv(g.k, 2);
+      std::memset(bp + kp * kNr * 2, 0, (kp_padded - kp) * kNr * 2 * 2);
+      const int64_t b1 = Min(mblocks, (grp + 1) * blocks_per_group);
+      for (int64_t blk = grp * blocks_per_group; blk < b1; ++blk) {
+        const uint16_t* ap = apack.as<uint16_t>() + (bi * mblocks + blk) * a_block;
+        for (int h = 0; h < 2; ++h) {
+          if (h * 32 >= nc) break;
+          _tile_zero(0);
+          _tile_zero(1);
+          _tile_zero(2);
+          _tile_zero(3);
+          for (int64_t q = 0; q < kb; ++q) {
+            _tile_loadd(4, ap + (q * 2 + 0) * 16 * kAmxK, kAmxK * 2);
+            _tile_loadd(5, ap + (q * 2 + 1) * 16 * kAmxK, kAmxK * 2);
+            const uint16_t* bq = bp + (q * 16 * kNr + h * 32) * 2;
+            _tile_loadd(6, bq, kNr * 2 * 2);
+            _tile_loadd(7, bq + 16 * 2, kNr * 2 * 2);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+          }
+          _tile_stored(0, acc + h * 32, kNr * 4);
+          _tile_stored(1, acc + h * 32 + 16, kNr * 4);
+          _tile_stored(2, acc + 16 * kNr + h * 32, kNr * 4);
+          _tile_stored(3, acc + 16 * kNr + h * 32 + 16, kNr * 4);
+        }
+        const int64_t i0 = blk * kAmxRows;
+        StoreTile(g, bi, i0, static_cast<int>(Min(kAmxRows, g.m - i0)), j0, nc, acc,
+                  crow.as<float>());
+      }
+    }
+    _tile_release();
+  }
+}
+
 }  // namespace
+
+bool GemmUsesAmx() { return AmxUsable(); }
 
 bool Bf16DotPathAllowed(const uint16_t* values, int64_t n) {
   // Subnormal: exponent bits zero, mantissa non-zero, i.e. (v & 0x7fff) in [1, 0x7f].
@@ -284,6 +427,10 @@ bool Bf16DotPathAllowed(const uint16_t* values, int64_t n) {
 void GemmAvx512(const GemmArgs& g) {
   if (g.batch <= 0 || g.m <= 0 || g.n <= 0) return;
   const bool dot = g.type == GemmType::kBF16 && g.bf16_dot;
+  if (dot && g.k > 0 && AmxUsable()) {
+    GemmAmxBf16(g);
+    return;
+  }
   const int64_t mtiles = CeilDiv(g.m, kMr), strips = CeilDiv(g.n, kNr);
   const int64_t kp = CeilDiv(g.k, 2);
   // Packed A: per batch, mtiles tiles of [K][6] fp32 or [K/2][6][2] bf16.
