@@ -267,6 +267,23 @@ static void StoreTile(const GemmArgs& g, int64_t bi, int64_t i0, int mr, int64_t
   }
 }
 
+// How a GEMM's output is cut into tasks: batch x strip x row group, where rows are split into
+// groups only when batches x strips cannot keep every thread busy twice over.
+struct TaskSplit {
+  int64_t strips, mgroups, units_per_group, tasks;
+  bool parallel;
+  TaskSplit(const GemmArgs& g, int64_t row_units) {
+    strips = CeilDiv(g.n, kNr);
+    const int threads = omp_get_max_threads();
+    mgroups = 1;
+    if (g.batch * strips < 2 * threads) {
+      mgroups = Min(row_units, CeilDiv(2 * threads, g.batch * strips));
+    }
+    units_per_group = CeilDiv(row_units, mgroups);
+    tasks = g.batch * strips * mgroups;
+    parallel = g.batch * g.m * g.n * (g.k + 1) >= (1 << 16);
+  }
+};
 
 // ---------------------------------------------------------------- AMX (bf16 dot path)
 //
@@ -313,7 +330,8 @@ constexpr int kAmxK = 32;     // bf16 values of K per A tile row (16 pairs)
 static void GemmAmxBf16(const GemmArgs& g) {
   const int64_t kb = CeilDiv(g.k, kAmxK);          // K blocks
   const int64_t mblocks = CeilDiv(g.m, kAmxRows);  // 32-row blocks
-  const int64_t strips = CeilDiv(g.n, kNr);
+  const TaskSplit split(g, mblocks);
+  const int64_t strips = split.strips, mgroups = split.mgroups;
   const int64_t a_block = kAmxRows * kb * kAmxK;  // bf16 values per packed 32-row block
   // Packed A: per batch and 32-row block, per K block, two 16 x 32 tiles ([2][16][32]); zero
   // past M and K.
@@ -322,16 +340,9 @@ static void GemmAmxBf16(const GemmArgs& g) {
   const int64_t kp_padded = kb * (kAmxK / 2);
   const int64_t b_strip_bytes = kp_padded * kNr * 2 * 2 + 64;
 
-  const int threads = omp_get_max_threads();
-  int64_t mgroups = 1;
-  if (g.batch * strips < 2 * threads) {
-    mgroups = Min(mblocks, CeilDiv(2 * threads, g.batch * strips));
-  }
-  const int64_t blocks_per_group = CeilDiv(mblocks, mgroups);
-  const int64_t tasks = g.batch * strips * mgroups;
-  const bool parallel = g.batch * g.m * g.n * (g.k + 1) >= (1 << 16);
+  const int64_t blocks_per_group = split.units_per_group, tasks = split.tasks;
 
-#pragma omp parallel if (parallel)
+#pragma omp parallel if (split.parallel)
   {
     Buffer row(kb * kAmxK * 2 + 64);
     Buffer bpack(b_strip_bytes);
@@ -431,7 +442,9 @@ void GemmAvx512(const GemmArgs& g) {
     GemmAmxBf16(g);
     return;
   }
-  const int64_t mtiles = CeilDiv(g.m, kMr), strips = CeilDiv(g.n, kNr);
+  const int64_t mtiles = CeilDiv(g.m, kMr);
+  const TaskSplit split(g, mtiles);
+  const int64_t strips = split.strips, mgroups = split.mgroups;
   const int64_t kp = CeilDiv(g.k, 2);
   // Packed A: per batch, mtiles tiles of [K][6] fp32 or [K/2][6][2] bf16.
   const int64_t a_tile = dot ? kp * kMr * 2 : g.k * kMr;  // elements
@@ -439,15 +452,9 @@ void GemmAvx512(const GemmArgs& g) {
   Buffer apack(g.batch * mtiles * a_tile * a_es + 64);
   const int64_t b_strip_bytes = (dot ? kp * kNr * 2 * 2 : g.k * kNr * 4) + 64;
 
-  const int threads = omp_get_max_threads();
-  // Split rows too when batches x strips cannot keep every thread busy twice over.
-  int64_t mgroups = 1;
-  if (g.batch * strips < 2 * threads) mgroups = Min(mtiles, CeilDiv(2 * threads, g.batch * strips));
-  const int64_t tiles_per_group = CeilDiv(mtiles, mgroups);
-  const int64_t tasks = g.batch * strips * mgroups;
-  const bool parallel = g.batch * g.m * g.n * (g.k + 1) >= (1 << 16);
+  const int64_t tiles_per_group = split.units_per_group, tasks = split.tasks;
 
-#pragma omp parallel if (parallel)
+#pragma omp parallel if (split.parallel)
   {
     Buffer row((g.k + 1) * 4 + 64);
     Buffer bpack(b_strip_bytes);
