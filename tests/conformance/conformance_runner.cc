@@ -413,6 +413,12 @@ int Main(int argc, char** argv) {
         if (reason == "unsupported dtype" && std::regex_search(r, m, dt_re)) detail = m[1];
         static const std::regex node_re(R"(\((\w+)\) #\d+\])");
         if (reason == "unsupported mode" && std::regex_search(r, m, node_re)) detail = m[1];
+        // "unsupported ir_version: model ir_version 13 is newer ...": group by the version.
+        static const std::regex ver_re(R"((ir_version \d+|opset \d+) is)");
+        if ((reason == "unsupported ir_version" || reason == "unsupported opset") &&
+            std::regex_search(r, m, ver_re)) {
+          detail = m[1];
+        }
         if (absl::StartsWith(reason, "expected data")) {
           size_t from = r.find(": ") + 2;
           detail = r.substr(from, r.find(" (", from) - from);
