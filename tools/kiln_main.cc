@@ -25,6 +25,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
+#include "tools/bench_cmd.h"
 #include "tools/cli_args.h"
 #include "tools/cli_io.h"
 #include "tools/report_cmd.h"
@@ -38,7 +39,9 @@ constexpr char kUsage[] = R"(usage:
              [--inputs DIR | --seed N [--samples N] [--input-range NAME=LO,HI]... [--shape NAME=DIMS]...]
              [--report R.json] [--html R.html] [--suggest-policy OUT] [--atol A] [--rtol R]
              [--no-suggest]
-  kiln run ENGINE --inputs DIR --outputs DIR [--repeat N]
+  kiln run ENGINE --inputs DIR --outputs DIR [--repeat N] [--threads N]
+  kiln bench ENGINE [--inputs DIR | --seed N [--shape NAME=DIMS]...] [--runs N] [--warmup N]
+             [--threads N]
   kiln inspect ENGINE [--json]
   kiln explain MODEL.onnx [--policy ...] [--rule ...] [--constraints ...] [--typing ...] --node NAME
   kiln compare ENGINE_A ENGINE_B [--inputs DIR | --seed N ...] [--atol A] [--rtol R]
@@ -52,6 +55,7 @@ constexpr char kUsage[] = R"(usage:
            against the fp32 reference (default atol 1e-2, rtol 1e-2), and with an output out
            of tolerance a searched policy raising the fewest nodes (--suggest-policy OUT)
   compare  per-tensor comparison of two engines of the same model (A against B)
+  bench    engine latency (min, median, p90) over N runs after warm-up, and its load time
   explain  why a node gets its precision: every rule that matched, the winner, the assigned and
            the effective precision
 
@@ -86,7 +90,7 @@ absl::StatusOr<builder::BuildOptions> BuildOptionsFrom(Args& args) {
 std::map<std::string, bool> BuildFlags() {
   std::map<std::string, bool> known = {
       {"--policy", true}, {"--rule", true},    {"--constraints", true}, {"--typing", true},
-      {"--fusion", true}, {"--no-fuse", true}, {"--quiet", false}};
+      {"--fusion", true}, {"--no-fuse", true}, {"--quiet", false},      {"--threads", true}};
   return known;
 }
 
@@ -107,6 +111,7 @@ absl::Status Build(int argc, char** argv) {
   if (!args->flags.count("-o")) return UsageError("build needs -o ENGINE");
   ASSIGN_OR_RETURN(builder::BuildOptions opts, BuildOptionsFrom(*args));
   RETURN_IF_ERROR(CheckReportFlags(*args));
+  RETURN_IF_ERROR(ApplyThreads(*args));
   auto logger = StderrLogger(args->flags.count("--quiet") > 0);
   ASSIGN_OR_RETURN(auto result, builder::BuildEngineFromFile(args->positional[0], opts, logger));
   RETURN_IF_ERROR(WriteFileAtomic(args->flags["-o"], result.blob));
@@ -168,9 +173,12 @@ absl::Status Explain(int argc, char** argv) {
 }
 
 absl::Status Run(int argc, char** argv) {
-  auto args = Parse(argc, argv, 2, {{"--inputs", true}, {"--outputs", true}, {"--repeat", true}});
+  auto args =
+      Parse(argc, argv, 2,
+            {{"--inputs", true}, {"--outputs", true}, {"--repeat", true}, {"--threads", true}});
   if (!args.ok()) return UsageError(std::string(args.status().message()));
   if (args->positional.size() != 1) return UsageError("run takes exactly one ENGINE");
+  RETURN_IF_ERROR(ApplyThreads(*args));
   int repeat = 1;
   if (args->flags.count("--repeat") &&
       (!absl::SimpleAtoi(args->flags["--repeat"], &repeat) || repeat < 1 || repeat > 100000)) {
@@ -312,6 +320,8 @@ int Main(int argc, char** argv) {
     st = Explain(argc, argv);
   else if (cmd == "compare")
     st = Compare(argc, argv);
+  else if (cmd == "bench")
+    st = Bench(argc, argv);
   else
     st = UsageError(absl::StrCat("unknown command '", cmd, "'"));
   if (st.GetPayload(kUsagePayload).has_value()) {

@@ -14,6 +14,7 @@
 #include "engine/report/analysis.h"
 #include "engine/report/render.h"
 #include "engine/report/sample_inputs.h"
+#include "tools/bench_cmd.h"
 #include "tools/cli_io.h"
 
 namespace kiln::tools {
@@ -169,11 +170,12 @@ absl::Status RunReport(const Args& args, const std::string& model_path,
 absl::Status Compare(int argc, char** argv) {
   std::map<std::string, bool> known;
   for (const char* f : kSampleFlags) known[f] = true;
-  for (const char* f : {"--report", "--html", "--atol", "--rtol"}) known[f] = true;
+  for (const char* f : {"--report", "--html", "--atol", "--rtol", "--threads"}) known[f] = true;
   auto parsed = Parse(argc, argv, 2, known);
   if (!parsed.ok()) return UsageError(std::string(parsed.status().message()));
   Args args = *std::move(parsed);
   if (args.positional.size() != 2) return UsageError("compare takes ENGINE_A and ENGINE_B");
+  RETURN_IF_ERROR(ApplyThreads(args));
   ASSIGN_OR_RETURN(report::Tolerance tol, TolerancesFrom(args));
   ASSIGN_OR_RETURN(std::shared_ptr<const plan::Engine> a, plan::LoadEngineFile(args.positional[0]));
   ASSIGN_OR_RETURN(std::shared_ptr<const plan::Engine> b, plan::LoadEngineFile(args.positional[1]));

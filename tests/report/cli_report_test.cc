@@ -143,3 +143,26 @@ TEST_F(CliReport, UnknownInputInAShapeFlagNamesTheInputs) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+TEST(CliBench, PrintsLatencyWithTheThreadCount) {
+  TempDir dir;
+  CliResult b = Kiln(dir, {"build", ModelDir("mobilenet_tiny") + "/model.onnx", "-o",
+                           dir.File("e.kiln"), "--quiet"});
+  ASSERT_EQ(b.exit_code, 0) << Describe(b);
+  CliResult r = Kiln(dir, {"bench", dir.File("e.kiln"), "--runs", "3", "--threads", "1"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_THAT(r.out, HasSubstr("threads 1, 3 run(s)"));
+  EXPECT_THAT(r.out, HasSubstr("median"));
+  EXPECT_THAT(r.out, HasSubstr("load (open, verify, ready)"));
+  CliResult bad = Kiln(dir, {"bench", dir.File("e.kiln"), "--runs", "0"});
+  EXPECT_EQ(bad.exit_code, 2) << Describe(bad);
+  CliResult bad_threads = Kiln(dir, {"run", dir.File("e.kiln"), "--inputs", dir.path(),
+                                     "--outputs", dir.path(), "--threads", "-2"});
+  EXPECT_EQ(bad_threads.exit_code, 2) << Describe(bad_threads);
+}
+
+}  // namespace
+}  // namespace kiln
