@@ -206,8 +206,10 @@ absl::StatusOr<v1::AccuracyReport> BuildAccuracyReport(
                                 : BuildEngine(std::move(model_bytes), ref_options, nullptr));
   ASSIGN_OR_RETURN(
       std::shared_ptr<const plan::Engine> reference,
-      plan::LoadEngineFromBytes(std::make_shared<const std::string>(std::move(ref_built.blob))));
+      plan::LoadEngineFromBytes(std::make_shared<const std::string>(std::move(ref_built.blob)),
+                                /*trusted=*/true));
 
+  if (report_options.on_reference_loaded) report_options.on_reference_loaded();
   ASSIGN_OR_RETURN(auto analysis,
                    report::EngineAnalysis::Create(engine, reference, report_options.tolerance));
   for (size_t i = 0; i < samples.size(); ++i) {
@@ -277,7 +279,8 @@ absl::StatusOr<v1::AccuracyReport> BuildAccuracyReport(
         BuildResult b = *std::move(built_trial);
         ASSIGN_OR_RETURN(
             std::shared_ptr<const plan::Engine> e,
-            plan::LoadEngineFromBytes(std::make_shared<const std::string>(std::move(b.blob))));
+            plan::LoadEngineFromBytes(std::make_shared<const std::string>(std::move(b.blob)),
+                                      /*trusted=*/true));
         ASSIGN_OR_RETURN(SampleOutputs out, RunOutputs(e, samples));
         OutputCheck c = Judge(out, ref_out, report_options.tolerance);
         if (c.pass) {

@@ -8,6 +8,7 @@
 // winner is verified by its build, and its latency is measured against the original engine.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,6 +36,10 @@ struct ReportOptions {
   /// The model's path: when set, the model bytes are freed once the reference is imported and
   /// read again for each search build (peak memory of a big model), else they are kept.
   std::string model_path;
+  /// Called once the reference engine is built and loaded, before the samples run: the point
+  /// where a process may switch its allocator from saving memory (builds) to saving time
+  /// (many short-lived activation buffers).
+  std::function<void()> on_reference_loaded;
 };
 
 /// Builds the report of `engine`, which `BuildEngine(model_bytes, options)` produced as `built`,

@@ -1,5 +1,6 @@
 #include "engine/ir/tensor.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -25,6 +26,13 @@ std::string DimsToString(absl::Span<const int64_t> dims) {
 }
 
 absl::StatusOr<Tensor> Tensor::Allocate(DataType dtype, std::vector<int64_t> dims) {
+  absl::StatusOr<Tensor> t = AllocateUninitialized(dtype, std::move(dims));
+  // The whole 64-byte-rounded buffer, padding included, as before the split.
+  if (t.ok()) std::memset(t->data_, 0, std::max<size_t>(64, (t->byte_size() + 63) / 64 * 64));
+  return t;
+}
+
+absl::StatusOr<Tensor> Tensor::AllocateUninitialized(DataType dtype, std::vector<int64_t> dims) {
   size_t esize = DataTypeSize(dtype);
   if (esize == 0) {
     return absl::UnimplementedError(
@@ -45,7 +53,6 @@ absl::StatusOr<Tensor> Tensor::Allocate(DataType dtype, std::vector<int64_t> dim
   if (p == nullptr) {
     return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " bytes"));
   }
-  std::memset(p, 0, bytes);
   t.storage_ = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
   t.data_ = p;
   return t;

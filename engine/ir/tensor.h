@@ -27,6 +27,8 @@ class Tensor {
 
   /// Allocates a zero-filled tensor. Fails on negative dims, overflow or more than `max_bytes`.
   static absl::StatusOr<Tensor> Allocate(DataType dtype, std::vector<int64_t> dims);
+  /// As Allocate, without the zero fill: for a caller that writes every element.
+  static absl::StatusOr<Tensor> AllocateUninitialized(DataType dtype, std::vector<int64_t> dims);
 
   /// Wraps memory owned elsewhere; `keepalive` (may be null) keeps it valid.
   static Tensor Borrow(DataType dtype, std::vector<int64_t> dims, void* data,

@@ -239,7 +239,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Rebuild(v1::EngineMetadata meta, const c
 }
 
 absl::StatusOr<std::unique_ptr<Engine>> Parse(const char* data, uint64_t size,
-                                              std::shared_ptr<void> storage) {
+                                              std::shared_ptr<void> storage,
+                                              bool verify_sections = true) {
   if (size < kHeaderBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("engine blob is truncated: ", size, " bytes is smaller than the header"));
@@ -289,9 +290,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Parse(const char* data, uint64_t size,
     for (uint64_t p = cursor; p < off; ++p) {
       if (data[p] != 0) return Corrupt(absl::StrCat("non-zero padding at byte ", p));
     }
-    Sha256Digest d = Sha256(data + off, len);
-    if (std::memcmp(d.data(), e + 24, 32) != 0) {
-      return Corrupt(absl::StrCat("section ", i, " digest mismatch"));
+    if (verify_sections) {
+      Sha256Digest d = Sha256(data + off, len);
+      if (std::memcmp(d.data(), e + 24, 32) != 0) {
+        return Corrupt(absl::StrCat("section ", i, " digest mismatch"));
+      }
     }
     if (kind == kSectionMetadata) {
       meta_ptr = data + off;
@@ -434,7 +437,7 @@ absl::StatusOr<std::string> WriteEngine(const ir::Graph& graph, const std::vecto
 }
 
 absl::StatusOr<std::unique_ptr<Engine>> LoadEngineFromBytes(
-    std::shared_ptr<const std::string> bytes) {
+    std::shared_ptr<const std::string> bytes, bool trusted) {
   // Weights are borrowed in place, so they must be 64-byte aligned in memory: copy into an
   // aligned buffer (std::string storage is only 16-byte aligned).
   size_t n = bytes->size();
@@ -442,7 +445,7 @@ absl::StatusOr<std::unique_ptr<Engine>> LoadEngineFromBytes(
   if (!p) return absl::ResourceExhaustedError("cannot allocate engine buffer");
   std::memcpy(p, bytes->data(), n);
   std::shared_ptr<void> storage(p, [](void* q) { std::free(q); });
-  return Parse(static_cast<const char*>(p), n, storage);
+  return Parse(static_cast<const char*>(p), n, storage, /*verify_sections=*/!trusted);
 }
 
 absl::StatusOr<std::unique_ptr<Engine>> LoadEngineFile(const std::string& path) {

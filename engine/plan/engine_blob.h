@@ -51,9 +51,11 @@ absl::StatusOr<std::string> WriteEngine(const ir::Graph& graph, const std::vecto
                                         const std::vector<KernelChoice>& choices,
                                         v1::EngineMetadata metadata, uint64_t required_features);
 
-/// Loads an engine from bytes (kept alive by the returned Engine).
+/// Loads an engine from bytes (kept alive by the returned Engine). `trusted`: the bytes were
+/// just written by WriteEngine in this process, so the section digests are not recomputed
+/// (everything else is still checked); never for bytes from a file or a peer.
 absl::StatusOr<std::unique_ptr<Engine>> LoadEngineFromBytes(
-    std::shared_ptr<const std::string> bytes);
+    std::shared_ptr<const std::string> bytes, bool trusted = false);
 
 /// Maps an engine file read-only and loads it.
 absl::StatusOr<std::unique_ptr<Engine>> LoadEngineFile(const std::string& path);

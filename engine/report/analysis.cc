@@ -38,7 +38,8 @@ class AloneContext final : public kernels::KernelContext {
     if (i < 0 || i >= node_.num_outputs()) {
       return absl::InternalError(absl::StrCat(node_.Label(), " asked for output ", i));
     }
-    ASSIGN_OR_RETURN(outputs_[i], ir::Tensor::Allocate(dtype, std::move(dims)));
+    // Kernels write every element of their outputs (kernel.h): no zero fill needed.
+    ASSIGN_OR_RETURN(outputs_[i], ir::Tensor::AllocateUninitialized(dtype, std::move(dims)));
     return &outputs_[i];
   }
 

@@ -130,7 +130,7 @@ double MaxAbsFinite(const float* ref, int64_t n) { return internal::MaxAbsOfFini
 
 absl::StatusOr<ir::Tensor> ToF32(const ir::Tensor& t) {
   if (t.dtype() == DataType::kF32) return t;
-  ASSIGN_OR_RETURN(ir::Tensor out, ir::Tensor::Allocate(DataType::kF32, t.dims()));
+  ASSIGN_OR_RETURN(ir::Tensor out, ir::Tensor::AllocateUninitialized(DataType::kF32, t.dims()));
   float* o = out.data<float>();
   const int64_t n = t.num_elements();
   switch (t.dtype()) {
@@ -152,7 +152,7 @@ absl::StatusOr<ir::Tensor> ToF32(const ir::Tensor& t) {
 
 absl::StatusOr<ir::Tensor> FromF32(const ir::Tensor& t, DataType dtype) {
   if (dtype == DataType::kF32) return t;
-  ASSIGN_OR_RETURN(ir::Tensor out, ir::Tensor::Allocate(dtype, t.dims()));
+  ASSIGN_OR_RETURN(ir::Tensor out, ir::Tensor::AllocateUninitialized(dtype, t.dims()));
   const float* x = t.data<float>();
   const int64_t n = t.num_elements();
   switch (dtype) {

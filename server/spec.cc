@@ -1,0 +1,125 @@
+#include "server/spec.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "engine/common/cpu_features.h"
+#include "engine/common/sha256.h"
+#include "engine/common/status.h"
+#include "engine/precision/policy.h"
+#include "server/files.h"
+#include "server/job.h"
+
+namespace kiln::server {
+namespace {
+
+absl::Status Invalid(absl::string_view field, absl::string_view msg) {
+  return absl::InvalidArgumentError(absl::StrCat("spec.", field, ": ", msg));
+}
+
+std::string PolicyKey(const precision::Policy& p) {
+  std::string out = absl::StrCat(p.Canonical(), "\nimplicit=", p.implicit, "\nmust_match=");
+  for (const auto& r : p.rules) out += r.must_match ? '1' : '0';
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<CheckedSpec> CheckSpec(const v1::BuildSpec& spec, int64_t max_model_bytes) {
+  if (spec.model_size() == 0) return Invalid("model_size", "the model is empty (0 bytes)");
+  if (spec.model_size() > static_cast<uint64_t>(max_model_bytes)) {
+    return Invalid("model_size", absl::StrCat(spec.model_size(),
+                                              " bytes exceeds this server's "
+                                              "limit of ",
+                                              max_model_bytes, " bytes"));
+  }
+  if (!IsSha256Hex(spec.model_sha256())) {
+    return Invalid("model_sha256", "must be 64 lower-case hex digits");
+  }
+  CheckedSpec c;
+  builder::BuildOptions& o = c.options;
+  precision::Policy policy;
+  if (!spec.policy().empty() && !spec.policy_text().empty()) {
+    return Invalid("policy", "give a preset name or policy_text, not both");
+  }
+  if (!spec.policy_text().empty()) {
+    if (spec.policy_text().size() > (1u << 20)) return Invalid("policy_text", "larger than 1 MiB");
+    auto p = precision::ParsePolicyText(spec.policy_text(), job::kPolicyFile);
+    if (!p.ok()) return absl::InvalidArgumentError(p.status().message());
+    policy = *std::move(p);
+    o.policy = job::kPolicyFile;
+  } else if (!spec.policy().empty()) {
+    auto p = precision::Preset(spec.policy());
+    if (!p.ok()) return Invalid("policy", p.status().message());
+    policy = *std::move(p);
+    o.policy = spec.policy();
+  } else {
+    auto p = precision::Preset("fp32");
+    if (!p.ok()) return p.status();
+    policy = *std::move(p);
+    policy.implicit = true;
+  }
+  o.rules.assign(spec.rules().begin(), spec.rules().end());
+  if (absl::Status st = precision::AddRuleFlags(policy, o.rules); !st.ok()) {
+    return Invalid("rules", st.message());
+  }
+  if (!spec.constraints().empty()) {
+    auto v = precision::ParseConstraints(spec.constraints());
+    if (!v) return Invalid("constraints", "takes obey or prefer");
+    o.constraints = *v;
+  }
+  if (!spec.typing().empty()) {
+    auto v = precision::ParseTyping(spec.typing());
+    if (!v) return Invalid("typing", "takes auto, strong or weak");
+    o.typing = *v;
+  }
+  if (!spec.fusion().empty()) {
+    if (spec.fusion() != "on" && spec.fusion() != "off")
+      return Invalid("fusion", "takes on or off");
+    o.fusion.enabled = spec.fusion() == "on";
+  }
+  o.fusion.no_fuse.assign(spec.no_fuse().begin(), spec.no_fuse().end());
+  if (spec.samples() < 0 || spec.samples() > 1000) return Invalid("samples", "takes 0 to 1000");
+  if (!(spec.atol() >= 0) || !(spec.rtol() >= 0)) {
+    return Invalid("atol", "tolerances must be non-negative numbers");
+  }
+  // Untrusted uploads never read files next to the model: external data is refused.
+  o.import.model_dir.clear();
+  o.import.max_model_bytes = max_model_bytes;
+  c.canonical_policy = PolicyKey(policy);
+  c.report = spec.report();
+  return c;
+}
+
+std::string CacheKey(const v1::BuildSpec& spec, const CheckedSpec& c) {
+  const builder::BuildOptions& o = c.options;
+  std::string text = absl::StrCat(
+      "kiln-cache-v1\nmodel ", spec.model_sha256(), "\npolicy\n", c.canonical_policy,
+      "\nconstraints ", precision::ConstraintsName(o.constraints), "\ntyping ",
+      precision::TypingName(o.typing), "\nfusion ", o.fusion.enabled ? "on" : "off", "\nno_fuse ",
+      absl::StrJoin(o.fusion.no_fuse, "\x1f"), "\nmax_folded ", o.max_folded_bytes, "\nbuilder ",
+      KILN_VERSION, "\ncpu ", CpuFeatureString(DetectCpuFeatures()), "\n");
+  return DigestHex(Sha256(text));
+}
+
+std::string SummaryText(const builder::BuildSummary& s) {
+  std::string out = absl::StrFormat(
+      "  %d source nodes -> %d kernels (%d folded, %d dead)\n"
+      "  weights %d bytes; activation arena %d bytes for %d bytes of activations%s\n"
+      "  precision (%s typing): %d floating nodes fp32, %d fp16, %d bf16; %d dtype change(s), "
+      "%d conversion(s) inserted, %d weight(s) converted\n"
+      "  fusion: %d group(s) fused, %d refused\n",
+      s.source_nodes, s.kernels, s.folded_nodes, s.dead_nodes, s.weight_bytes, s.arena_bytes,
+      s.total_activation_bytes,
+      s.dynamic_activations ? absl::StrCat(" (+", s.dynamic_activations, " sized at run time)")
+                            : "",
+      s.strong_typing ? "strong" : "weak", s.nodes_fp32, s.nodes_fp16, s.nodes_bf16,
+      s.dtype_changes, s.inserted_conversions, s.converted_weights, s.fusions,
+      s.fusion_refusals.size());
+  for (const std::string& w : s.warnings) absl::StrAppend(&out, "  warning: ", w, "\n");
+  for (const std::string& r : s.fusion_refusals)
+    absl::StrAppend(&out, "  fusion refused: ", r, "\n");
+  return out;
+}
+
+}  // namespace kiln::server

@@ -1,0 +1,35 @@
+// BuildSpec -> builder options, with the validation the server does before accepting an upload
+// (the worker converts the same spec again, so both sides agree on what is built).
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "engine/builder/builder.h"
+#include "kiln/v1/service.pb.h"
+
+namespace kiln::server {
+
+/// A validated spec: the builder options and the canonical policy that keys the cache.
+struct CheckedSpec {
+  builder::BuildOptions options;
+  /// Canonical policy text plus whether each rule must match (a preset's need not).
+  std::string canonical_policy;
+  /// Whether a report is asked for (then the build is never answered from the cache).
+  bool report = false;
+};
+
+/// Validates a spec: model_size in 1..max_model_bytes, model_sha256 64 lower-case hex digits,
+/// policy (preset name) xor policy_text (parsed; errors "policy_text:LINE:COL: ..."), rules
+/// ("--rule N" / "rules[N]"), constraints, typing, fusion, samples. InvalidArgument naming the
+/// field. The policy text, when present, is referenced as the file `policy_text` (see job.h).
+absl::StatusOr<CheckedSpec> CheckSpec(const v1::BuildSpec& spec, int64_t max_model_bytes);
+
+/// The content-addressed cache key of a checked spec: SHA-256 (hex) over the model digest, the
+/// canonical policy, the options, the builder version (KILN_VERSION) and this CPU's features.
+std::string CacheKey(const v1::BuildSpec& spec, const CheckedSpec& checked);
+
+/// The build summary as `kiln build` prints it.
+std::string SummaryText(const builder::BuildSummary& s);
+
+}  // namespace kiln::server
