@@ -17,7 +17,53 @@ Subscription::~Subscription() {
 }
 
 Build::~Build() {
+  if (spill_fd_ >= 0) close(spill_fd_);
   if (!job_dir_.empty()) RemoveTree(job_dir_);
+}
+
+void Build::SpillLocked() {
+  if (job_dir_.empty() || history_.empty()) return;
+  const std::string path = job_dir_ + "/events.spill";
+  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return;  // keep the history in memory
+  std::vector<uint64_t> offsets;
+  uint64_t off = 0;
+  std::string buf;
+  for (const auto& e : history_) {
+    std::string bytes;
+    e.SerializeToString(&bytes);
+    const uint32_t len = static_cast<uint32_t>(bytes.size());
+    offsets.push_back(off);
+    buf.append(reinterpret_cast<const char*>(&len), sizeof len);
+    buf.append(bytes);
+    off += sizeof len + bytes.size();
+  }
+  for (size_t done = 0; done < buf.size();) {
+    ssize_t n = write(fd, buf.data() + done, buf.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      close(fd);
+      return;
+    }
+    done += static_cast<size_t>(n);
+  }
+  spill_fd_ = fd;
+  spill_offsets_ = std::move(offsets);
+  std::vector<v1::BuildEvent>().swap(history_);
+}
+
+bool Build::ReadSpilledLocked(size_t i, v1::BuildEvent* out) const {
+  uint32_t len = 0;
+  if (pread(spill_fd_, &len, sizeof len, static_cast<off_t>(spill_offsets_[i])) !=
+      static_cast<ssize_t>(sizeof len)) {
+    return false;
+  }
+  std::string bytes(len, '\0');
+  if (pread(spill_fd_, bytes.data(), len, static_cast<off_t>(spill_offsets_[i] + sizeof len)) !=
+      static_cast<ssize_t>(len)) {
+    return false;
+  }
+  return out->ParseFromString(bytes);
 }
 
 void Build::Append(v1::BuildEvent event) {
@@ -72,6 +118,15 @@ Build::Poll Build::Next(Subscription& sub, v1::BuildEvent* out, absl::Status* fi
     size_t i = sub.index.load();
     if (i < history_.size()) {
       *out = history_[i];
+      sub.index.store(i + 1);
+      return Poll::kEvent;
+    }
+    if (i < spill_offsets_.size()) {
+      if (!ReadSpilledLocked(i, out)) {
+        *final_status = absl::DataLossError(
+            absl::StrCat("build ", id_, ": cannot read back event ", i, " of its history"));
+        return Poll::kDone;
+      }
       sub.index.store(i + 1);
       return Poll::kEvent;
     }
@@ -145,6 +200,9 @@ void Build::Complete(absl::Status status, EngineFile engine, v1::BuildResult res
     result.set_build_id(id_);
     result.set_dropped_log_lines(dropped_);
     *result_.mutable_result() = std::move(result);
+    // A finished build is kept for WatchBuild (--keep-builds): its events move to the job folder,
+    // so the server's memory does not grow with the builds it remembers.
+    SpillLocked();
     for (const auto& s : subs_) {
       if (s->waiting) {
         s->waiting = false;

@@ -8,6 +8,7 @@
 // dropped once 4 x `capacity` are kept. Stages, warnings, decisions, the report and the result
 // are never dropped. Engine chunks are not kept: each subscriber reads them from the engine file
 // after the history, verifying the whole-blob digest as it goes, then gets the BuildResult.
+// Once the build is done its history moves to a file in the job folder and is read from there.
 #pragma once
 
 #include <atomic>
@@ -99,6 +100,10 @@ class Build {
   std::chrono::steady_clock::time_point queued_at, started_at;
 
  private:
+  // Moves the history of a finished build to job_dir/events.spill (kept in memory on failure).
+  void SpillLocked();
+  bool ReadSpilledLocked(size_t i, v1::BuildEvent* out) const;
+
   const std::string id_;
   const v1::BuildSpec spec_;
   const std::string job_dir_;
@@ -106,6 +111,8 @@ class Build {
 
   mutable std::mutex mu_;
   std::vector<v1::BuildEvent> history_;
+  int spill_fd_ = -1;                    // finished builds: the history on disk
+  std::vector<uint64_t> spill_offsets_;  // offset of each spilled event
   size_t log_lines_ = 0;
   uint64_t dropped_ = 0;
   std::vector<std::shared_ptr<Subscription>> subs_;

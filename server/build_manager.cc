@@ -1,5 +1,6 @@
 #include "server/build_manager.h"
 
+#include <malloc.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -382,10 +383,17 @@ void BuildManager::Finish(const std::shared_ptr<Build>& b, absl::Status status, 
     log_->info("build {}: {}", b->id(), status.ToString());
   }
   b->Complete(std::move(status), std::move(engine), std::move(result));
-  std::lock_guard<std::mutex> l(mu_);
-  --live_;
-  Keep(b);
-  cv_.notify_all();
+  bool idle = false;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    --live_;
+    idle = live_ == 0;
+    Keep(b);
+    cv_.notify_all();
+  }
+  // The last build of a burst is done: give the memory its workers' pipes, events and uploads
+  // used back to the system (the streams trim again when the last one closes).
+  if (idle) malloc_trim(0);
 }
 
 void BuildManager::Keep(const std::shared_ptr<Build>& b) {

@@ -60,6 +60,12 @@ def one_build(grpc, pb, stub, model, name, preset, timeout):
 def settle_rss(server, seconds=3.0):
     """RSS after `seconds` of quiet (allocator trims and finished-build cleanup)."""
     time.sleep(seconds)
+    try:
+        with open(f"/proc/{server.proc.pid}/status") as f:
+            threads = [l.split()[1] for l in f if l.startswith("Threads:")]
+        print(f"  (server threads: {threads[0] if threads else '?'})")
+    except OSError:
+        pass
     return server.rss_kib()
 
 
@@ -149,6 +155,10 @@ def main():
             warm = one_build(grpc, pb, stubs_[0], models["mobilenet_tiny"], "warm.onnx", "fp32",
                              a.timeout)
             print(f"warm-up build: {warm[0]} in {warm[1]:.2f}s")
+            # Every client connected before the idle level is taken: an open HTTP/2 connection
+            # holds server memory of its own, which belongs to the connection, not to builds.
+            for c in channels:
+                grpc.channel_ready_future(c).result(timeout=a.timeout)
             rss_idle = settle_rss(server)
 
             rounds = []
