@@ -431,7 +431,9 @@ std::vector<int> EngineAnalysis::RankedSources() const {
     const Entry& en = entries_[i];
     if (!en.seen) continue;
     v1::ErrorStats s = en.introduced.Finish();
-    if (s.nan_count() + s.inf_count() == 0 && s.fraction_outside() == 0) continue;
+    // Every node that introduces any error is a candidate: when error builds up over many
+    // roundings no single node is out of tolerance, and the ranking still orders them.
+    if (s.nan_count() + s.inf_count() == 0 && s.max_abs() == 0) continue;
     ranked.push_back({Badness(s, en.ref_max, tol_.atol), i});
   }
   // Worst first; ties keep topological order so the first node of a chain leads.
@@ -499,7 +501,7 @@ v1::AccuracyReport EngineAnalysis::Report(int max_offenders,
   std::vector<std::pair<std::tuple<int64_t, double, double>, int>> ranked;
   for (const auto& [i, ti] : tensor_of_entry) {
     const auto& s = rep.tensors(ti).introduced();
-    if (s.nan_count() + s.inf_count() == 0 && s.fraction_outside() == 0) continue;
+    if (s.nan_count() + s.inf_count() == 0 && s.max_abs() == 0) continue;
     ranked.push_back({Badness(s, entries_[i].ref_max, tol_.atol), ti});
   }
   std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {

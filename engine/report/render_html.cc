@@ -239,14 +239,20 @@ void AppendSuggestion(const v1::AccuracyReport& r, std::string* out) {
       absl::StrAppend(&cost_text, " (", cost >= 0 ? "+" : "",
                       FormatNumber(100.0 * cost / s.latency_ms_before()), "%)");
     }
-    absl::StrAppend(out,
-                    "<table class=\"figures\"><tr><td>worst output max_abs</td><td class=\"mono\">",
-                    Esc(FormatNumber(s.output_max_abs_before())), " &#8594; ",
-                    Esc(FormatNumber(s.output_max_abs_after())),
-                    "</td></tr>\n<tr><td>latency (median, sample 0)</td><td class=\"mono\">",
-                    Esc(FormatNumber(s.latency_ms_before())), " ms &#8594; ",
-                    Esc(FormatNumber(s.latency_ms_after())), " ms, cost ", Esc(cost_text),
-                    "</td></tr></table>\n");
+    if (!s.found()) {  // before/after figures exist only for a verified suggestion
+      absl::StrAppend(out, "<table class=\"figures\"><tr><td>worst output max_abs</td>",
+                      "<td class=\"mono\">", Esc(FormatNumber(s.output_max_abs_before())),
+                      "</td></tr></table>\n");
+    } else {
+      absl::StrAppend(
+          out, "<table class=\"figures\"><tr><td>worst output max_abs</td><td class=\"mono\">",
+          Esc(FormatNumber(s.output_max_abs_before())), " &#8594; ",
+          Esc(FormatNumber(s.output_max_abs_after())),
+          "</td></tr>\n<tr><td>latency (median, sample 0)</td><td class=\"mono\">",
+          Esc(FormatNumber(s.latency_ms_before())), " ms &#8594; ",
+          Esc(FormatNumber(s.latency_ms_after())), " ms, cost ", Esc(cost_text),
+          "</td></tr></table>\n");
+    }
     if (s.nodes_size() > 0) {
       absl::StrAppendFormat(out, "<details><summary>%d nodes raised to fp32</summary><ul>\n",
                             s.nodes_size());

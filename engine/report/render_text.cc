@@ -88,13 +88,18 @@ void AppendSuggestion(const v1::AccuracyReport& r, std::string* out) {
   absl::StrAppendFormat(out, "\nSuggestion: %s (%d builds)\n",
                         s.found() ? "passing policy found and verified" : "no passing policy found",
                         s.builds());
-  absl::StrAppendFormat(out, "  worst output max_abs %s -> %s\n",
-                        FormatNumber(s.output_max_abs_before()),
-                        FormatNumber(s.output_max_abs_after()));
-  absl::StrAppendFormat(out, "  latency %s ms -> %s ms (%s%s ms)\n",
-                        FormatNumber(s.latency_ms_before()), FormatNumber(s.latency_ms_after()),
-                        s.latency_ms_after() >= s.latency_ms_before() ? "+" : "",
-                        FormatNumber(s.latency_ms_after() - s.latency_ms_before()));
+  if (s.found()) {  // before/after figures exist only for a verified suggestion
+    absl::StrAppendFormat(out, "  worst output max_abs %s -> %s\n",
+                          FormatNumber(s.output_max_abs_before()),
+                          FormatNumber(s.output_max_abs_after()));
+    absl::StrAppendFormat(out, "  latency %s ms -> %s ms (%s%s ms)\n",
+                          FormatNumber(s.latency_ms_before()), FormatNumber(s.latency_ms_after()),
+                          s.latency_ms_after() >= s.latency_ms_before() ? "+" : "",
+                          FormatNumber(s.latency_ms_after() - s.latency_ms_before()));
+  } else {
+    absl::StrAppendFormat(out, "  worst output max_abs %s\n",
+                          FormatNumber(s.output_max_abs_before()));
+  }
   if (!s.note().empty()) absl::StrAppend(out, "  note: ", s.note(), "\n");
   if (!s.policy_text().empty()) {
     absl::StrAppend(out, "  policy:\n");
