@@ -1,19 +1,16 @@
 #include "client/files.h"
 
-#include <dirent.h>
 #include <openssl/evp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "engine/common/sample_sets.h"
 
 namespace kiln::client {
 namespace {
@@ -119,48 +116,14 @@ absl::StatusOr<FileDigest> DigestFile(const std::string& path, const std::string
 
 absl::StatusOr<std::vector<v1::SampleSet>> ReadSampleSets(const std::string& dir,
                                                           uint64_t max_total_bytes) {
-  struct stat st;
-  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    return absl::NotFoundError(absl::StrCat("--inputs '", dir, "' is not a folder"));
-  }
+  absl::StatusOr<std::vector<std::string>> folders = SampleSetFolders(dir);
+  if (!folders.ok()) return folders.status();
   std::vector<v1::SampleSet> sets;
   uint64_t total = 0;
-  if (IsFile(absl::StrCat(dir, "/input_0.pb"))) {
-    v1::SampleSet set;
-    if (auto s = ReadInputFiles(dir, max_total_bytes, &total, &set); !s.ok()) return s;
-    sets.push_back(std::move(set));
-    return sets;
-  }
-  // (N, name): numeric order, so test_data_set_10 comes after test_data_set_9.
-  std::vector<std::pair<uint64_t, std::string>> folders;
-  DIR* d = opendir(dir.c_str());
-  if (d == nullptr) {
-    return absl::PermissionDeniedError(absl::StrCat("--inputs: cannot list '", dir, "'"));
-  }
-  constexpr absl::string_view kPrefix = "test_data_set_";
-  while (const dirent* e = readdir(d)) {
-    absl::string_view name = e->d_name;
-    if (!absl::StartsWith(name, kPrefix)) continue;
-    absl::string_view digits = name.substr(kPrefix.size());
-    uint64_t n;
-    if (digits.empty() || !std::all_of(digits.begin(), digits.end(), absl::ascii_isdigit) ||
-        !absl::SimpleAtoi(digits, &n)) {
-      continue;
-    }
-    folders.push_back({n, std::string(name)});
-  }
-  closedir(d);
-  std::sort(folders.begin(), folders.end());
-  for (const auto& [n, name] : folders) {
-    std::string folder = absl::StrCat(dir, "/", name);
-    if (!IsFile(absl::StrCat(folder, "/input_0.pb"))) continue;
+  for (const std::string& folder : *folders) {
     v1::SampleSet set;
     if (auto s = ReadInputFiles(folder, max_total_bytes, &total, &set); !s.ok()) return s;
     sets.push_back(std::move(set));
-  }
-  if (sets.empty()) {
-    return absl::NotFoundError(absl::StrCat(
-        "--inputs '", dir, "' holds neither input_0.pb nor test_data_set_<N>/input_0.pb"));
   }
   return sets;
 }

@@ -1,19 +1,15 @@
 #include "tools/cli_io.h"
 
-#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <utility>
 
 #include "absl/status/status.h"
-#include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "engine/common/sample_sets.h"
 #include "engine/common/status.h"
 #include "engine/import/onnx_importer.h"
 #include "engine/import/tensor_proto.h"
@@ -38,49 +34,11 @@ absl::StatusOr<std::vector<ir::Tensor>> ReadTensorDir(const std::string& dir,
 }
 
 absl::StatusOr<std::vector<std::vector<ir::Tensor>>> ReadSampleSets(const std::string& dir) {
-  struct stat st;
-  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    return absl::NotFoundError(absl::StrCat("--inputs '", dir, "' is not a folder"));
-  }
-  auto holds_set = [&st](const std::string& folder) {
-    return stat(absl::StrCat(folder, "/input_0.pb").c_str(), &st) == 0 && S_ISREG(st.st_mode);
-  };
+  ASSIGN_OR_RETURN(std::vector<std::string> folders, SampleSetFolders(dir));
   std::vector<std::vector<ir::Tensor>> sets;
-  if (holds_set(dir)) {
-    ASSIGN_OR_RETURN(std::vector<ir::Tensor> set, ReadTensorDir(dir, "input"));
-    sets.push_back(std::move(set));
-    return sets;
-  }
-  // (N, name): numeric order, so test_data_set_10 comes after test_data_set_9.
-  std::vector<std::pair<uint64_t, std::string>> folders;
-  DIR* d = opendir(dir.c_str());
-  if (d == nullptr) {
-    return absl::PermissionDeniedError(absl::StrCat("cannot list folder '", dir, "'"));
-  }
-  constexpr absl::string_view kPrefix = "test_data_set_";
-  while (const dirent* e = readdir(d)) {
-    absl::string_view name = e->d_name;
-    if (!absl::StartsWith(name, kPrefix)) continue;
-    absl::string_view digits = name.substr(kPrefix.size());
-    uint64_t n;
-    if (digits.empty() || !std::all_of(digits.begin(), digits.end(), absl::ascii_isdigit) ||
-        !absl::SimpleAtoi(digits, &n)) {
-      continue;
-    }
-    folders.push_back({n, std::string(name)});
-  }
-  closedir(d);
-  std::sort(folders.begin(), folders.end());
-  for (const auto& [n, name] : folders) {
-    std::string folder = absl::StrCat(dir, "/", name);
-    if (!holds_set(folder)) continue;
+  for (const std::string& folder : folders) {
     ASSIGN_OR_RETURN(std::vector<ir::Tensor> set, ReadTensorDir(folder, "input"));
     sets.push_back(std::move(set));
-  }
-  if (sets.empty()) {
-    return absl::NotFoundError(absl::StrCat("--inputs '", dir,
-                                            "' holds neither input_0.pb nor "
-                                            "test_data_set_<N>/input_0.pb"));
   }
   return sets;
 }

@@ -118,17 +118,23 @@ TEST(ServerProcessTest, BadFlagsExitWithUsage) {
   EXPECT_EQ(p.WaitExit(30), 2);
 }
 
+// Starts a build the worker's test hook keeps busy for `ms` and returns once it runs.
+std::thread StartSlowBuild(ServerProcess& p, int ms, BuildOutcome* out) {
+  auto running = std::make_shared<std::atomic<bool>>(false);
+  BuildCall call = SlowCall(ms);
+  call.on_event = [running](const v1::BuildEvent& e, grpc::ClientContext&) {
+    if (e.has_log() && absl::StrContains(e.log().text(), "test hook")) *running = true;
+  };
+  std::thread t([&p, call, out] { *out = RunBuild(p.channel(), call); });
+  EXPECT_TRUE(WaitFor([&] { return running->load(); }, 30));
+  return t;
+}
+
 TEST(ServerProcessTest, SigtermDuringABuildDrains) {
   ServerProcess p({"--enable-test-hooks", "--drain-seconds", "60"});
   ASSERT_GT(p.port(), 0);
-  std::atomic<bool> running{false};
-  BuildCall call = SlowCall(2500);
-  call.on_event = [&](const v1::BuildEvent& e, grpc::ClientContext&) {
-    if (e.has_log() && absl::StrContains(e.log().text(), "test hook")) running = true;
-  };
   BuildOutcome out;
-  std::thread t([&] { out = RunBuild(p.channel(), call); });
-  ASSERT_TRUE(WaitFor([&] { return running.load(); }, 30));
+  std::thread t = StartSlowBuild(p, 2500, &out);
   kill(p.pid(), SIGTERM);
   // Draining: NOT_SERVING, and new builds are refused.
   EXPECT_TRUE(WaitFor(
@@ -145,14 +151,8 @@ TEST(ServerProcessTest, SigtermDuringABuildDrains) {
 TEST(ServerProcessTest, SigtermCancelsBuildsAtTheDrainDeadline) {
   ServerProcess p({"--enable-test-hooks", "--drain-seconds", "1"});
   ASSERT_GT(p.port(), 0);
-  std::atomic<bool> running{false};
-  BuildCall call = SlowCall(60000);
-  call.on_event = [&](const v1::BuildEvent& e, grpc::ClientContext&) {
-    if (e.has_log() && absl::StrContains(e.log().text(), "test hook")) running = true;
-  };
   BuildOutcome out;
-  std::thread t([&] { out = RunBuild(p.channel(), call); });
-  ASSERT_TRUE(WaitFor([&] { return running.load(); }, 30));
+  std::thread t = StartSlowBuild(p, 60000, &out);
   kill(p.pid(), SIGTERM);
   t.join();
   EXPECT_EQ(out.status.error_code(), grpc::StatusCode::UNAVAILABLE);
