@@ -256,13 +256,12 @@ absl::StatusOr<v1::AccuracyReport> BuildAccuracyReport(
           "the model is authored in mixed precision and runs strongly typed: its precision is "
           "its Casts; change them in the model (or build with --typing weak)");
     } else if (units.empty()) {
-      sug->set_note("no node below fp32 introduces error out of tolerance: nothing to raise");
+      sug->set_note("no node below fp32 introduces any error: nothing to raise");
     } else {
       // Trial k: the first k units raised to fp32, built and judged on the samples.
       int builds = 0;
       std::shared_ptr<const plan::Engine> best_engine;
       OutputCheck best_check;
-      absl::Status trial_error;
       auto trial = [&](size_t k) -> absl::StatusOr<bool> {
         BuildOptions o = options;
         for (auto& r : RulesFor(units, k, built)) o.rules.push_back(std::move(r));
