@@ -53,8 +53,16 @@ int main(int argc, char** argv) {
     std::cerr << "kiln-server: " << st.message() << "\n";
     return 1;
   }
+  // Wait for SIGTERM/SIGINT; every few seconds without builds, hand freed heap memory back to
+  // the system, so the RSS of an idle server returns to its idle level after a burst whatever
+  // thread freed the memory last.
   int sig = 0;
-  sigwait(&stop, &sig);
+  for (;;) {
+    struct timespec every = {2, 0};
+    sig = sigtimedwait(&stop, nullptr, &every);
+    if (sig > 0) break;
+    if (server.LiveBuilds() == 0) malloc_trim(0);
+  }
   std::cerr << "kiln-server: " << strsignal(sig) << ": draining\n";
   server.Drain();
   return 0;
