@@ -196,10 +196,12 @@ absl::Status EngineAnalysis::Index() {
     for (auto [j, ent] : outputs_of_[en.kernel]) materialised |= &entries_[ent] == &en;
     en.inside = !materialised;
   }
+  std::vector<bool> hides(e.order.size(), false);  // kernels keeping a tensor inside
+  for (const auto& en : entries_) {
+    if (en.inside) hides[en.kernel] = true;
+  }
   for (int k = 0; k < static_cast<int>(e.order.size()); ++k) {
-    bool hides = false;
-    for (const auto& en : entries_) hides |= en.kernel == k && en.inside;
-    if (!hides) continue;
+    if (!hides[k]) continue;
     const auto& kd = e.metadata.kernels(k);
     for (const auto& p : kd.nodes()) {
       int s = p.node_index();
