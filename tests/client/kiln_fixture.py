@@ -31,6 +31,15 @@ class Server:
                     return int(line.split()[1])
         raise RuntimeError("no VmRSS in /proc status")
 
+    def private_kib(self):
+        """Private memory of the server (RssAnon: heap, stacks, anonymous maps; KiB), without
+        the shared-library pages that make up most of its RSS."""
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1])
+        raise RuntimeError("no RssAnon in /proc status")
+
     def log(self):
         with open(self.log_path, errors="replace") as f:
             return f.read()

@@ -160,11 +160,13 @@ def main():
             for c in channels:
                 grpc.channel_ready_future(c).result(timeout=a.timeout)
             rss_idle = settle_rss(server)
+            anon_idle = server.private_kib()
 
             rounds = []
             for r in range(a.rounds):
                 result = run_round(grpc, pb, stubs_, models, server, a)
                 result["rss_after"] = settle_rss(server, 5.0)
+                result["anon_after"] = server.private_kib()
                 rounds.append(result)
                 print(f"round {r + 1}: {dict(result['outcomes'])}; hanging {result['hung']}; "
                       f"wall {result['wall']:.2f}s; RSS peak {result['peak']} KiB, idle after "
@@ -193,6 +195,8 @@ def main():
     print(f"server RSS: idle {rss_idle} KiB; peak {max(r['peak'] for r in rounds)} KiB; idle "
           f"after each round {[r['rss_after'] for r in rounds]} KiB; after the last "
           f"{growth:+.1f}% vs idle; server alive after load: {alive}; exit code {code}")
+    print(f"server private memory (RssAnon: heap, stacks, anonymous maps): idle {anon_idle} KiB; "
+          f"after each round {[r['anon_after'] for r in rounds]} KiB")
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 
