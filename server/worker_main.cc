@@ -57,8 +57,7 @@ void SendStage(const char* name, double progress) {
   Send(e);
 }
 
-// The build's spdlog sink: each line becomes a LogLine event on the pipe, and the builder's
-// stage lines ("import: ...", "policy: ...") advance the Stage event.
+// The build's spdlog sink: each line becomes a LogLine event on the pipe.
 class EventSink : public spdlog::sinks::base_sink<std::mutex> {
  protected:
   void sink_it_(const spdlog::details::log_msg& msg) override {
@@ -70,28 +69,8 @@ class EventSink : public spdlog::sinks::base_sink<std::mutex> {
         std::chrono::duration_cast<std::chrono::microseconds>(msg.time.time_since_epoch()).count());
     l->set_text(std::string(text));
     Send(e);
-    struct Marker {
-      const char* prefix;
-      const char* stage;
-      double progress;
-    };
-    static constexpr Marker kMarkers[] = {
-        {"import:", "import", 0.10}, {"policy:", "policy", 0.30},
-        {"fusion", "fusion", 0.45},  {"precision:", "lowering", 0.55},
-        {"passes:", "plan", 0.65},   {"memory plan:", "plan", 0.70},
-        {"report:", "report", 0.85},
-    };
-    for (const Marker& m : kMarkers) {
-      if (absl::StartsWith(text, m.prefix) && m.progress > progress_) {
-        progress_ = m.progress;
-        SendStage(m.stage, m.progress);
-      }
-    }
   }
   void flush_() override {}
-
- private:
-  double progress_ = 0;
 };
 
 // The test hooks of worker_main.h.
@@ -165,7 +144,7 @@ absl::Status Work(const v1::BuildSpec& spec, bool test_hooks, spdlog::logger& lo
   if (test_hooks) RunTestHook(spec.model_name(), log_ref);
   ASSIGN_OR_RETURN(CheckedSpec checked, CheckSpec(spec, int64_t{2} * 1024 * 1024 * 1024 - 1));
   builder::BuildOptions& options = checked.options;
-  SendStage("import", 0.05);
+  options.on_stage = [](const char* stage, double fraction) { SendStage(stage, fraction); };
   ASSIGN_OR_RETURN(std::string model,
                    ReadWholeFile(job::kModelFile, options.import.max_model_bytes));
   ASSIGN_OR_RETURN(builder::BuildResult built,
@@ -200,7 +179,8 @@ absl::Status Work(const v1::BuildSpec& spec, bool test_hooks, spdlog::logger& lo
     SendStage("report", 0.85);
     ASSIGN_OR_RETURN(
         std::shared_ptr<const plan::Engine> engine,
-        plan::LoadEngineFromBytes(std::make_shared<const std::string>(std::move(built.blob))));
+        plan::LoadEngineFromBytes(std::make_shared<const std::string>(std::move(built.blob)),
+                                  /*trusted=*/true));
     ASSIGN_OR_RETURN(report::Samples samples, LoadSamples(spec, *engine));
     builder::ReportOptions ro;
     if (spec.atol() > 0) ro.tolerance.atol = spec.atol();

@@ -15,6 +15,7 @@
 #include "engine/runtime/session.h"
 #include "engine/runtime/threads.h"
 #include "tools/cli_io.h"
+#include "tools/report_cmd.h"
 
 namespace kiln::tools {
 namespace {
@@ -47,6 +48,7 @@ absl::Status Bench(int argc, char** argv) {
                       {{"--inputs", true},
                        {"--seed", true},
                        {"--shape", true},
+                       {"--input-range", true},
                        {"--runs", true},
                        {"--warmup", true},
                        {"--threads", true}});
@@ -63,31 +65,10 @@ absl::Status Bench(int argc, char** argv) {
   ASSIGN_OR_RETURN(auto session, runtime::Session::Create(engine));
   const double load_ms = MsSince(t0);
 
-  std::vector<ir::Tensor> inputs;
-  std::string source;
-  if (args.flags.count("--inputs")) {
-    if (args.flags.count("--seed") || args.flags.count("--shape")) {
-      return UsageError("--seed and --shape generate inputs; they cannot go with --inputs");
-    }
-    ASSIGN_OR_RETURN(auto sets, ReadSampleSets(args.flags.at("--inputs")));
-    inputs = std::move(sets[0]);
-    source = args.flags.at("--inputs");
-  } else {
-    report::SampleOptions o;
-    if (args.flags.count("--seed") && !absl::SimpleAtoi(args.flags.at("--seed"), &o.seed)) {
-      return UsageError("--seed takes a non-negative integer");
-    }
-    if (args.all.count("--shape")) {
-      for (const auto& v : args.all.at("--shape")) {
-        absl::Status st = report::ParseShape(v, o);
-        if (!st.ok()) return UsageError(std::string(st.message()));
-      }
-    }
-    ASSIGN_OR_RETURN(report::Samples s, report::GenerateSamples(*engine->graph, o));
-    inputs = std::move(s.sets[0]);
-    source = s.source;
-    for (const auto& n : s.notes) std::cout << "note: " << n << "\n";
-  }
+  ASSIGN_OR_RETURN(report::Samples samples, SamplesFor(args, *engine->graph));
+  for (const auto& n : samples.notes) std::cout << "note: " << n << "\n";
+  const std::vector<ir::Tensor>& inputs = samples.sets[0];
+  const std::string& source = samples.source;
   for (int i = 0; i < warmup; ++i) RETURN_IF_ERROR(session->Run(inputs).status());
   std::vector<double> ms;
   for (int i = 0; i < runs; ++i) {

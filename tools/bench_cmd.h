@@ -7,7 +7,7 @@
 
 namespace kiln::tools {
 
-/// `kiln bench ENGINE [--inputs DIR | --seed N [--shape NAME=DIMS]...] [--runs N] [--warmup N]
+/// `kiln bench ENGINE [--inputs DIR | --seed N ...] [--runs N] [--warmup N]
 /// [--threads N]`.
 absl::Status Bench(int argc, char** argv);
 

@@ -40,7 +40,7 @@ constexpr char kUsage[] = R"(usage:
              [--report R.json] [--html R.html] [--suggest-policy OUT] [--atol A] [--rtol R]
              [--no-suggest]
   kiln run ENGINE --inputs DIR --outputs DIR [--repeat N] [--threads N]
-  kiln bench ENGINE [--inputs DIR | --seed N [--shape NAME=DIMS]...] [--runs N] [--warmup N]
+  kiln bench ENGINE [--inputs DIR | --seed N ...] [--runs N] [--warmup N]
              [--threads N]
   kiln inspect ENGINE [--json]
   kiln explain MODEL.onnx [--policy ...] [--rule ...] [--constraints ...] [--typing ...] --node NAME

@@ -69,7 +69,20 @@ absl::StatusOr<report::SampleOptions> SampleOptionsFrom(const Args& args) {
   return o;
 }
 
-// Samples from --inputs DIR, or generated for `graph`.
+absl::Status WriteOutputs(const Args& args, const v1::AccuracyReport& rep) {
+  if (args.flags.count("--report")) {
+    RETURN_IF_ERROR(WriteFileAtomic(args.flags.at("--report"), report::RenderJson(rep)));
+    std::cout << "report: wrote " << args.flags.at("--report") << "\n";
+  }
+  if (args.flags.count("--html")) {
+    RETURN_IF_ERROR(WriteFileAtomic(args.flags.at("--html"), report::RenderHtml(rep)));
+    std::cout << "report: wrote " << args.flags.at("--html") << "\n";
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<report::Samples> SamplesFor(const Args& args, const ir::Graph& graph) {
   if (args.flags.count("--inputs")) {
     for (const char* f : {"--seed", "--samples", "--input-range", "--shape"}) {
@@ -86,20 +99,6 @@ absl::StatusOr<report::Samples> SamplesFor(const Args& args, const ir::Graph& gr
   ASSIGN_OR_RETURN(report::SampleOptions o, SampleOptionsFrom(args));
   return report::GenerateSamples(graph, o);
 }
-
-absl::Status WriteOutputs(const Args& args, const v1::AccuracyReport& rep) {
-  if (args.flags.count("--report")) {
-    RETURN_IF_ERROR(WriteFileAtomic(args.flags.at("--report"), report::RenderJson(rep)));
-    std::cout << "report: wrote " << args.flags.at("--report") << "\n";
-  }
-  if (args.flags.count("--html")) {
-    RETURN_IF_ERROR(WriteFileAtomic(args.flags.at("--html"), report::RenderHtml(rep)));
-    std::cout << "report: wrote " << args.flags.at("--html") << "\n";
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 void AddReportFlags(std::map<std::string, bool>& known) {
   for (const char* f : kSampleFlags) known[f] = true;
@@ -150,11 +149,7 @@ absl::Status RunReport(const Args& args, const std::string& model_path,
     mallopt(M_TRIM_THRESHOLD, 512 << 20);
   };
   builder::BuildOptions opts = options;
-  if (opts.import.model_dir.empty()) {
-    auto slash = model_path.rfind('/');
-    opts.import.model_dir = slash == std::string::npos ? "." : model_path.substr(0, slash);
-    if (opts.import.model_dir.empty()) opts.import.model_dir = "/";
-  }
+  if (opts.import.model_dir.empty()) opts.import.model_dir = builder::ModelDirOf(model_path);
   ASSIGN_OR_RETURN(std::string model_bytes,
                    import::ReadFile(model_path, opts.import.max_model_bytes));
   ASSIGN_OR_RETURN(v1::AccuracyReport rep,

@@ -8,10 +8,15 @@
 
 #include "absl/status/status.h"
 #include "engine/builder/builder.h"
+#include "engine/report/sample_inputs.h"
 #include "spdlog/logger.h"
 #include "tools/cli_args.h"
 
 namespace kiln::tools {
+
+/// Sample inputs from `--inputs DIR` (every data set), or generated for `graph` from `--seed`,
+/// `--samples`, `--input-range` and `--shape`; usage errors for bad or conflicting flags.
+absl::StatusOr<report::Samples> SamplesFor(const Args& args, const ir::Graph& graph);
 
 /// Adds the report flags of `kiln build` to `known`.
 void AddReportFlags(std::map<std::string, bool>& known);

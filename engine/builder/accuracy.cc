@@ -146,13 +146,16 @@ std::vector<Unit> Units(const std::vector<int>& ranked, const BuildResult& built
   return units;
 }
 
+// The rule raising source node `s` to fp32.
+std::string RaiseRule(const BuildResult& built, int s) {
+  return absl::StrCat("name:", ExactGlob(built.nodes[s].node_name()), " = fp32");
+}
+
 std::vector<std::string> RulesFor(const std::vector<Unit>& units, size_t k,
                                   const BuildResult& built) {
   std::vector<std::string> rules;
   for (size_t i = 0; i < k && i < units.size(); ++i) {
-    for (int s : units[i].nodes) {
-      rules.push_back(absl::StrCat("name:", ExactGlob(built.nodes[s].node_name()), " = fp32"));
-    }
+    for (int s : units[i].nodes) rules.push_back(RaiseRule(built, s));
   }
   return rules;
 }
@@ -324,7 +327,7 @@ absl::StatusOr<v1::AccuracyReport> BuildAccuracyReport(
         for (size_t i = 0; i < hi; ++i) {
           absl::StrAppend(&text, "# ", units[i].label, "\n");
           for (int s : units[i].nodes) {
-            absl::StrAppend(&text, "name:", ExactGlob(built.nodes[s].node_name()), " = fp32\n");
+            absl::StrAppend(&text, RaiseRule(built, s), "\n");
             sug->add_nodes(built.nodes[s].node_name());
           }
         }

@@ -124,6 +124,10 @@ absl::StatusOr<BuildResult> Build(const std::string& model_bytes, std::string* r
   BuildResult result;
   BuildSummary& sum = result.summary;
   sum.model_sha256 = DigestHex(Sha256(model_bytes));
+  auto stage = [&](const char* name, double fraction) {
+    if (options.on_stage) options.on_stage(name, fraction);
+  };
+  stage("import", 0.05);
   logger->info("import: {} bytes, sha256 {}", model_bytes.size(), sum.model_sha256);
   ASSIGN_OR_RETURN(std::unique_ptr<ir::Graph> graph,
                    import::ImportModel(model_bytes, options.import, release));
@@ -134,6 +138,7 @@ absl::StatusOr<BuildResult> Build(const std::string& model_bytes, std::string* r
 
   // Precision: patterns -> assignment -> lowering (retyping, weights in their precision,
   // conversions at boundaries).
+  stage("policy", 0.30);
   std::vector<SourceNode> sources;
   for (const auto& n : g.nodes()) sources.push_back({n->name, n->op});
   std::vector<precision::PatternInstance> patterns = precision::FindPatterns(g);
@@ -152,11 +157,13 @@ absl::StatusOr<BuildResult> Build(const std::string& model_bytes, std::string* r
       precision::ConstraintsName(options.constraints),
       assignment.strong_typing ? "strong (authored mixed precision)" : "weak", patterns.size());
   const kernels::Registry& reg = kernels::Registry::Default();
+  stage("fusion", 0.45);
   ASSIGN_OR_RETURN(passes::FusionResult fusion,
                    passes::Fuse(g, assignment, patterns, options.fusion, logger.get()));
   for (const std::string& f : fusion.applied) logger->info("fusion {}", f);
   sum.fusions = static_cast<int>(fusion.applied.size());
   sum.fusion_refusals = fusion.refusals;
+  stage("lowering", 0.55);
   ASSIGN_OR_RETURN(
       passes::LoweringResult lowering,
       passes::LowerPrecision(g, assignment, fusion, options.constraints, reg, logger.get()));
@@ -216,6 +223,7 @@ absl::StatusOr<BuildResult> Build(const std::string& model_bytes, std::string* r
   }
 
   // Constant folding, in topological order so chains fold completely.
+  stage("plan", 0.65);
   ASSIGN_OR_RETURN(std::vector<ir::Node*> order, g.TopologicalOrder());
   std::vector<bool> removed(g.nodes().size(), false);
   std::vector<v1::NodeProvenance> removed_prov;
@@ -361,12 +369,14 @@ absl::StatusOr<BuildResult> BuildEngine(std::string&& model_bytes, const BuildOp
 absl::StatusOr<BuildResult> BuildEngineFromFile(const std::string& model_path, BuildOptions options,
                                                 std::shared_ptr<spdlog::logger> logger) {
   ASSIGN_OR_RETURN(std::string bytes, import::ReadFile(model_path, options.import.max_model_bytes));
-  if (options.import.model_dir.empty()) {
-    auto slash = model_path.rfind('/');
-    options.import.model_dir = slash == std::string::npos ? "." : model_path.substr(0, slash);
-    if (options.import.model_dir.empty()) options.import.model_dir = "/";
-  }
+  if (options.import.model_dir.empty()) options.import.model_dir = ModelDirOf(model_path);
   return BuildEngine(std::move(bytes), options, std::move(logger));
+}
+
+std::string ModelDirOf(const std::string& model_path) {
+  const size_t slash = model_path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : model_path.substr(0, slash);
 }
 
 }  // namespace kiln::builder

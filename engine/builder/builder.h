@@ -2,6 +2,7 @@
 // The CLI and the server call this same function.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,6 +32,10 @@ struct BuildOptions {
   /// Fold nodes whose inputs are all constant when each folded output is at most this many bytes
   /// (larger constants are cheaper to compute at run time than to store in the blob).
   int64_t max_folded_bytes = 1 << 20;
+  /// Called as the build enters each stage ("import", "policy", "fusion", "lowering", "plan")
+  /// with the fraction of the build done so far (0..0.8; the engine blob takes the rest). For
+  /// progress reporting (the server's Stage events); may be empty.
+  std::function<void(const char* stage, double fraction)> on_stage;
 };
 
 /// What a build did, for logs, `kiln build` and tests.
@@ -75,6 +80,9 @@ absl::StatusOr<BuildResult> BuildEngine(const std::string& model_bytes, const Bu
 /// model: its graph and its blob, not also its bytes).
 absl::StatusOr<BuildResult> BuildEngine(std::string&& model_bytes, const BuildOptions& options,
                                         std::shared_ptr<spdlog::logger> logger);
+
+/// The folder whose files a model's external data may name: the model file's own folder.
+std::string ModelDirOf(const std::string& model_path);
 
 /// Reads MODEL (external data resolved next to it) and builds it.
 absl::StatusOr<BuildResult> BuildEngineFromFile(const std::string& model_path, BuildOptions options,

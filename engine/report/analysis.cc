@@ -13,7 +13,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/common/status.h"
-#include "engine/kernels/registry.h"
 
 namespace kiln::report {
 namespace {
@@ -106,17 +105,6 @@ absl::StatusOr<std::unique_ptr<EngineAnalysis>> EngineAnalysis::Create(
   // No arena for the reference: its tensors are kept for the sample by sharing, not copying.
   ASSIGN_OR_RETURN(a->reference_session_,
                    runtime::Session::Create(a->reference_, /*use_arena=*/false));
-  const kernels::Registry& reg = kernels::Registry::Default();
-  for (const ir::Node* n : a->engine_->order) {
-    ASSIGN_OR_RETURN(const kernels::KernelDef* def, reg.Find(*n));
-    ASSIGN_OR_RETURN(auto k, def->factory(*n));
-    a->engine_kernels_.push_back(std::move(k));
-  }
-  for (const ir::Node* n : a->reference_->order) {
-    ASSIGN_OR_RETURN(const kernels::KernelDef* def, reg.Find(*n));
-    ASSIGN_OR_RETURN(auto k, def->factory(*n));
-    a->reference_kernels_.push_back(std::move(k));
-  }
   RETURN_IF_ERROR(a->Index());
   return a;
 }
@@ -334,7 +322,7 @@ absl::Status EngineAnalysis::CompareInside(int k, const std::vector<const ir::Te
       }
       io.inputs.push_back(t);
     }
-    RETURN_IF_ERROR(RunAlone(*reference_kernels_[m], n, io));
+    RETURN_IF_ERROR(RunAlone(reference_session_->kernel(m), n, io));
     int s = r.metadata.kernels(m).nodes(0).node_index();
     for (int j = 0; j < n.num_outputs(); ++j) {
       if (!n.outputs[j] || !io.outputs[j].defined()) continue;
@@ -407,7 +395,7 @@ absl::Status EngineAnalysis::RunIntroduced() {
       ++kernels_without_reference_inputs_;
       continue;
     }
-    RETURN_IF_ERROR(RunAlone(*engine_kernels_[k], n, io));
+    RETURN_IF_ERROR(RunAlone(engine_session_->kernel(k), n, io));
     for (auto [j, ent] : outputs_of_[k]) {
       if (io.outputs[j].defined()) RETURN_IF_ERROR(Compare(ent, io.outputs[j], true));
     }

@@ -95,7 +95,6 @@ class EngineAnalysis {
   std::shared_ptr<const plan::Engine> engine_, reference_;
   Tolerance tol_;
   std::unique_ptr<runtime::Session> engine_session_, reference_session_;
-  std::vector<std::unique_ptr<kernels::Kernel>> engine_kernels_, reference_kernels_;
   absl::flat_hash_map<const ir::Node*, int> engine_index_;
   // Per engine kernel: (output slot, entry) of materialised outputs; member reference nodes
   // (reference order indices) when it hides tensors inside.

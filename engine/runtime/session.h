@@ -35,6 +35,9 @@ class Session {
                                               const NodeObserver& observer = nullptr);
 
   const plan::Engine& engine() const { return *engine_; }
+  /// The kernel of the node at `index` in execution order, for running that node alone (never
+  /// while Run is in progress).
+  kernels::Kernel& kernel(size_t index) { return *kernels_[index]; }
   uint64_t arena_bytes() const { return arena_bytes_; }
 
  private:

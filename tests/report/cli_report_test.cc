@@ -159,8 +159,8 @@ TEST(CliBench, PrintsLatencyWithTheThreadCount) {
   EXPECT_THAT(r.out, HasSubstr("load (open, verify, ready)"));
   CliResult bad = Kiln(dir, {"bench", dir.File("e.kiln"), "--runs", "0"});
   EXPECT_EQ(bad.exit_code, 2) << Describe(bad);
-  CliResult bad_threads = Kiln(dir, {"run", dir.File("e.kiln"), "--inputs", dir.path(),
-                                     "--outputs", dir.path(), "--threads", "-2"});
+  CliResult bad_threads = Kiln(dir, {"run", dir.File("e.kiln"), "--inputs", dir.path(), "--outputs",
+                                     dir.path(), "--threads", "-2"});
   EXPECT_EQ(bad_threads.exit_code, 2) << Describe(bad_threads);
 }
 
