@@ -147,6 +147,8 @@ absl::Status Work(const v1::BuildSpec& spec, bool test_hooks, spdlog::logger& lo
   options.on_stage = [](const char* stage, double fraction) { SendStage(stage, fraction); };
   ASSIGN_OR_RETURN(std::string model,
                    ReadWholeFile(job::kModelFile, options.import.max_model_bytes));
+  const bool want_report = checked.report || access(job::SampleFile(0).c_str(), F_OK) == 0;
+  options.keep_reference = want_report;
   ASSIGN_OR_RETURN(builder::BuildResult built,
                    builder::BuildEngine(std::move(model), options, log));
   for (const std::string& w : built.summary.warnings) {
@@ -174,8 +176,7 @@ absl::Status Work(const v1::BuildSpec& spec, bool test_hooks, spdlog::logger& lo
   RETURN_IF_ERROR(WriteFileAtomic(job::kEngineFile, built.blob));
   SendStage("plan", 0.80);
   bool accuracy_pass = true;
-  bool has_samples = access(job::SampleFile(0).c_str(), F_OK) == 0;
-  if (checked.report || has_samples) {
+  if (want_report) {
     SendStage("report", 0.85);
     ASSIGN_OR_RETURN(
         std::shared_ptr<const plan::Engine> engine,
@@ -187,12 +188,11 @@ absl::Status Work(const v1::BuildSpec& spec, bool test_hooks, spdlog::logger& lo
     if (spec.rtol() > 0) ro.tolerance.rtol = spec.rtol();
     ro.sample_source = samples.source;
     ro.notes = samples.notes;
-    ro.model_path = job::kModelFile;
-    ASSIGN_OR_RETURN(std::string model_again,
-                     ReadWholeFile(job::kModelFile, options.import.max_model_bytes));
-    ASSIGN_OR_RETURN(v1::AccuracyReport rep,
-                     builder::BuildAccuracyReport(std::move(model_again), options, built, engine,
-                                                  samples.sets, ro, log));
+    ro.model_path = job::kModelFile;  // the search builds read it again
+    ASSIGN_OR_RETURN(
+        v1::AccuracyReport rep,
+        builder::BuildAccuracyReport("", options, built, engine, std::move(built.reference),
+                                     samples.sets, ro, log));
     accuracy_pass = rep.pass();
     v1::BuildEvent e;
     *e.mutable_report() = std::move(rep);

@@ -111,6 +111,7 @@ absl::Status Build(int argc, char** argv) {
   if (!args->flags.count("-o")) return UsageError("build needs -o ENGINE");
   ASSIGN_OR_RETURN(builder::BuildOptions opts, BuildOptionsFrom(*args));
   RETURN_IF_ERROR(CheckReportFlags(*args));
+  opts.keep_reference = WantsReport(*args);
   RETURN_IF_ERROR(ApplyThreads(*args));
   auto logger = StderrLogger(args->flags.count("--quiet") > 0);
   ASSIGN_OR_RETURN(auto result, builder::BuildEngineFromFile(args->positional[0], opts, logger));
@@ -132,8 +133,7 @@ absl::Status Build(int argc, char** argv) {
   for (const std::string& w : s.warnings) std::cout << "  warning: " << w << "\n";
   for (const std::string& r : s.fusion_refusals) std::cout << "  fusion refused: " << r << "\n";
   if (WantsReport(*args)) {
-    std::string blob = std::move(result.blob);
-    return RunReport(*args, args->positional[0], opts, result, std::move(blob), logger);
+    return RunReport(*args, args->positional[0], opts, result, logger);
   }
   return absl::OkStatus();
 }

@@ -129,11 +129,13 @@ absl::Status CheckReportFlags(const Args& args) {
 }
 
 absl::Status RunReport(const Args& args, const std::string& model_path,
-                       const builder::BuildOptions& options, const builder::BuildResult& built,
-                       std::string blob, std::shared_ptr<spdlog::logger> logger) {
-  ASSIGN_OR_RETURN(std::shared_ptr<const plan::Engine> engine,
-                   plan::LoadEngineFromBytes(std::make_shared<const std::string>(std::move(blob)),
-                                             /*trusted=*/true));
+                       const builder::BuildOptions& options, builder::BuildResult& built,
+                       std::shared_ptr<spdlog::logger> logger) {
+  ASSIGN_OR_RETURN(
+      std::shared_ptr<const plan::Engine> engine,
+      plan::LoadEngineFromBytes(std::make_shared<const std::string>(std::move(built.blob)),
+                                /*trusted=*/true));
+  std::shared_ptr<const plan::Engine> reference = std::move(built.reference);
   ASSIGN_OR_RETURN(report::Samples samples, SamplesFor(args, *engine->graph));
   builder::ReportOptions ro;
   ASSIGN_OR_RETURN(ro.tolerance, TolerancesFrom(args));
@@ -143,17 +145,22 @@ absl::Status RunReport(const Args& args, const std::string& model_path,
   ro.model_path = model_path;
   // Builds free big weight buffers that must go back to the system (kiln_main.cc sets a fixed
   // 1 MiB mmap threshold); the sample runs allocate and free activations of a few MB per kernel,
-  // which are cheaper reused from the heap than mapped and faulted in again each time.
+  // which are cheaper reused from the heap than mapped and faulted in again each time. The
+  // search builds go back to the build setting (128 KiB is glibc's default trim threshold).
   ro.on_reference_loaded = [] {
     mallopt(M_MMAP_THRESHOLD, 64 << 20);
     mallopt(M_TRIM_THRESHOLD, 512 << 20);
   };
+  ro.on_samples_done = [] {
+    mallopt(M_MMAP_THRESHOLD, 1 << 20);
+    mallopt(M_TRIM_THRESHOLD, 128 << 10);
+    malloc_trim(0);
+  };
   builder::BuildOptions opts = options;
   if (opts.import.model_dir.empty()) opts.import.model_dir = builder::ModelDirOf(model_path);
-  ASSIGN_OR_RETURN(std::string model_bytes,
-                   import::ReadFile(model_path, opts.import.max_model_bytes));
+  // The search builds read the model again from its path: no bytes to keep here.
   ASSIGN_OR_RETURN(v1::AccuracyReport rep,
-                   builder::BuildAccuracyReport(std::move(model_bytes), opts, built, engine,
+                   builder::BuildAccuracyReport("", opts, built, engine, std::move(reference),
                                                 samples.sets, ro, logger));
   std::cout << "\n" << report::RenderTable(rep, 10);
   RETURN_IF_ERROR(WriteOutputs(args, rep));

@@ -28,10 +28,11 @@ bool WantsReport(const Args& args);
 absl::Status CheckReportFlags(const Args& args);
 
 /// Builds the accuracy report of a finished build of `model_path`, prints its terminal table
-/// and writes --report / --html / --suggest-policy. `blob` is the engine just written.
+/// and writes --report / --html / --suggest-policy. Takes the blob (the engine just written) and
+/// the kept reference out of `built` (the build ran with keep_reference).
 absl::Status RunReport(const Args& args, const std::string& model_path,
-                       const builder::BuildOptions& options, const builder::BuildResult& built,
-                       std::string blob, std::shared_ptr<spdlog::logger> logger);
+                       const builder::BuildOptions& options, builder::BuildResult& built,
+                       std::shared_ptr<spdlog::logger> logger);
 
 /// `kiln compare ENGINE_A ENGINE_B --inputs DIR | --seed N ...`: every tensor both engines
 /// compute, A against B.

@@ -12,6 +12,7 @@
 #include "engine/common/cpu_features.h"
 #include "engine/common/status.h"
 #include "engine/import/onnx_importer.h"
+#include "engine/kernels/cpu/avx512/gemm.h"
 #include "engine/precision/policy.h"
 #include "engine/report/analysis.h"
 #include "engine/runtime/session.h"
@@ -30,8 +31,11 @@ std::string Sci(double v) { return absl::StrFormat("%.3g", v); }
 // How reduced precision executes on this CPU (DESIGN.md §5: the report says which).
 std::string Arithmetic() {
   uint64_t f = DetectCpuFeatures();
-  std::string bf16 = (f & kCpuAvx512Bf16) ? "bf16 dot products native (vdpbf16ps)"
-                                          : "bf16 emulated (fp32 arithmetic on bf16 values)";
+  std::string bf16 = !(f & kCpuAvx512Bf16)
+                         ? "bf16 emulated (fp32 arithmetic on bf16 values)"
+                         : (kernels::cpu::avx512::GemmUsesAmx()
+                                ? "bf16 dot products native (AMX tiles; vdpbf16ps elsewhere)"
+                                : "bf16 dot products native (vdpbf16ps)");
   std::string fp16 = (f & kCpuF16c) ? "fp16 emulated (F16C conversions, fp32 arithmetic)"
                                     : "fp16 emulated (software conversions, fp32 arithmetic)";
   return absl::StrCat(fp16, "; ", bf16, "; sums and dot products accumulate in fp32");
@@ -190,37 +194,46 @@ absl::StatusOr<double> MedianLatencyMs(std::shared_ptr<const plan::Engine> engin
 
 absl::StatusOr<v1::AccuracyReport> BuildAccuracyReport(
     std::string model_bytes, const BuildOptions& options, const BuildResult& built,
-    std::shared_ptr<const plan::Engine> engine, const std::vector<std::vector<ir::Tensor>>& samples,
-    const ReportOptions& report_options, std::shared_ptr<spdlog::logger> logger) {
+    std::shared_ptr<const plan::Engine> engine, std::shared_ptr<const plan::Engine> reference,
+    const std::vector<std::vector<ir::Tensor>>& samples, const ReportOptions& report_options,
+    std::shared_ptr<spdlog::logger> logger) {
   auto t0 = Clock::now();
   if (samples.empty()) return absl::InvalidArgumentError("the accuracy report needs samples");
-  // The reference: fp32, unfused, every authored type widened to fp32.
-  BuildOptions ref_options;
-  ref_options.policy = "fp32";
-  ref_options.typing = precision::Typing::kWeak;
-  ref_options.constraints = precision::Constraints::kPrefer;
-  ref_options.fusion.enabled = false;
-  ref_options.import = options.import;
-  ref_options.max_folded_bytes = options.max_folded_bytes;
-  if (logger) logger->info("report: building the fp32 reference (unfused)");
+  // The reference: fp32, unfused, every authored type widened to fp32; compiled by the build
+  // from the same import when it kept it, else built here.
   const std::string& path = report_options.model_path;
-  ASSIGN_OR_RETURN(BuildResult ref_built,
-                   path.empty() ? BuildEngine(model_bytes, ref_options, nullptr)
-                                : BuildEngine(std::move(model_bytes), ref_options, nullptr));
-  ASSIGN_OR_RETURN(
-      std::shared_ptr<const plan::Engine> reference,
-      plan::LoadEngineFromBytes(std::make_shared<const std::string>(std::move(ref_built.blob)),
-                                /*trusted=*/true));
-
+  double reference_ms = built.reference_ms;
+  if (!reference) {
+    if (logger) logger->info("report: building the fp32 reference (unfused)");
+    auto r0 = Clock::now();
+    BuildOptions ref_options = ReferenceBuildOptions(options);
+    if (model_bytes.empty() && !path.empty()) {
+      ASSIGN_OR_RETURN(model_bytes, import::ReadFile(path, options.import.max_model_bytes));
+    }
+    ASSIGN_OR_RETURN(BuildResult ref_built,
+                     path.empty() ? BuildEngine(model_bytes, ref_options, nullptr)
+                                  : BuildEngine(std::move(model_bytes), ref_options, nullptr));
+    ASSIGN_OR_RETURN(reference, plan::LoadEngineFromBytes(
+                                    std::make_shared<const std::string>(std::move(ref_built.blob)),
+                                    /*trusted=*/true));
+    reference_ms = MsSince(r0);
+  }
+  if (logger) logger->info("report: fp32 reference ready ({:.0f} ms)", reference_ms);
   if (report_options.on_reference_loaded) report_options.on_reference_loaded();
   ASSIGN_OR_RETURN(auto analysis,
                    report::EngineAnalysis::Create(engine, reference, report_options.tolerance));
   for (size_t i = 0; i < samples.size(); ++i) {
-    if (logger) logger->info("report: sample {}/{}", i + 1, samples.size());
     absl::Status st = analysis->AddSample(samples[i]);
     if (!st.ok()) {
       return absl::Status(st.code(),
                           absl::StrCat("accuracy report, sample ", i, ": ", st.message()));
+    }
+    if (logger) {
+      const auto& t = analysis->last_times();
+      logger->info(
+          "report: sample {}/{}: reference run {:.0f} ms, engine run {:.0f} ms, "
+          "introduced error {:.0f} ms",
+          i + 1, samples.size(), t.reference_ms, t.tapped_ms, t.introduced_ms);
     }
   }
   std::vector<std::string> pattern_of_source(built.nodes.size());
@@ -249,7 +262,9 @@ absl::StatusOr<v1::AccuracyReport> BuildAccuracyReport(
     auto s0 = Clock::now();
     v1::Suggestion* sug = rep.mutable_suggestion();
     sug->set_searched(true);
+    if (report_options.on_samples_done) report_options.on_samples_done();
     ASSIGN_OR_RETURN(SampleOutputs ref_out, RunOutputs(reference, samples));
+    reference.reset();  // the search builds need the memory
     ASSIGN_OR_RETURN(SampleOutputs cur_out, RunOutputs(engine, samples));
     OutputCheck before = Judge(cur_out, ref_out, report_options.tolerance);
     sug->set_output_max_abs_before(before.worst_max_abs);
@@ -267,6 +282,8 @@ absl::StatusOr<v1::AccuracyReport> BuildAccuracyReport(
       OutputCheck best_check;
       auto trial = [&](size_t k) -> absl::StatusOr<bool> {
         BuildOptions o = options;
+        o.keep_reference = false;
+        o.on_stage = nullptr;  // the report's progress is not a new build's
         for (auto& r : RulesFor(units, k, built)) o.rules.push_back(std::move(r));
         ++builds;
         if (logger) logger->info("report: search build {}: {} unit(s) raised to fp32", builds, k);
@@ -351,7 +368,7 @@ absl::StatusOr<v1::AccuracyReport> BuildAccuracyReport(
     }
     rep.set_search_ms(MsSince(s0));
   }
-  rep.set_report_ms(MsSince(t0));
+  rep.set_report_ms(reference_ms + MsSince(t0));
   return rep;
 }
 

@@ -40,14 +40,19 @@ struct ReportOptions {
   /// where a process may switch its allocator from saving memory (builds) to saving time
   /// (many short-lived activation buffers).
   std::function<void()> on_reference_loaded;
+  /// Called when the samples are done, before the policy search builds: to switch back.
+  std::function<void()> on_samples_done;
 };
 
 /// Builds the report of `engine`, which `BuildEngine(model_bytes, options)` produced as `built`,
-/// over `samples` (each in graph-input order).
+/// over `samples` (each in graph-input order). `reference` is the build's kept reference
+/// (BuildOptions::keep_reference, moved out of `built` so the search can free it), or null to
+/// build it here from `model_bytes`. The report's time includes the reference's.
 absl::StatusOr<v1::AccuracyReport> BuildAccuracyReport(
     std::string model_bytes, const BuildOptions& options, const BuildResult& built,
-    std::shared_ptr<const plan::Engine> engine, const std::vector<std::vector<ir::Tensor>>& samples,
-    const ReportOptions& report_options, std::shared_ptr<spdlog::logger> logger);
+    std::shared_ptr<const plan::Engine> engine, std::shared_ptr<const plan::Engine> reference,
+    const std::vector<std::vector<ir::Tensor>>& samples, const ReportOptions& report_options,
+    std::shared_ptr<spdlog::logger> logger);
 
 /// A glob that matches exactly `name` (`*`, `?` and `[` escaped as character classes).
 std::string ExactGlob(const std::string& name);

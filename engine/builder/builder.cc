@@ -1,5 +1,7 @@
 #include "engine/builder/builder.h"
 
+#include <chrono>
+
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -109,33 +111,26 @@ std::vector<v1::NodeProvenance> Provenance(const ir::Node& n,
   return out;
 }
 
-// The build; `release`, when set, points at the model bytes, freed once imported (the graph
-// holds the weights from then on, so a big model is not held twice while its blob is written).
-absl::StatusOr<BuildResult> Build(const std::string& model_bytes, std::string* release,
-                                  const BuildOptions& options,
-                                  std::shared_ptr<spdlog::logger> logger) {
-  if (!logger)
-    logger =
-        std::make_shared<spdlog::logger>("kiln", std::make_shared<spdlog::sinks::null_sink_mt>());
-  ASSIGN_OR_RETURN(precision::Policy policy,
-                   precision::LoadPolicy(options.policy.empty() ? "fp32" : options.policy));
-  policy.implicit = options.policy.empty();
-  RETURN_IF_ERROR(precision::AddRuleFlags(policy, options.rules));
-  BuildResult result;
-  BuildSummary& sum = result.summary;
-  sum.model_sha256 = DigestHex(Sha256(model_bytes));
-  auto stage = [&](const char* name, double fraction) {
-    if (options.on_stage) options.on_stage(name, fraction);
-  };
-  stage("import", 0.05);
-  logger->info("import: {} bytes, sha256 {}", model_bytes.size(), sum.model_sha256);
-  ASSIGN_OR_RETURN(std::unique_ptr<ir::Graph> graph,
-                   import::ImportModel(model_bytes, options.import, release));
-  ir::Graph& g = *graph;
-  sum.source_nodes = static_cast<int>(g.nodes().size());
-  logger->info("import: {} nodes, {} values, opset {}, ir_version {}", g.nodes().size(),
-               g.values().size(), g.opset(), g.ir_version());
+// A compiled graph: its live nodes in execution order, the kernel chosen for each, and the
+// engine metadata but for what the blob writer fills (tensors, kernels, inputs, outputs).
+struct Compiled {
+  std::vector<ir::Node*> live;
+  std::vector<plan::KernelChoice> choices;
+  v1::EngineMetadata meta;
+};
 
+// Precision, fusion, lowering, kernel choice, constant folding, dead code and the memory plan
+// on an imported graph. Fills `result` but for the blob; `stage` reports progress.
+absl::StatusOr<Compiled> Compile(ir::Graph& g, const precision::Policy& policy,
+                                 const BuildOptions& options, BuildResult& result,
+                                 spdlog::logger& log,
+                                 const std::function<void(const char*, double)>& on_stage) {
+  spdlog::logger* logger = &log;
+  auto stage = [&](const char* name, double fraction) {
+    if (on_stage) on_stage(name, fraction);
+  };
+  BuildSummary& sum = result.summary;
+  sum.source_nodes = static_cast<int>(g.nodes().size());
   // Precision: patterns -> assignment -> lowering (retyping, weights in their precision,
   // conversions at boundaries).
   stage("policy", 0.30);
@@ -145,9 +140,9 @@ absl::StatusOr<BuildResult> Build(const std::string& model_bytes, std::string* r
   for (const auto& p : patterns) {
     result.patterns.push_back({precision::PatternName(p.kind), p.nodes});
   }
-  ASSIGN_OR_RETURN(precision::Assignment assignment,
-                   precision::AssignPrecision(g, policy, patterns, options.constraints,
-                                              options.typing, logger.get()));
+  ASSIGN_OR_RETURN(
+      precision::Assignment assignment,
+      precision::AssignPrecision(g, policy, patterns, options.constraints, options.typing, logger));
   sum.strong_typing = assignment.strong_typing;
   sum.warnings = assignment.warnings;
   logger->info(
@@ -159,14 +154,13 @@ absl::StatusOr<BuildResult> Build(const std::string& model_bytes, std::string* r
   const kernels::Registry& reg = kernels::Registry::Default();
   stage("fusion", 0.45);
   ASSIGN_OR_RETURN(passes::FusionResult fusion,
-                   passes::Fuse(g, assignment, patterns, options.fusion, logger.get()));
+                   passes::Fuse(g, assignment, patterns, options.fusion, logger));
   for (const std::string& f : fusion.applied) logger->info("fusion {}", f);
   sum.fusions = static_cast<int>(fusion.applied.size());
   sum.fusion_refusals = fusion.refusals;
   stage("lowering", 0.55);
-  ASSIGN_OR_RETURN(
-      passes::LoweringResult lowering,
-      passes::LowerPrecision(g, assignment, fusion, options.constraints, reg, logger.get()));
+  ASSIGN_OR_RETURN(passes::LoweringResult lowering,
+                   passes::LowerPrecision(g, assignment, fusion, options.constraints, reg, logger));
   sum.dtype_changes = static_cast<int>(lowering.changes.size());
   sum.inserted_conversions = lowering.inserted_conversions;
   sum.converted_weights = lowering.converted_weights;
@@ -347,9 +341,82 @@ absl::StatusOr<BuildResult> Build(const std::string& model_bytes, std::string* r
   for (const auto& v : g.values()) {
     if (v->constant && index[v->id] >= 0) sum.weight_bytes += v->constant->byte_size();
   }
-  ASSIGN_OR_RETURN(result.blob, plan::WriteEngine(g, live, choices, std::move(meta), 0));
+  Compiled c;
+  c.live = std::move(live);
+  c.choices = std::move(choices);
+  c.meta = std::move(meta);
+  return c;
+}
+
+// The engine of a compiled graph, in memory (no blob): for the accuracy report's reference,
+// which runs without an arena, so the memory plan is left out.
+std::shared_ptr<const plan::Engine> InMemoryEngine(std::unique_ptr<ir::Graph> graph, Compiled c) {
+  auto e = std::make_shared<plan::Engine>();
+  e->metadata = std::move(c.meta);
+  e->metadata.clear_memory_plan();
+  for (size_t k = 0; k < c.live.size(); ++k) {
+    const ir::Node* n = c.live[k];
+    const plan::KernelChoice& choice = c.choices[n->id];
+    v1::Kernel* kd = e->metadata.add_kernels();
+    kd->set_id(absl::StrCat("k", k));
+    kd->set_op_type(ir::OpName(n->op));
+    kd->set_since_version(n->since_version);
+    kd->set_backend(choice.backend);
+    kd->set_isa(choice.isa);
+    kd->set_dtype(choice.dtype);
+    for (const auto& p : choice.provenance) *kd->add_nodes() = p;
+  }
+  e->order = std::move(c.live);
+  e->graph = std::move(graph);
+  return e;
+}
+
+// The build; `release`, when set, points at the model bytes, freed once imported (the graph
+// holds the weights from then on, so a big model is not held twice while its blob is written).
+absl::StatusOr<BuildResult> Build(const std::string& model_bytes, std::string* release,
+                                  const BuildOptions& options,
+                                  std::shared_ptr<spdlog::logger> logger) {
+  if (!logger)
+    logger =
+        std::make_shared<spdlog::logger>("kiln", std::make_shared<spdlog::sinks::null_sink_mt>());
+  ASSIGN_OR_RETURN(precision::Policy policy,
+                   precision::LoadPolicy(options.policy.empty() ? "fp32" : options.policy));
+  policy.implicit = options.policy.empty();
+  RETURN_IF_ERROR(precision::AddRuleFlags(policy, options.rules));
+  BuildResult result;
+  BuildSummary& sum = result.summary;
+  sum.model_sha256 = DigestHex(Sha256(model_bytes));
+  if (options.on_stage) options.on_stage("import", 0.05);
+  logger->info("import: {} bytes, sha256 {}", model_bytes.size(), sum.model_sha256);
+  ASSIGN_OR_RETURN(std::unique_ptr<ir::Graph> graph,
+                   import::ImportModel(model_bytes, options.import, release));
+  ir::Graph& g = *graph;
+  logger->info("import: {} nodes, {} values, opset {}, ir_version {}", g.nodes().size(),
+               g.values().size(), g.opset(), g.ir_version());
+  // The reference shares the imported weights; the engine's passes replace its constants,
+  // never write into them.
+  std::unique_ptr<ir::Graph> reference_graph = options.keep_reference ? g.Clone() : nullptr;
+  ASSIGN_OR_RETURN(Compiled c, Compile(g, policy, options, result, *logger, options.on_stage));
+  ASSIGN_OR_RETURN(result.blob, plan::WriteEngine(g, c.live, c.choices, std::move(c.meta), 0));
   logger->info("engine: {} kernels, {} bytes of weights, blob {} bytes", sum.kernels,
                sum.weight_bytes, result.blob.size());
+  if (reference_graph) {
+    auto t0 = std::chrono::steady_clock::now();
+    BuildOptions ro = ReferenceBuildOptions(options);
+    ASSIGN_OR_RETURN(precision::Policy ref_policy, precision::LoadPolicy(ro.policy));
+    BuildResult ref_result;
+    ref_result.summary.model_sha256 = sum.model_sha256;
+    spdlog::logger quiet("kiln", std::make_shared<spdlog::sinks::null_sink_mt>());
+    auto ref_compiled = Compile(*reference_graph, ref_policy, ro, ref_result, quiet, {});
+    if (!ref_compiled.ok()) {
+      return absl::Status(ref_compiled.status().code(),
+                          absl::StrCat("the fp32 reference of the accuracy report: ",
+                                       ref_compiled.status().message()));
+    }
+    result.reference = InMemoryEngine(std::move(reference_graph), *std::move(ref_compiled));
+    result.reference_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  }
   return result;
 }
 
@@ -371,6 +438,17 @@ absl::StatusOr<BuildResult> BuildEngineFromFile(const std::string& model_path, B
   ASSIGN_OR_RETURN(std::string bytes, import::ReadFile(model_path, options.import.max_model_bytes));
   if (options.import.model_dir.empty()) options.import.model_dir = ModelDirOf(model_path);
   return BuildEngine(std::move(bytes), options, std::move(logger));
+}
+
+BuildOptions ReferenceBuildOptions(const BuildOptions& options) {
+  BuildOptions r;
+  r.policy = "fp32";
+  r.typing = precision::Typing::kWeak;
+  r.constraints = precision::Constraints::kPrefer;
+  r.fusion.enabled = false;
+  r.import = options.import;
+  r.max_folded_bytes = options.max_folded_bytes;
+  return r;
 }
 
 std::string ModelDirOf(const std::string& model_path) {

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "engine/import/onnx_importer.h"
 #include "engine/passes/fusion.h"
+#include "engine/plan/engine_blob.h"
 #include "engine/precision/assign.h"
 #include "kiln/v1/engine.pb.h"
 #include "spdlog/logger.h"
@@ -36,6 +37,9 @@ struct BuildOptions {
   /// with the fraction of the build done so far (0..0.8; the engine blob takes the rest). For
   /// progress reporting (the server's Stage events); may be empty.
   std::function<void(const char* stage, double fraction)> on_stage;
+  /// Also build the accuracy report's fp32 reference (ReferenceBuildOptions) from the same
+  /// import, in memory and sharing the imported weights: BuildResult::reference.
+  bool keep_reference = false;
 };
 
 /// What a build did, for logs, `kiln build` and tests.
@@ -70,6 +74,10 @@ struct BuildResult {
     std::vector<int> nodes;
   };
   std::vector<Pattern> patterns;
+  /// With BuildOptions::keep_reference: the fp32 reference engine (not serialized; it runs
+  /// without an arena) and the time it took to compile, which belongs to the report.
+  std::shared_ptr<const plan::Engine> reference;
+  double reference_ms = 0;
 };
 
 /// Builds an engine from serialized ONNX. `logger` receives the build log (may be null).
@@ -80,6 +88,10 @@ absl::StatusOr<BuildResult> BuildEngine(const std::string& model_bytes, const Bu
 /// model: its graph and its blob, not also its bytes).
 absl::StatusOr<BuildResult> BuildEngine(std::string&& model_bytes, const BuildOptions& options,
                                         std::shared_ptr<spdlog::logger> logger);
+
+/// The options of the accuracy report's reference build for a build with `options`: fp32,
+/// unfused, every authored type widened to fp32 (weak typing), same import options.
+BuildOptions ReferenceBuildOptions(const BuildOptions& options);
 
 /// The folder whose files a model's external data may name: the model file's own folder.
 std::string ModelDirOf(const std::string& model_path);

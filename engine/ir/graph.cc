@@ -130,6 +130,31 @@ Node* Graph::AddNode(OpType op, std::string name) {
   return nodes_.back().get();
 }
 
+std::unique_ptr<Graph> Graph::Clone() const {
+  auto g = std::make_unique<Graph>();
+  for (const auto& v : values_) {
+    auto c = std::make_unique<Value>(*v);
+    c->producer = nullptr;
+    c->consumers.clear();
+    if (!c->name.empty()) g->by_name_[c->name] = c.get();
+    g->values_.push_back(std::move(c));
+  }
+  auto map = [&](const Value* v) { return v ? g->values_[v->id].get() : nullptr; };
+  for (const auto& n : nodes_) {
+    auto c = std::make_unique<Node>(*n);
+    for (Value*& v : c->inputs) v = map(v);
+    for (Value*& v : c->outputs) v = map(v);
+    g->nodes_.push_back(std::move(c));
+  }
+  for (const Value* v : inputs_) g->inputs_.push_back(map(v));
+  for (const Value* v : outputs_) g->outputs_.push_back(map(v));
+  g->opset_ = opset_;
+  g->ir_version_ = ir_version_;
+  g->name_ = name_;
+  g->RebuildEdges();
+  return g;
+}
+
 void Graph::RebuildEdges() {
   for (auto& v : values_) {
     v->producer = nullptr;

@@ -115,6 +115,10 @@ class Graph {
   std::vector<Value*>& outputs() { return outputs_; }
   const std::vector<Value*>& outputs() const { return outputs_; }
 
+  /// A structural copy: same ids, names, attributes and edges; constant tensors share their
+  /// buffers with this graph's (passes replace constants, they never write into them).
+  std::unique_ptr<Graph> Clone() const;
+
   /// Connects producers/consumers from node inputs/outputs (call after building).
   void RebuildEdges();
 

@@ -27,6 +27,16 @@ class KernelContext {
   virtual absl::StatusOr<ir::Tensor*> output(int i, DataType dtype, std::vector<int64_t> dims) = 0;
   /// False when output `i` is omitted in the graph (optional output nobody asked for).
   virtual bool output_requested(int i) const = 0;
+  /// Interior taps, for the accuracy report (DESIGN.md §7): a fused kernel may offer the value
+  /// of a tensor it keeps inside, the output of its member at position `member` of the node's
+  /// `sources`, as `n` floats. Returns where to write them, or nullptr when nobody asked (plain
+  /// runs). A kernel fills the buffer from what it computes anyway and never changes its own
+  /// numbers for it.
+  virtual float* interior(int member, int64_t n) {
+    (void)member;
+    (void)n;
+    return nullptr;
+  }
 };
 
 /// A compiled node.

@@ -8,6 +8,7 @@
 #include <deque>
 #include <tuple>
 
+#include "absl/container/node_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -21,9 +22,12 @@ namespace {
 class AloneContext final : public kernels::KernelContext {
  public:
   AloneContext(const ir::Node& n, const std::vector<const ir::Tensor*>& inputs,
-               std::vector<ir::Tensor>& outputs)
-      : node_(n), inputs_(inputs), outputs_(outputs) {
+               std::vector<ir::Tensor>& outputs, const runtime::InteriorTap& tap)
+      : node_(n), inputs_(inputs), outputs_(outputs), tap_(tap) {
     outputs_.assign(n.num_outputs(), ir::Tensor());
+  }
+  float* interior(int member, int64_t n) override {
+    return tap_ ? tap_(node_, member, n) : nullptr;
   }
   int num_inputs() const override { return static_cast<int>(inputs_.size()); }
   const ir::Tensor* input(int i) const override {
@@ -46,6 +50,7 @@ class AloneContext final : public kernels::KernelContext {
   const ir::Node& node_;
   const std::vector<const ir::Tensor*>& inputs_;
   std::vector<ir::Tensor>& outputs_;
+  const runtime::InteriorTap& tap_;
 };
 
 DataType DataTypeOfPrecision(const std::string& p) {
@@ -185,8 +190,14 @@ absl::Status EngineAnalysis::Index() {
     en.inside = !materialised;
   }
   std::vector<bool> hides(e.order.size(), false);  // kernels keeping a tensor inside
-  for (const auto& en : entries_) {
-    if (en.inside) hides[en.kernel] = true;
+  inside_at_.assign(e.order.size(), {});
+  for (int i = 0; i < static_cast<int>(entries_.size()); ++i) {
+    const Entry& en = entries_[i];
+    if (!en.inside) continue;
+    hides[en.kernel] = true;
+    std::vector<int>& at = inside_at_[en.kernel];
+    if (static_cast<int>(at.size()) <= en.provenance) at.resize(en.provenance + 1, -1);
+    if (at[en.provenance] < 0) at[en.provenance] = i;
   }
   for (int k = 0; k < static_cast<int>(e.order.size()); ++k) {
     if (!hides[k]) continue;
@@ -198,6 +209,18 @@ absl::Status EngineAnalysis::Index() {
       }
     }
     std::sort(members_of_[k].begin(), members_of_[k].end());
+    // Members after the last one keeping a tensor inside recompute nothing the report needs.
+    while (!members_of_[k].empty()) {
+      const ir::Node& last = *r.order[members_of_[k].back()];
+      bool keeps = false;
+      for (const ir::Value* v : last.outputs) {
+        auto it = v ? entry_of_.find(SourceTensorName(v->name)) : entry_of_.end();
+        keeps |= it != entry_of_.end() && entries_[it->second].kernel == k &&
+                 entries_[it->second].inside;
+      }
+      if (keeps) break;
+      members_of_[k].pop_back();
+    }
   }
   return absl::OkStatus();
 }
@@ -210,9 +233,18 @@ const ir::Tensor* EngineAnalysis::Reference(const std::string& name) const {
 }
 
 absl::Status EngineAnalysis::AddSample(const std::vector<ir::Tensor>& inputs) {
+  using Clock = std::chrono::steady_clock;
+  auto ms = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+  };
+  auto t0 = Clock::now();
   RETURN_IF_ERROR(RunReference(inputs));
+  auto t1 = Clock::now();
   RETURN_IF_ERROR(RunTapped(inputs));
+  auto t2 = Clock::now();
   RETURN_IF_ERROR(RunIntroduced());
+  auto t3 = Clock::now();
+  last_times_ = {ms(t0, t1), ms(t1, t2), ms(t2, t3)};
   reference_values_.clear();
   ++samples_;
   return absl::OkStatus();
@@ -274,8 +306,29 @@ absl::Status EngineAnalysis::Compare(int e, const ir::Tensor& value, bool introd
   return absl::OkStatus();
 }
 
-absl::Status EngineAnalysis::RunAlone(kernels::Kernel& kernel, const ir::Node& node, Io& io) {
-  AloneContext ctx(node, io.inputs, io.outputs);
+float* EngineAnalysis::Tap(const ir::Node& n, int member, int64_t count) {
+  auto k = engine_index_.find(&n);
+  if (k == engine_index_.end()) return nullptr;
+  const std::vector<int>& at = inside_at_[k->second];
+  if (member < 0 || member >= static_cast<int>(at.size()) || at[member] < 0) return nullptr;
+  if (taps_kernel_ != k->second) {
+    taps_.clear();
+    taps_kernel_ = k->second;
+  }
+  // Shaped as the reference tensor, so members recomputed downstream read it as they would.
+  const ir::Tensor* ref = Reference(entries_[at[member]].name);
+  std::vector<int64_t> dims = {count};
+  if (ref && ref->num_elements() == count) dims = ref->dims();
+  auto t = ir::Tensor::AllocateUninitialized(DataType::kF32, std::move(dims));
+  if (!t.ok()) return nullptr;  // not offered: the tensor is recomputed instead
+  ir::Tensor& slot = taps_[member];
+  slot = *std::move(t);
+  return slot.data<float>();
+}
+
+absl::Status EngineAnalysis::RunAlone(kernels::Kernel& kernel, const ir::Node& node, Io& io,
+                                      const runtime::InteriorTap& tap) {
+  AloneContext ctx(node, io.inputs, io.outputs, tap);
   absl::Status st = kernel.Run(ctx);
   if (!st.ok()) {
     std::string msg(st.message());
@@ -287,19 +340,36 @@ absl::Status EngineAnalysis::RunAlone(kernels::Kernel& kernel, const ir::Node& n
 
 absl::Status EngineAnalysis::CompareInside(int k, const std::vector<const ir::Tensor*>& inputs,
                                            bool introduced) {
+  absl::flat_hash_map<int, ir::Tensor> taps;
+  if (taps_kernel_ == k) taps = std::move(taps_);
+  taps_.clear();
+  taps_kernel_ = -1;
   if (members_of_[k].empty()) return absl::OkStatus();
   const plan::Engine& r = *reference_;
   const ir::Node& fused = *engine_->order[k];
-  absl::flat_hash_map<std::string, ir::Tensor> local;
+  // Node-based: members' input pointers into it stay valid as it grows.
+  absl::node_hash_map<std::string, ir::Tensor> local;
+  // What the kernel offered from inside, each rounded to its node's effective precision.
+  for (auto& [member, value] : taps) {
+    const int e = inside_at_[k][member];
+    ASSIGN_OR_RETURN(ir::Tensor v, RoundedF32(value, effective_of_source_[entries_[e].source]));
+    RETURN_IF_ERROR(Compare(e, v, introduced));
+    local[entries_[e].name] = std::move(v);
+  }
+  // The kernel's own inputs by ONNX name, taken as f32 when a member reads them (a weight
+  // only the offered MatMul reads is never converted).
+  absl::flat_hash_map<std::string, const ir::Tensor*> given;
   for (int i = 0; i < fused.num_inputs() && i < static_cast<int>(inputs.size()); ++i) {
-    if (!fused.inputs[i] || !inputs[i]) continue;
-    const ir::Tensor& t = *inputs[i];
-    ASSIGN_OR_RETURN(local[SourceTensorName(fused.inputs[i]->name)],
-                     IsFloating(t.dtype()) ? ToF32(t) : absl::StatusOr<ir::Tensor>(t));
+    if (fused.inputs[i] && inputs[i]) given[SourceTensorName(fused.inputs[i]->name)] = inputs[i];
   }
   std::deque<ir::Tensor> converted;
   for (int m : members_of_[k]) {
     const ir::Node& n = *r.order[m];
+    bool offered = true;  // every output already taken from the kernel
+    for (const ir::Value* v : n.outputs) {
+      offered &= !v || local.contains(SourceTensorName(v->name));
+    }
+    if (offered) continue;
     Io io;
     for (const ir::Value* u : n.inputs) {
       if (!u) {
@@ -307,7 +377,17 @@ absl::Status EngineAnalysis::CompareInside(int k, const std::vector<const ir::Te
         continue;
       }
       const ir::Tensor* t = nullptr;
-      auto it = local.find(SourceTensorName(u->name));
+      const std::string name = SourceTensorName(u->name);
+      auto it = local.find(name);
+      if (it == local.end()) {
+        auto g = given.find(name);
+        if (g != given.end()) {
+          const ir::Tensor& gt = *g->second;
+          ASSIGN_OR_RETURN(ir::Tensor f,
+                           IsFloating(gt.dtype()) ? ToF32(gt) : absl::StatusOr<ir::Tensor>(gt));
+          it = local.emplace(name, std::move(f)).first;
+        }
+      }
       if (it != local.end()) {
         t = &it->second;
       } else if (u->constant) {
@@ -322,7 +402,7 @@ absl::Status EngineAnalysis::CompareInside(int k, const std::vector<const ir::Te
       }
       io.inputs.push_back(t);
     }
-    RETURN_IF_ERROR(RunAlone(reference_session_->kernel(m), n, io));
+    RETURN_IF_ERROR(RunAlone(reference_session_->kernel(m), n, io, nullptr));
     int s = r.metadata.kernels(m).nodes(0).node_index();
     for (int j = 0; j < n.num_outputs(); ++j) {
       if (!n.outputs[j] || !io.outputs[j].defined()) continue;
@@ -354,13 +434,15 @@ absl::Status EngineAnalysis::RunTapped(const std::vector<ir::Tensor>& inputs) {
     }
     failed = CompareInside(k, ins, false);
   };
-  ASSIGN_OR_RETURN(last_outputs_, engine_session_->Run(inputs, observer));
+  auto tap = [this](const ir::Node& n, int member, int64_t count) { return Tap(n, member, count); };
+  ASSIGN_OR_RETURN(last_outputs_, engine_session_->Run(inputs, observer, tap));
   return failed;
 }
 
 absl::Status EngineAnalysis::RunIntroduced() {
   const plan::Engine& e = *engine_;
   std::deque<ir::Tensor> converted;
+  auto tap = [this](const ir::Node& n, int member, int64_t count) { return Tap(n, member, count); };
   for (int k = 0; k < static_cast<int>(e.order.size()); ++k) {
     if (outputs_of_[k].empty() && members_of_[k].empty()) continue;
     const ir::Node& n = *e.order[k];
@@ -395,7 +477,7 @@ absl::Status EngineAnalysis::RunIntroduced() {
       ++kernels_without_reference_inputs_;
       continue;
     }
-    RETURN_IF_ERROR(RunAlone(engine_session_->kernel(k), n, io));
+    RETURN_IF_ERROR(RunAlone(engine_session_->kernel(k), n, io, tap));
     for (auto [j, ent] : outputs_of_[k]) {
       if (io.outputs[j].defined()) RETURN_IF_ERROR(Compare(ent, io.outputs[j], true));
     }

@@ -6,10 +6,11 @@
 //   1. the reference runs and keeps every ONNX tensor of that sample (one copy, as f32);
 //   2. the engine runs with taps: each kernel's outputs are compared as they are produced and
 //      dropped, so the engine's activations are never held twice. Tensors inside a fused kernel,
-//      which the kernel never materialises, are recomputed in side buffers from the kernel's
-//      actual inputs by the reference kernels of its member nodes, each output rounded to that
-//      node's effective precision. Taps only read: a tapped run is bit-identical to an untapped
-//      one;
+//      which the kernel never materialises, are taken from the kernel when it offers them
+//      (KernelContext::interior: FusedMatMul's fp32 dot products and bias sum) and otherwise
+//      recomputed in side buffers from the kernel's actual inputs (and what it offered) by the
+//      reference kernels of its member nodes; each is rounded to its node's effective
+//      precision. Taps only read: a tapped run is bit-identical to an untapped one;
 //   3. every kernel runs once more alone, fed the reference inputs (converted to its input
 //      dtypes): the error it *introduces*, apart from the error it *inherits*.
 // Errors accumulate over samples element by element (ErrorAccumulator).
@@ -59,6 +60,12 @@ class EngineAnalysis {
 
   int samples() const { return samples_; }
 
+  /// Wall time of the last sample's three runs (step 1, 2 and 3 above).
+  struct SampleTimes {
+    double reference_ms = 0, tapped_ms = 0, introduced_ms = 0;
+  };
+  const SampleTimes& last_times() const { return last_times_; }
+
  private:
   // One floating ONNX tensor the engine computes.
   struct Entry {
@@ -90,7 +97,11 @@ class EngineAnalysis {
   // Recomputes the tensors inside fused kernel `k` from its inputs and compares them.
   absl::Status CompareInside(int k, const std::vector<const ir::Tensor*>& inputs, bool introduced);
   // Runs `kernel` for `node` alone.
-  static absl::Status RunAlone(kernels::Kernel& kernel, const ir::Node& node, Io& io);
+  static absl::Status RunAlone(kernels::Kernel& kernel, const ir::Node& node, Io& io,
+                               const runtime::InteriorTap& tap);
+  // The interior tap of both engine runs: a buffer for a tensor kernel `n` keeps inside, when
+  // it is one the report compares (kept in taps_ until CompareInside takes it).
+  float* Tap(const ir::Node& n, int member, int64_t count);
 
   std::shared_ptr<const plan::Engine> engine_, reference_;
   Tolerance tol_;
@@ -100,6 +111,10 @@ class EngineAnalysis {
   // (reference order indices) when it hides tensors inside.
   std::vector<std::vector<std::pair<int, int>>> outputs_of_;
   std::vector<std::vector<int>> members_of_;
+  // Per engine kernel: entry of the tensor kept inside at each member position, or -1.
+  std::vector<std::vector<int>> inside_at_;
+  absl::flat_hash_map<int, ir::Tensor> taps_;  // offered by kernel taps_kernel_, by member
+  int taps_kernel_ = -1;
   std::vector<Entry> entries_;
   absl::flat_hash_map<std::string, int> entry_of_;
   std::vector<DataType> effective_of_source_;  // per source node, kF32 when unknown
@@ -107,6 +122,7 @@ class EngineAnalysis {
   absl::flat_hash_map<std::string, ir::Tensor> reference_values_;  // this sample
   std::vector<ir::Tensor> last_outputs_;
   int samples_ = 0;
+  SampleTimes last_times_;
   int kernels_without_reference_inputs_ = 0;
 };
 

@@ -17,12 +17,18 @@ namespace {
 class NodeContext final : public kernels::KernelContext {
  public:
   NodeContext(const ir::Node& node, std::vector<ir::Tensor>& values, char* arena,
-              const std::vector<int64_t>& slot_offset, const std::vector<uint64_t>& slot_bytes)
+              const std::vector<int64_t>& slot_offset, const std::vector<uint64_t>& slot_bytes,
+              const InteriorTap& tap)
       : node_(node),
         values_(values),
         arena_(arena),
         slot_offset_(slot_offset),
-        slot_bytes_(slot_bytes) {}
+        slot_bytes_(slot_bytes),
+        tap_(tap) {}
+
+  float* interior(int member, int64_t n) override {
+    return tap_ ? tap_(node_, member, n) : nullptr;
+  }
 
   int num_inputs() const override { return node_.num_inputs(); }
   const ir::Tensor* input(int i) const override {
@@ -74,6 +80,7 @@ class NodeContext final : public kernels::KernelContext {
   char* arena_;
   const std::vector<int64_t>& slot_offset_;
   const std::vector<uint64_t>& slot_bytes_;
+  const InteriorTap& tap_;
   std::deque<ir::Tensor> scratch_;  // deque: pointers handed out stay valid as it grows
 };
 
@@ -160,7 +167,8 @@ absl::Status Session::CheckInputs(const std::vector<ir::Tensor>& inputs) const {
 }
 
 absl::StatusOr<std::vector<ir::Tensor>> Session::Run(const std::vector<ir::Tensor>& inputs,
-                                                     const NodeObserver& observer) {
+                                                     const NodeObserver& observer,
+                                                     const InteriorTap& tap) {
   RETURN_IF_ERROR(CheckInputs(inputs));
   const plan::Engine& e = *engine_;
   const ir::Graph& g = *e.graph;
@@ -173,7 +181,7 @@ absl::StatusOr<std::vector<ir::Tensor>> Session::Run(const std::vector<ir::Tenso
   std::vector<const ir::Tensor*> ins, outs;
   for (size_t i = 0; i < e.order.size(); ++i) {
     const ir::Node& n = *e.order[i];
-    NodeContext ctx(n, values, arena, slot_offset_, slot_bytes_);
+    NodeContext ctx(n, values, arena, slot_offset_, slot_bytes_, tap);
     absl::Status st = kernels_[i]->Run(ctx);
     if (!st.ok()) {
       std::string msg(st.message());

@@ -21,6 +21,12 @@ using NodeObserver =
     std::function<void(const ir::Node&, const std::vector<const ir::Tensor*>& inputs,
                        const std::vector<const ir::Tensor*>& outputs)>;
 
+/// Asked during a node's run for a buffer of `n` floats to receive the output of the node's
+/// member at position `member` of its `sources`, a tensor a fused kernel keeps inside
+/// (KernelContext::interior); returns nullptr when that tensor is not wanted. The buffer must
+/// stay valid until the observer has seen the node.
+using InteriorTap = std::function<float*(const ir::Node&, int member, int64_t n)>;
+
 /// A ready-to-run engine. Not thread-safe: one Run at a time.
 class Session {
  public:
@@ -32,7 +38,8 @@ class Session {
 
   /// Runs with `inputs` in graph-input order; returns outputs in graph-output order.
   absl::StatusOr<std::vector<ir::Tensor>> Run(const std::vector<ir::Tensor>& inputs,
-                                              const NodeObserver& observer = nullptr);
+                                              const NodeObserver& observer = nullptr,
+                                              const InteriorTap& tap = nullptr);
 
   const plan::Engine& engine() const { return *engine_; }
   /// The kernel of the node at `index` in execution order, for running that node alone (never

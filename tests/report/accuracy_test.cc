@@ -47,14 +47,19 @@ struct Reported {
   v1::AccuracyReport report;
 };
 
+// As `kiln build --report` does: the build keeps the reference (`keep_reference`), else the
+// report builds it from the model bytes.
 absl::StatusOr<Reported> BuildWithReport(const std::string& model, builder::BuildOptions opts,
-                                         builder::ReportOptions ro = {}) {
+                                         builder::ReportOptions ro = {},
+                                         bool keep_reference = true) {
   Reported r;
   ASSIGN_OR_RETURN(std::string bytes, import::ReadFile(ModelPath(model), int64_t{1} << 30));
+  opts.keep_reference = keep_reference;
   ASSIGN_OR_RETURN(r.built, builder::BuildEngine(bytes, opts, nullptr));
   ASSIGN_OR_RETURN(r.engine,
                    plan::LoadEngineFromBytes(std::make_shared<const std::string>(r.built.blob)));
   ASSIGN_OR_RETURN(r.report, builder::BuildAccuracyReport(bytes, opts, r.built, r.engine,
+                                                          std::move(r.built.reference),
                                                           {SampleOf(model)}, ro, nullptr));
   return r;
 }
@@ -157,6 +162,24 @@ TEST(AccuracyReportTest, Fp16OverflowNamesTheLayerNormAndTheSuggestionPasses) {
   EXPECT_TRUE(again->report.pass());
 }
 
+// The reference the build compiles from its own import (sharing its weights, never
+// serialized) and the one built from the model bytes give the same report, number for number.
+TEST(AccuracyReportTest, KeptReferenceGivesTheSameReportAsABuiltOne) {
+  builder::ReportOptions no_search;
+  no_search.suggest = false;
+  for (const char* policy : {"fp16", "bf16-layernorm"}) {
+    auto kept = BuildWithReport("ln_overflow_classifier", Policy(policy), no_search, true);
+    auto built = BuildWithReport("ln_overflow_classifier", Policy(policy), no_search, false);
+    ASSERT_TRUE(kept.ok()) << kept.status();
+    ASSERT_TRUE(built.ok()) << built.status();
+    v1::AccuracyReport a = kept->report, b = built->report;
+    ASSERT_GT(a.tensors_size(), 10);
+    a.clear_report_ms();
+    b.clear_report_ms();
+    EXPECT_EQ(a.SerializeAsString(), b.SerializeAsString()) << policy;
+  }
+}
+
 TEST(AccuracyReportTest, Fp32LayerNormPasses) {
   auto r = BuildWithReport("ln_overflow_classifier", Policy("fp32-layernorm"));
   ASSERT_TRUE(r.ok()) << r.status();
@@ -207,9 +230,10 @@ TEST(AccuracyReportTest, TappedRunIsBitIdenticalToAnUntappedRun) {
   }
 }
 
-// Tensors inside fused kernels are reported, recomputed from the kernel's inputs: at fp32 they
-// match the reference closely, because the fused kernel and the reference both compute in fp32
-// and differ only in summation order (relative error of order n * 2^-24 for n-term sums).
+// Tensors inside fused kernels are reported, offered by the kernel (FusedMatMul's dot products)
+// or recomputed from the kernel's inputs: at fp32 they match the reference closely, because the
+// fused kernel and the reference both compute in fp32 and differ only in summation order (relative
+// error of order n * 2^-24 for n-term sums).
 TEST(AccuracyReportTest, TensorsInsideFusedKernelsAreReported) {
   auto r = BuildWithReport("ln_overflow_classifier", Policy("fp32"));
   ASSERT_TRUE(r.ok()) << r.status();
@@ -223,6 +247,11 @@ TEST(AccuracyReportTest, TensorsInsideFusedKernelsAreReported) {
   }
   EXPECT_GT(inside, 0);
   EXPECT_TRUE(r->report.pass());
+  // The MatMul a FusedMatMul keeps inside (its dot products, offered by the GEMM epilogue).
+  const v1::TensorReport* mm = FindTensor(r->report, "/blocks.0/qkv/MatMul");
+  ASSERT_NE(mm, nullptr);
+  EXPECT_TRUE(mm->inside_fused_kernel());
+  EXPECT_EQ(mm->kernel_op(), "FusedMatMul");
   // Every tensor of a decomposed LayerNorm appears, the Pow among them.
   const v1::TensorReport* pow = FindTensor(r->report, "/blocks.0/ln1/Pow");
   ASSERT_NE(pow, nullptr);

@@ -50,6 +50,9 @@ struct GemmArgs {
   /// bf16 only: take the vdpbf16ps path; the caller sets it to Bf16DotPathAllowed(A) &&
   /// Bf16DotPathAllowed(B) over the whole input tensors.
   bool bf16_dot = false;
+  /// Optional interior tap: each output element's fp32 accumulator (before the epilogue), batch
+  /// b row i at acc + (b * m + i) * n.
+  float* acc = nullptr;
 };
 
 /// Runs the GEMM with OpenMP over the available threads. Needs the kAvx512 CPU features, and

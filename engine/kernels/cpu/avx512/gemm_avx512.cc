@@ -246,6 +246,7 @@ static void StoreTile(const GemmArgs& g, int64_t bi, int64_t i0, int mr, int64_t
     for (int q = 0; q * 16 < nc; ++q) {
       const __mmask16 m = TailMask(nc - q * 16);
       __m512 v = _mm512_load_ps(acc + r * kNr + q * 16);
+      if (g.acc != nullptr) _mm512_mask_storeu_ps(g.acc + (bi * g.m + i) * g.n + j0 + q * 16, m, v);
       if (g.scale) {
         v = _mm512_mul_ps(alpha, v);
         if (g.c != nullptr) {

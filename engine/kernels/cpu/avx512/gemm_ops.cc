@@ -113,9 +113,10 @@ class GemmKernel final : public Kernel {
 
 // numpy.matmul: 1-D operands are promoted (and the added dim dropped), batch dims broadcast.
 // With `bias` (FusedMatMul's [N] or [1] bias, A's dtype), the GEMM epilogue adds it to the fp32
-// dot product before the one rounding to the output type.
+// dot product before the one rounding to the output type. `fused`: FusedMatMul, whose member 0
+// (the MatMul) is kept inside: offered to an interior tap as the fp32 dot products.
 absl::StatusOr<ir::Tensor*> MatMulCore(const ir::Node& node, KernelContext& ctx,
-                                       const ir::Tensor* bias) {
+                                       const ir::Tensor* bias, bool fused) {
   ASSIGN_OR_RETURN(const ir::Tensor* a, RequireInput(node, ctx, 0));
   ASSIGN_OR_RETURN(const ir::Tensor* b, RequireInput(node, ctx, 1));
   if (a->dtype() != b->dtype()) return InvalidNode(node, "A and B must have the same dtype");
@@ -180,13 +181,14 @@ absl::StatusOr<ir::Tensor*> MatMulCore(const ir::Node& node, KernelContext& ctx,
     g.c_rs = 0;
     g.c_cs = bias->num_elements() == n ? 1 : 0;
   }
+  if (fused) g.acc = ctx.interior(0, y->num_elements());
   ChooseBf16Path(g, *a, *b);
   GemmAvx512(g);
   return y;
 }
 
 absl::Status MatMulRun(const ir::Node& node, KernelContext& ctx) {
-  return MatMulCore(node, ctx, nullptr).status();
+  return MatMulCore(node, ctx, nullptr, /*fused=*/false).status();
 }
 
 // FusedMatMul = activation(MatMul(A, B) + bias): the bias is added to the fp32 dot product in
@@ -210,12 +212,17 @@ class FusedMatMulKernel final : public Kernel {
   }
 
   absl::Status Run(KernelContext& ctx) override {
-    ASSIGN_OR_RETURN(ir::Tensor * y, MatMulCore(node_, ctx, ctx.input(2)));
+    ASSIGN_OR_RETURN(ir::Tensor * y, MatMulCore(node_, ctx, ctx.input(2), /*fused=*/true));
     if (act_.kind == ref::ActKind::kNone) return absl::OkStatus();
     return ref::DispatchFloat(y->dtype(), [&](auto tag) -> absl::Status {
       using T = typename decltype(tag)::type;
       T* p = y->data<T>();
       const int64_t n = y->num_elements();
+      // Member 1, the bias Add, is the activation's input: offered as stored.
+      if (float* sum = ctx.interior(1, n)) {
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; ++i) sum[i] = static_cast<float>(ref::Load(p[i]));
+      }
       ref::WithActivation<float>(act_, [&](auto op) {
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < n; ++i) {
