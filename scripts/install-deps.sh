@@ -10,6 +10,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc python3-grpcio python3-grpc-tools
   libonnx-dev
   libssl-dev
+  libxxhash-dev
   libspdlog-dev
   libgtest-dev libgmock-dev
   libbenchmark-dev

@@ -1,4 +1,4 @@
-// SHA-256 digests (OpenSSL libcrypto) for engine blob sections and model digests.
+// SHA-256 digests (OpenSSL libcrypto): the engine blob's header and metadata, model digests.
 #pragma once
 
 #include <array>

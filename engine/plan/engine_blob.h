@@ -1,12 +1,18 @@
-// Engine blob v1 (DESIGN.md §8): one file, readable without the builder.
+// Engine blob v2 (DESIGN.md §8): one file, readable without the builder.
 //
 //   header (64 bytes): magic "KILNENG\0", u32 format version, u32 section count,
 //     u64 required CPU features, u64 file size, char[32] builder version
-//   section table: per section u32 kind, u32 reserved (0), u64 offset, u64 size, sha256[32]
+//   section table: per section u32 kind, u32 reserved (0), u64 offset, u64 size, digest[32]
 //   sha256 of header + table (32 bytes)
 //   sections at 64-byte-aligned offsets, zero padding between them:
 //     kMetadata: kiln.v1.EngineMetadata (protobuf)
 //     kWeights:  constant tensors, each 64-byte aligned, referenced from the metadata
+//
+// A section's digest covers its bytes as they sit in the blob. kMetadata: SHA-256. kWeights:
+// XXH3-128 (seed 0) in its canonical big-endian form, then 16 zero bytes; v1 used SHA-256 there
+// too. The section digests guard against corruption, not tampering (the service and its cache
+// check the whole blob's SHA-256), and SHA-256 made verifying a BERT-base engine's 170 MB of
+// weights ~95% of its load time, where XXH3 runs at memory speed.
 //
 // All integers little-endian. The reader validates everything before it trusts anything, so a
 // truncated, corrupted (any flipped byte), wrong-magic or wrong-version file is a clear error.
@@ -24,7 +30,7 @@
 namespace kiln::plan {
 
 constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'E', 'N', 'G', '\0'};
-constexpr uint32_t kFormatVersion = 1;
+constexpr uint32_t kFormatVersion = 2;
 constexpr uint32_t kSectionMetadata = 1;
 constexpr uint32_t kSectionWeights = 2;
 

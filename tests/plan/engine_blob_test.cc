@@ -1,9 +1,11 @@
-// Engine blob v1: round trip, and hostile blobs (truncated, flipped bytes, wrong magic or
+// Engine blob: round trip, and hostile blobs (truncated, flipped bytes, wrong magic or
 // version, missing CPU features, crafted sections) that must give a clear error, never a crash.
 #include "engine/plan/engine_blob.h"
 
 #include <sys/stat.h>
+#include <xxhash.h>
 
+#include <array>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "engine/builder/builder.h"
 #include "engine/common/cpu_features.h"
 #include "engine/common/sha256.h"
@@ -74,6 +77,18 @@ std::vector<Section> SplitSections(const std::string& blob) {
   return out;
 }
 
+// A section's digest field as engine_blob.h documents it: SHA-256, or for the weights XXH3-128
+// (seed 0, canonical big-endian) then 16 zero bytes. The portable XXH3 entry point, not the
+// reader's CPU-dispatched one, so the two implementations check each other.
+std::array<uint8_t, 32> SectionDigestField(const Section& section) {
+  if (section.kind != kSectionWeights) return Sha256(section.bytes);
+  XXH128_canonical_t canonical;
+  XXH128_canonicalFromHash(&canonical, XXH3_128bits(section.bytes.data(), section.bytes.size()));
+  std::array<uint8_t, 32> field{};
+  std::memcpy(field.data(), canonical.digest, sizeof(canonical.digest));
+  return field;
+}
+
 // Writes a blob from the format description (an independent writer): lets tests craft headers
 // and sections with valid digests.
 std::string Assemble(const std::vector<Section>& sections, uint64_t features = 0,
@@ -98,7 +113,7 @@ std::string Assemble(const std::vector<Section>& sections, uint64_t features = 0
     Put<uint32_t>(out, e, sections[i].kind);
     Put<uint64_t>(out, e + 8, offsets[i]);
     Put<uint64_t>(out, e + 16, sections[i].bytes.size());
-    Sha256Digest d = Sha256(sections[i].bytes);
+    std::array<uint8_t, 32> d = SectionDigestField(sections[i]);
     std::memcpy(&out[e + 24], d.data(), 32);
     std::memcpy(&out[offsets[i]], sections[i].bytes.data(), sections[i].bytes.size());
   }
@@ -232,7 +247,8 @@ TEST(EngineBlobCorruption, UnknownVersion) {
   Put<uint32_t>(blob, 8, kFormatVersion + 1);
   ResignHeader(blob);
   ExpectError(Load(blob).status(), absl::StatusCode::kFailedPrecondition,
-              {"version 2", "version 1"});
+              {absl::StrCat("version ", kFormatVersion + 1),
+               absl::StrCat("reads version ", kFormatVersion)});
   Put<uint32_t>(blob, 8, 0xffffffffu);
   ResignHeader(blob);
   ExpectError(Load(blob).status(), absl::StatusCode::kFailedPrecondition, {"version"});
@@ -241,6 +257,60 @@ TEST(EngineBlobCorruption, UnknownVersion) {
 TEST(EngineBlobCorruption, UnknownVersionAssembled) {
   std::string blob = Assemble(SplitSections(MakeBlob()), 0, 7);
   ExpectError(Load(blob).status(), absl::StatusCode::kFailedPrecondition, {"version 7"});
+}
+
+TEST(EngineBlobCorruption, PreviousVersionIsRefused) {
+  // An engine written before the weights digest changed is refused by its version: the error
+  // says to rebuild it, not that it is corrupted.
+  std::string blob = Assemble(SplitSections(MakeBlob()), 0, kFormatVersion - 1);
+  ExpectError(Load(blob).status(), absl::StatusCode::kFailedPrecondition,
+              {absl::StrCat("version ", kFormatVersion - 1, " is not supported")});
+}
+
+TEST(EngineBlobCorruption, FlippedSectionByteNamesTheSection) {
+  // Each section's first, middle and last byte; the header digest still matches, so only the
+  // section digest can catch the flip. The writer puts the metadata first.
+  std::string blob = MakeBlob();
+  const char* names[] = {"metadata", "weights"};
+  for (uint32_t i = 0; i < 2; ++i) {
+    size_t e = kHeaderBytes + i * kEntryBytes;
+    uint64_t off = Get<uint64_t>(blob, e + 8), size = Get<uint64_t>(blob, e + 16);
+    ASSERT_GT(size, 0u);
+    for (uint64_t pos : {off, off + size / 2, off + size - 1}) {
+      std::string bad = blob;
+      bad[pos] = static_cast<char>(bad[pos] ^ 0x01);
+      ExpectError(Load(bad).status(), absl::StatusCode::kDataLoss,
+                  {absl::StrCat("section ", i, " (", names[i], ") digest mismatch")});
+    }
+  }
+}
+
+TEST(EngineBlobCorruption, FlippedByteInLargeWeights) {
+  // 1 MiB of weights takes XXH3's long-input (vectorised) path, which the tiny model's 24 bytes
+  // never reach: it must agree with the portable hash and still catch a single flipped bit.
+  std::vector<Section> s = SplitSections(MakeBlob());
+  ASSERT_EQ(s[1].kind, kSectionWeights);
+  size_t used = s[1].bytes.size();
+  s[1].bytes.resize(1 << 20);
+  for (size_t i = used; i < s[1].bytes.size(); ++i) {
+    s[1].bytes[i] = static_cast<char>(i * 2654435761u >> 24);
+  }
+  std::string blob = Assemble(s);
+  auto loaded = Load(blob);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  uint64_t off = Get<uint64_t>(blob, kHeaderBytes + kEntryBytes + 8);
+  blob[off + 700001] = static_cast<char>(blob[off + 700001] ^ 0x10);
+  ExpectError(Load(blob).status(), absl::StatusCode::kDataLoss,
+              {"section 1 (weights) digest mismatch"});
+}
+
+TEST(EngineBlobCorruption, WeightsDigestTailMustBeZero) {
+  // The 16 bytes after the XXH3-128 digest are zero; a resigned header cannot smuggle data there.
+  std::string blob = MakeBlob();
+  blob[kHeaderBytes + kEntryBytes + 24 + 16] = 1;
+  ResignHeader(blob);
+  ExpectError(Load(blob).status(), absl::StatusCode::kDataLoss,
+              {"section 1 (weights) digest mismatch"});
 }
 
 TEST(EngineBlobCorruption, HeaderFieldChangedWithoutResigning) {
@@ -484,7 +554,9 @@ TEST(EngineBlobCrafted, MiswiredKernelsFailAtRunNotCrash) {
     auto session = runtime::Session::Create(std::shared_ptr<const Engine>(std::move(*engine)));
     if (!session.ok()) continue;
     auto out = (*session)->Run({*x});
-    if (!out.ok()) EXPECT_FALSE(out.status().message().empty());
+    if (!out.ok()) {
+      EXPECT_FALSE(out.status().message().empty());
+    }
   }
 }
 
@@ -496,6 +568,16 @@ TEST(EngineBlobFile, LoadsFromFile) {
   auto e = LoadEngineFile(path);
   ASSERT_TRUE(e.ok()) << e.status();
   EXPECT_EQ((*e)->order.size(), 3u);
+}
+
+TEST(EngineBlobFile, FlippedWeightByteNamesPathAndSection) {
+  TempDir dir;
+  std::string blob = MakeBlob();
+  size_t pos = Get<uint64_t>(blob, kHeaderBytes + kEntryBytes + 8);
+  blob[pos] = static_cast<char>(blob[pos] ^ 0x01);
+  std::string path = dir.Write("flipped.engine", blob);
+  ExpectError(LoadEngineFile(path).status(), absl::StatusCode::kDataLoss,
+              {"flipped.engine", "section 1 (weights) digest mismatch"});
 }
 
 TEST(EngineBlobFile, MissingPath) {
