@@ -31,11 +31,17 @@ absl::StatusOr<std::unique_ptr<WorkerProcess>> WorkerProcess::Spawn(const std::s
   argv.push_back(nullptr);
   // glibc reserves 64 MiB of address space per malloc arena and thread; under RLIMIT_AS that
   // would count against the build, so the worker uses two arenas.
+  // Workers share the cores with each other and with the server: an OpenMP thread spinning at a
+  // barrier would burn a time slice its partner needs (and CPU seconds the limit counts), so
+  // idle threads sleep unless the operator chose otherwise.
   std::vector<std::string> env_store;
+  bool wait_policy = false;
   for (char** e = environ; *e; ++e) {
     if (strncmp(*e, "MALLOC_ARENA_MAX=", 17) != 0) env_store.push_back(*e);
+    wait_policy |= strncmp(*e, "OMP_WAIT_POLICY=", 16) == 0;
   }
   env_store.push_back("MALLOC_ARENA_MAX=2");
+  if (!wait_policy) env_store.push_back("OMP_WAIT_POLICY=PASSIVE");
   std::vector<char*> envp;
   for (auto& e : env_store) envp.push_back(e.data());
   envp.push_back(nullptr);

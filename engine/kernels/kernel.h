@@ -22,8 +22,8 @@ class KernelContext {
   /// Input `i`, or nullptr if the optional input is omitted or `i` is past the end.
   virtual const ir::Tensor* input(int i) const = 0;
   virtual int num_outputs() const = 0;
-  /// Returns output `i` with the given dtype and dims; the buffer is zero-filled only when
-  /// freshly allocated (kernels must write every element).
+  /// Returns output `i` with the given dtype and dims; the buffer holds whatever it held before
+  /// (an arena slot, fresh memory): kernels must write every element.
   virtual absl::StatusOr<ir::Tensor*> output(int i, DataType dtype, std::vector<int64_t> dims) = 0;
   /// False when output `i` is omitted in the graph (optional output nobody asked for).
   virtual bool output_requested(int i) const = 0;

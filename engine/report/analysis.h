@@ -12,7 +12,9 @@
 //      reference kernels of its member nodes; each is rounded to its node's effective
 //      precision. Taps only read: a tapped run is bit-identical to an untapped one;
 //   3. every kernel runs once more alone, fed the reference inputs (converted to its input
-//      dtypes): the error it *introduces*, apart from the error it *inherits*.
+//      dtypes): the error it *introduces*, apart from the error it *inherits*. This run follows
+//      the kernel's tapped run at once (from the observer), while the reference tensors both
+//      read are still in the caches.
 // Errors accumulate over samples element by element (ErrorAccumulator).
 #pragma once
 
@@ -60,9 +62,9 @@ class EngineAnalysis {
 
   int samples() const { return samples_; }
 
-  /// Wall time of the last sample's three runs (step 1, 2 and 3 above).
+  /// Wall time of the last sample's reference run (step 1) and engine runs (steps 2 and 3).
   struct SampleTimes {
-    double reference_ms = 0, tapped_ms = 0, introduced_ms = 0;
+    double reference_ms = 0, engine_ms = 0;
   };
   const SampleTimes& last_times() const { return last_times_; }
 
@@ -89,7 +91,8 @@ class EngineAnalysis {
   absl::Status Index();
   absl::Status RunReference(const std::vector<ir::Tensor>& inputs);
   absl::Status RunTapped(const std::vector<ir::Tensor>& inputs);
-  absl::Status RunIntroduced();
+  // Step 3 for engine kernel k.
+  absl::Status RunIntroduced(int k);
   // The reference value of ONNX tensor `name` (this sample's run, or a reference constant).
   const ir::Tensor* Reference(const std::string& name) const;
   // Compares `value` (any floating dtype) with the reference of entry `e`.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -12,31 +13,111 @@
 
 namespace kiln::report {
 
+namespace {
+
+// Elements per block: a block of finite pairs takes the vectorized path (metrics_block.cc); a
+// block holding a NaN or an Inf goes element by element.
+constexpr int64_t kBlock = 4096;
+// Tensors of fewer blocks are not worth waking the other threads for.
+constexpr int64_t kParallelBlocks = 16;
+
+// x[i] for i in [begin, begin + m) as floats: a pointer into x itself (f32) or into `buf`.
+const float* FloatsOf(const ir::Tensor& x, int64_t begin, int64_t m, float* buf) {
+  switch (x.dtype()) {
+    case DataType::kF16:
+      for (int64_t j = 0; j < m; ++j) buf[j] = HalfBitsToFloat(x.data<uint16_t>()[begin + j]);
+      return buf;
+    case DataType::kBF16:
+      for (int64_t j = 0; j < m; ++j) buf[j] = BFloat16BitsToFloat(x.data<uint16_t>()[begin + j]);
+      return buf;
+    case DataType::kF64:
+      for (int64_t j = 0; j < m; ++j) buf[j] = static_cast<float>(x.data<double>()[begin + j]);
+      return buf;
+    default:
+      return x.data<float>() + begin;
+  }
+}
+
+// `t` (f32) rounded to floating `dtype` (to nearest even): stored as `dtype`, or with
+// `keep_f32` as the f32 values of the rounded numbers.
+absl::StatusOr<ir::Tensor> RoundedTo(const ir::Tensor& t, DataType dtype, bool keep_f32) {
+  if (dtype == DataType::kF32) return t;
+  if (dtype != DataType::kF16 && dtype != DataType::kBF16 && dtype != DataType::kF64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot convert floats to ", DataTypeOnnxName(dtype)));
+  }
+  ASSIGN_OR_RETURN(ir::Tensor out,
+                   ir::Tensor::AllocateUninitialized(keep_f32 ? DataType::kF32 : dtype, t.dims()));
+  const float* x = t.data<float>();
+  const int64_t n = t.num_elements();
+  const bool parallel = n >= kParallelBlocks * kBlock;
+  if (dtype == DataType::kF64) {
+    double* o = out.data<double>();
+    if (keep_f32) return t;
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t i = 0; i < n; ++i) o[i] = x[i];
+    return out;
+  }
+  const bool half = dtype == DataType::kF16;
+  if (keep_f32) {
+    float* o = out.data<float>();
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t i = 0; i < n; ++i) {
+      o[i] = half ? HalfBitsToFloat(FloatToHalfBits(x[i]))
+                  : BFloat16BitsToFloat(FloatToBFloat16Bits(x[i]));
+    }
+  } else {
+    uint16_t* o = out.data<uint16_t>();
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t i = 0; i < n; ++i) o[i] = half ? FloatToHalfBits(x[i]) : FloatToBFloat16Bits(x[i]);
+  }
+  return out;
+}
+
+}  // namespace
+
 void ErrorAccumulator::Add(const float* x, const float* ref, int64_t n, const Tolerance& tol) {
-  // Blocks of finite pairs take the vectorized path; a block holding a NaN or an Inf goes
-  // element by element. Sums are kept in double across blocks.
-  constexpr int64_t kBlock = 4096;
-  for (int64_t b = 0; b < n; b += kBlock) {
-    const int64_t m = std::min(kBlock, n - b);
-    if (internal::AllFinite(x + b, ref + b, m)) {
-      internal::BlockSums s;
-      s.max_abs = static_cast<float>(max_abs_);
-      s.max_rel = static_cast<float>(max_rel_);
-      internal::AddFiniteBlock(x + b, ref + b, m, static_cast<float>(tol.atol),
-                               static_cast<float>(tol.rtol), s);
-      elements_ += m;
-      finite_ += m;
-      outside_ += s.outside;
-      max_abs_ = std::max<double>(max_abs_, s.max_abs);
-      max_rel_ = std::max<double>(max_rel_, s.max_rel);
-      sum_abs_ += s.sum_abs;
-      dot_ += s.dot;
-      xx_ += s.xx;
-      rr_ += s.rr;
-      ee_ += s.ee;
+  AddBlocks(ref, n, tol, [x](int64_t begin, int64_t, float*) { return x + begin; });
+}
+
+// The blocks' sums are computed in parallel, each from zero, and merged in block order, so the
+// result does not depend on the thread count.
+void ErrorAccumulator::AddBlocks(const float* ref, int64_t n, const Tolerance& tol,
+                                 absl::FunctionRef<const float*(int64_t, int64_t, float*)> load) {
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  std::vector<internal::BlockSums> sums(blocks);
+  std::vector<char> finite(blocks, 0);
+  const float atol = static_cast<float>(tol.atol), rtol = static_cast<float>(tol.rtol);
+#pragma omp parallel if (blocks >= kParallelBlocks)
+  {
+    std::vector<float> buf(kBlock);
+#pragma omp for schedule(static)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t begin = b * kBlock, m = std::min(kBlock, n - begin);
+      const float* x = load(begin, m, buf.data());
+      finite[b] = internal::AddFiniteBlock(x, ref + begin, m, atol, rtol, sums[b]) ? 1 : 0;
+    }
+  }
+  std::vector<float> buf;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t begin = b * kBlock, m = std::min(kBlock, n - begin);
+    if (!finite[b]) {
+      buf.resize(kBlock);
+      const float* x = load(begin, m, buf.data());
+      for (int64_t i = 0; i < m; ++i) AddOne(x[i], ref[begin + i], tol);
       continue;
     }
-    for (int64_t i = b; i < b + m; ++i) AddOne(x[i], ref[i], tol);
+    const internal::BlockSums& s = sums[b];
+    elements_ += m;
+    finite_ += m;
+    outside_ += s.outside;
+    max_abs_ = std::max<double>(max_abs_, s.max_abs);
+    max_rel_ = std::max<double>(max_rel_, s.max_rel);
+    sum_abs_ += s.sum_abs;
+    dot_ += s.dot;
+    xx_ += s.xx;
+    rr_ += s.rr;
+    ee_ += s.ee;
   }
 }
 
@@ -73,31 +154,12 @@ absl::Status ErrorAccumulator::AddTensor(const ir::Tensor& x, const ir::Tensor& 
   if (ref.dtype() != DataType::kF32 || ref.num_elements() != n) {
     return absl::InternalError("compared tensors differ in dtype or size");
   }
-  const float* r = ref.data<float>();
-  if (x.dtype() == DataType::kF32) {
-    Add(x.data<float>(), r, n, tol);
-    return absl::OkStatus();
+  if (!IsFloating(x.dtype())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot compare a ", DataTypeOnnxName(x.dtype()), " tensor as floats"));
   }
-  constexpr int64_t kChunk = 1024;
-  float buf[kChunk];
-  for (int64_t i = 0; i < n; i += kChunk) {
-    const int64_t m = std::min(kChunk, n - i);
-    switch (x.dtype()) {
-      case DataType::kF16:
-        for (int64_t j = 0; j < m; ++j) buf[j] = HalfBitsToFloat(x.data<uint16_t>()[i + j]);
-        break;
-      case DataType::kBF16:
-        for (int64_t j = 0; j < m; ++j) buf[j] = BFloat16BitsToFloat(x.data<uint16_t>()[i + j]);
-        break;
-      case DataType::kF64:
-        for (int64_t j = 0; j < m; ++j) buf[j] = static_cast<float>(x.data<double>()[i + j]);
-        break;
-      default:
-        return absl::InvalidArgumentError(
-            absl::StrCat("cannot compare a ", DataTypeOnnxName(x.dtype()), " tensor as floats"));
-    }
-    Add(buf, r + i, m, tol);
-  }
+  AddBlocks(ref.data<float>(), n, tol,
+            [&x](int64_t begin, int64_t m, float* buf) { return FloatsOf(x, begin, m, buf); });
   return absl::OkStatus();
 }
 
@@ -126,50 +188,43 @@ v1::ErrorStats ErrorAccumulator::Finish() const {
   return s;
 }
 
-double MaxAbsFinite(const float* ref, int64_t n) { return internal::MaxAbsOfFinite(ref, n); }
+double MaxAbsFinite(const float* ref, int64_t n) {
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  float m = 0;  // max is exact in any order
+#pragma omp parallel for schedule(static) reduction(max : m) if (blocks >= kParallelBlocks)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t begin = b * kBlock;
+    m = std::max(m, internal::MaxAbsOfFinite(ref + begin, std::min(kBlock, n - begin)));
+  }
+  return m;
+}
 
 absl::StatusOr<ir::Tensor> ToF32(const ir::Tensor& t) {
   if (t.dtype() == DataType::kF32) return t;
+  if (!IsFloating(t.dtype())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot compare a ", DataTypeOnnxName(t.dtype()), " tensor as floats"));
+  }
   ASSIGN_OR_RETURN(ir::Tensor out, ir::Tensor::AllocateUninitialized(DataType::kF32, t.dims()));
   float* o = out.data<float>();
   const int64_t n = t.num_elements();
-  switch (t.dtype()) {
-    case DataType::kF16:
-      for (int64_t i = 0; i < n; ++i) o[i] = HalfBitsToFloat(t.data<uint16_t>()[i]);
-      break;
-    case DataType::kBF16:
-      for (int64_t i = 0; i < n; ++i) o[i] = BFloat16BitsToFloat(t.data<uint16_t>()[i]);
-      break;
-    case DataType::kF64:
-      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<float>(t.data<double>()[i]);
-      break;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("cannot compare a ", DataTypeOnnxName(t.dtype()), " tensor as floats"));
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (blocks >= kParallelBlocks)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t begin = b * kBlock;
+    FloatsOf(t, begin, std::min(kBlock, n - begin), o + begin);
   }
   return out;
 }
 
 absl::StatusOr<ir::Tensor> FromF32(const ir::Tensor& t, DataType dtype) {
-  if (dtype == DataType::kF32) return t;
-  ASSIGN_OR_RETURN(ir::Tensor out, ir::Tensor::AllocateUninitialized(dtype, t.dims()));
-  const float* x = t.data<float>();
-  const int64_t n = t.num_elements();
-  switch (dtype) {
-    case DataType::kF16:
-      for (int64_t i = 0; i < n; ++i) out.data<uint16_t>()[i] = FloatToHalfBits(x[i]);
-      break;
-    case DataType::kBF16:
-      for (int64_t i = 0; i < n; ++i) out.data<uint16_t>()[i] = FloatToBFloat16Bits(x[i]);
-      break;
-    case DataType::kF64:
-      for (int64_t i = 0; i < n; ++i) out.data<double>()[i] = x[i];
-      break;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("cannot convert floats to ", DataTypeOnnxName(dtype)));
-  }
-  return out;
+  return RoundedTo(t, dtype, /*keep_f32=*/false);
+}
+
+absl::StatusOr<ir::Tensor> RoundedF32(const ir::Tensor& t, DataType dtype) {
+  if (t.dtype() == dtype) return ToF32(t);  // already representable
+  ASSIGN_OR_RETURN(ir::Tensor f, ToF32(t));
+  return RoundedTo(f, dtype, /*keep_f32=*/true);
 }
 
 }  // namespace kiln::report

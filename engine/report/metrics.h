@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "absl/functional/function_ref.h"
 #include "absl/types/span.h"
 #include "engine/ir/tensor.h"
 #include "kiln/v1/report.pb.h"
@@ -28,13 +29,17 @@ class ErrorAccumulator {
   /// a non-finite x where the reference is finite counts as NaN/Inf and as outside.
   void Add(const float* x, const float* ref, int64_t n, const Tolerance& tol);
   /// Adds every element of `x` (any floating dtype, converted in small chunks without a copy
-  /// of the tensor) against `ref` (f32, same element count).
+  /// of the tensor) against `ref` (f32, same element count). Large tensors are split over all
+  /// threads; the sums are merged in a fixed order, so the result does not depend on how many.
   absl::Status AddTensor(const ir::Tensor& x, const ir::Tensor& ref, const Tolerance& tol);
   v1::ErrorStats Finish() const;
   int64_t elements() const { return elements_; }
 
  private:
   void AddOne(float x, float ref, const Tolerance& tol);
+  // Adds the n pairs (load(begin, m, buf) -> x[begin, begin + m), into buf if it must convert).
+  void AddBlocks(const float* ref, int64_t n, const Tolerance& tol,
+                 absl::FunctionRef<const float*(int64_t, int64_t, float*)> load);
 
   int64_t elements_ = 0;
   int64_t finite_ = 0;
@@ -51,5 +56,9 @@ absl::StatusOr<ir::Tensor> ToF32(const ir::Tensor& t);
 
 /// `t` (f32) converted to floating `dtype` (round to nearest even), or `t` itself when f32.
 absl::StatusOr<ir::Tensor> FromF32(const ir::Tensor& t, DataType dtype);
+
+/// `t` (any floating dtype) rounded to floating `dtype` and held as f32: the values a kernel
+/// at that precision holds. Large tensors are converted by all threads.
+absl::StatusOr<ir::Tensor> RoundedF32(const ir::Tensor& t, DataType dtype);
 
 }  // namespace kiln::report

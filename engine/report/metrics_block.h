@@ -14,11 +14,9 @@ struct BlockSums {
   int64_t outside = 0;
 };
 
-/// True when every element of `x` and `ref` is finite.
-bool AllFinite(const float* x, const float* ref, int64_t n);
-
-/// Adds `n` pairs, all finite (checked by AllFinite), to `out`.
-void AddFiniteBlock(const float* x, const float* ref, int64_t n, float atol, float rtol,
+/// Adds `n` pairs to `out` when every element of `x` and `ref` is finite and returns true;
+/// returns false, leaving `out` as it was, when one is not.
+bool AddFiniteBlock(const float* x, const float* ref, int64_t n, float atol, float rtol,
                     BlockSums& out);
 
 /// Max |v| over the finite elements of `v`.

@@ -69,7 +69,8 @@ class NodeContext final : public kernels::KernelContext {
     if (off >= 0 && esize > 0 && static_cast<uint64_t>(n) <= slot_bytes_[v->id] / esize) {
       values_[v->id] = ir::Tensor::Borrow(dtype, std::move(dims), arena_ + off, nullptr);
     } else {
-      ASSIGN_OR_RETURN(values_[v->id], ir::Tensor::Allocate(dtype, std::move(dims)));
+      // Kernels write every element of their outputs (kernel.h), as arena slots require.
+      ASSIGN_OR_RETURN(values_[v->id], ir::Tensor::AllocateUninitialized(dtype, std::move(dims)));
     }
     return &values_[v->id];
   }

@@ -42,8 +42,8 @@ class Session {
                                               const InteriorTap& tap = nullptr);
 
   const plan::Engine& engine() const { return *engine_; }
-  /// The kernel of the node at `index` in execution order, for running that node alone (never
-  /// while Run is in progress).
+  /// The kernel of the node at `index` in execution order, for running that node alone: between
+  /// runs, or from an observer once Run has passed that node (never while it runs).
   kernels::Kernel& kernel(size_t index) { return *kernels_[index]; }
   uint64_t arena_bytes() const { return arena_bytes_; }
 

@@ -19,6 +19,7 @@
 #include "engine/report/analysis.h"
 #include "engine/report/metrics.h"
 #include "engine/runtime/session.h"
+#include "engine/runtime/threads.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -107,6 +108,47 @@ TEST(ErrorAccumulatorTest, IdenticalTensorsHaveInfiniteSnrAndUnitCosine) {
   EXPECT_TRUE(std::isinf(s.snr_db()));
   EXPECT_NEAR(s.cosine(), 1, 1e-12);
   EXPECT_EQ(s.fraction_outside(), 0);
+}
+
+// Large tensors are split over the threads; the stats must not depend on how many there are,
+// nor on the dtype the engine value is stored in beyond its rounding.
+TEST(ErrorAccumulatorTest, LargeTensorsGiveTheSameStatsOnAnyThreadCount) {
+  const int64_t n = 300001;  // many blocks and a partial one
+  auto ref = ir::Tensor::Allocate(DataType::kF32, {n});
+  auto x = ir::Tensor::Allocate(DataType::kF32, {n});
+  ASSERT_TRUE(ref.ok() && x.ok());
+  for (int64_t i = 0; i < n; ++i) {
+    ref->data<float>()[i] = std::sin(0.001f * i) * 100;
+    x->data<float>()[i] = ref->data<float>()[i] * (1 + 1e-3f * std::cos(0.37f * i));
+  }
+  x->data<float>()[123456] = INFINITY;
+  x->data<float>()[200000] = NAN;
+  auto bf16 = report::FromF32(*x, DataType::kBF16);
+  ASSERT_TRUE(bf16.ok());
+  const int before = runtime::Threads();
+  std::string stats[2][2];
+  for (int threads : {1, 2}) {
+    ASSERT_TRUE(runtime::SetThreads(threads).ok());
+    const ir::Tensor* values[2] = {&*x, &*bf16};
+    for (int d = 0; d < 2; ++d) {
+      report::ErrorAccumulator acc;
+      ASSERT_TRUE(acc.AddTensor(*values[d], *ref, report::Tolerance{}).ok());
+      v1::ErrorStats s = acc.Finish();
+      EXPECT_EQ(s.inf_count(), 1);
+      EXPECT_EQ(s.nan_count(), 1);
+      EXPECT_EQ(s.elements(), n);
+      stats[threads - 1][d] = s.SerializeAsString();
+    }
+  }
+  ASSERT_TRUE(runtime::SetThreads(before).ok());
+  EXPECT_EQ(stats[0][0], stats[1][0]);
+  EXPECT_EQ(stats[0][1], stats[1][1]);
+  // The bf16 values compared as the f32 values they round to give the same stats.
+  auto rounded = report::RoundedF32(*x, DataType::kBF16);
+  ASSERT_TRUE(rounded.ok());
+  report::ErrorAccumulator acc;
+  ASSERT_TRUE(acc.AddTensor(*rounded, *ref, report::Tolerance{}).ok());
+  EXPECT_EQ(acc.Finish().SerializeAsString(), stats[0][1]);
 }
 
 TEST(SourceTensorNameTest, StripsOnlyDtypeSuffixes) {

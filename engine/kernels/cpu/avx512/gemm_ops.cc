@@ -29,11 +29,31 @@ GemmType ToGemmType(DataType t) {
   }
 }
 
+// Bf16DotPathAllowed of B, kept between runs when B is the node's constant (a weight): the scan
+// of a big weight costs as much as reading it, on every run.
+class WeightScan {
+ public:
+  bool Allowed(const ir::Node& node, const ir::Tensor& b) {
+    const ir::Value* v = node.input(1);
+    const bool weight = v && v->constant && v->constant->raw_data() == b.raw_data();
+    if (!weight) return Bf16DotPathAllowed(b.data<uint16_t>(), b.num_elements());
+    if (scanned_ != b.raw_data()) {
+      allowed_ = Bf16DotPathAllowed(b.data<uint16_t>(), b.num_elements());
+      scanned_ = b.raw_data();
+    }
+    return allowed_;
+  }
+
+ private:
+  const void* scanned_ = nullptr;
+  bool allowed_ = false;
+};
+
 // Sets the bf16 path choice of gemm.h from the whole input tensors.
-void ChooseBf16Path(GemmArgs& g, const ir::Tensor& a, const ir::Tensor& b) {
+void ChooseBf16Path(GemmArgs& g, const ir::Node& node, const ir::Tensor& a, const ir::Tensor& b,
+                    WeightScan& scan) {
   if (g.type != GemmType::kBF16) return;
-  g.bf16_dot = Bf16DotPathAllowed(a.data<uint16_t>(), a.num_elements()) &&
-               Bf16DotPathAllowed(b.data<uint16_t>(), b.num_elements());
+  g.bf16_dot = Bf16DotPathAllowed(a.data<uint16_t>(), a.num_elements()) && scan.Allowed(node, b);
 }
 
 // Y = alpha * A' * B' + beta * C.
@@ -100,7 +120,7 @@ class GemmKernel final : public Kernel {
     g.scale = true;
     g.alpha = alpha_;
     g.beta = beta_;
-    ChooseBf16Path(g, *a, *b);
+    ChooseBf16Path(g, node_, *a, *b, scan_);
     GemmAvx512(g);
     return absl::OkStatus();
   }
@@ -109,6 +129,7 @@ class GemmKernel final : public Kernel {
   const ir::Node& node_;
   bool trans_a_ = false, trans_b_ = false;
   float alpha_ = 1.0f, beta_ = 1.0f;
+  WeightScan scan_;
 };
 
 // numpy.matmul: 1-D operands are promoted (and the added dim dropped), batch dims broadcast.
@@ -116,7 +137,7 @@ class GemmKernel final : public Kernel {
 // dot product before the one rounding to the output type. `fused`: FusedMatMul, whose member 0
 // (the MatMul) is kept inside: offered to an interior tap as the fp32 dot products.
 absl::StatusOr<ir::Tensor*> MatMulCore(const ir::Node& node, KernelContext& ctx,
-                                       const ir::Tensor* bias, bool fused) {
+                                       const ir::Tensor* bias, bool fused, WeightScan& scan) {
   ASSIGN_OR_RETURN(const ir::Tensor* a, RequireInput(node, ctx, 0));
   ASSIGN_OR_RETURN(const ir::Tensor* b, RequireInput(node, ctx, 1));
   if (a->dtype() != b->dtype()) return InvalidNode(node, "A and B must have the same dtype");
@@ -182,14 +203,25 @@ absl::StatusOr<ir::Tensor*> MatMulCore(const ir::Node& node, KernelContext& ctx,
     g.c_cs = bias->num_elements() == n ? 1 : 0;
   }
   if (fused) g.acc = ctx.interior(0, y->num_elements());
-  ChooseBf16Path(g, *a, *b);
+  ChooseBf16Path(g, node, *a, *b, scan);
   GemmAvx512(g);
   return y;
 }
 
-absl::Status MatMulRun(const ir::Node& node, KernelContext& ctx) {
-  return MatMulCore(node, ctx, nullptr, /*fused=*/false).status();
-}
+class MatMulKernel final : public Kernel {
+ public:
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const ir::Node& node) {
+    return std::unique_ptr<Kernel>(new MatMulKernel(node));
+  }
+  absl::Status Run(KernelContext& ctx) override {
+    return MatMulCore(node_, ctx, nullptr, /*fused=*/false, scan_).status();
+  }
+
+ private:
+  explicit MatMulKernel(const ir::Node& node) : node_(node) {}
+  const ir::Node& node_;
+  WeightScan scan_;
+};
 
 // FusedMatMul = activation(MatMul(A, B) + bias): the bias is added to the fp32 dot product in
 // the GEMM epilogue; the activation then reads that sum rounded once to the output type, as the
@@ -212,7 +244,7 @@ class FusedMatMulKernel final : public Kernel {
   }
 
   absl::Status Run(KernelContext& ctx) override {
-    ASSIGN_OR_RETURN(ir::Tensor * y, MatMulCore(node_, ctx, ctx.input(2), /*fused=*/true));
+    ASSIGN_OR_RETURN(ir::Tensor * y, MatMulCore(node_, ctx, ctx.input(2), /*fused=*/true, scan_));
     if (act_.kind == ref::ActKind::kNone) return absl::OkStatus();
     return ref::DispatchFloat(y->dtype(), [&](auto tag) -> absl::Status {
       using T = typename decltype(tag)::type;
@@ -237,14 +269,14 @@ class FusedMatMulKernel final : public Kernel {
   FusedMatMulKernel(const ir::Node& node, ref::Activation act) : node_(node), act_(act) {}
   const ir::Node& node_;
   ref::Activation act_;
+  WeightScan scan_;
 };
 
 }  // namespace
 
 void RegisterGemmOps(Registry& r) {
   for (ir::OpType op : {ir::OpType::kGemm, ir::OpType::kMatMul}) {
-    KernelFactory f =
-        op == ir::OpType::kGemm ? &GemmKernel::Create : &FunctionKernel<MatMulRun>::Create;
+    KernelFactory f = op == ir::OpType::kGemm ? &GemmKernel::Create : &MatMulKernel::Create;
     r.Add(KernelDef{op, {DataType::kF32, DataType::kF16}, 0, Backend::kCpu, Isa::kAvx512, f});
     KernelDef bf16{op, {DataType::kBF16}, 0, Backend::kCpu, Isa::kAvx512, f};
     bf16.cpu_features = kCpuAvx512Bf16;  // vdpbf16ps, vcvtneps2bf16

@@ -208,13 +208,18 @@ void BroadcastPlan::ForEachRun(Body&& body) const {
 
 // ---------------------------------------------------------------------------------------------
 // Loops. `f` receives compute values (Comp<T>) and returns a compute value; storage conversion
-// happens here, once per element, so every op obeys the fp16/bf16 rule by construction.
+// happens here, once per element, so every op obeys the fp16/bf16 rule by construction. Long
+// runs are split over the threads (each element is computed alone, so the numbers are the same
+// on any thread count); short ones are not worth waking them for.
+
+inline constexpr int64_t kParallelRun = int64_t{1} << 15;
 
 template <typename TI, typename TO, typename F>
 void UnaryLoop(const ir::Tensor& x, ir::Tensor& y, const F& f) {
   const Stor<TI>* px = x.data<Stor<TI>>();
   Stor<TO>* py = y.data<Stor<TO>>();
   const int64_t n = x.num_elements();
+#pragma omp parallel for schedule(static) if (n >= kParallelRun)
   for (int64_t i = 0; i < n; ++i) py[i] = StoreV<TO>(f(LoadV<TI>(px[i])));
 }
 
@@ -229,6 +234,7 @@ void BinaryLoop(const BroadcastPlan& plan, const ir::Tensor& a, const ir::Tensor
     const Stor<TB>* rb = pb + off[1];
     Stor<TO>* ro = po + o;
     const int64_t sa = st[0], sb = st[1];
+#pragma omp parallel for schedule(static) if (n >= kParallelRun)
     for (int64_t i = 0; i < n; ++i) {
       ro[i] = StoreV<TO>(f(LoadV<TA>(ra[i * sa]), LoadV<TB>(rb[i * sb])));
     }
