@@ -1,17 +1,23 @@
 // MatMul kernels at the BERT-base shapes (sequence 128, hidden 768, 12 heads, FFN 3072) in fp32,
 // fp16 and bf16, through the kernel registry exactly as the engine runs them: the fastest kernel
 // the CPU supports, and the reference kernel for comparison. Reports GFLOP/s as a counter.
+// Also the fastest fp32 and bf16 MatMul at large shapes, and the machine's fp32 peak measured by
+// an AVX-512 FMA-throughput loop, so GEMM rates can be read as a fraction of peak (run_all.py).
 //
 //   kiln_bench [--benchmark_filter=...] [--benchmark_format=json]
 //
-// Benchmark names: MatMul/<dtype>/<isa>/<shape name>.
+// Benchmark names: MatMul/<dtype>/<isa>/<shape name> (BERT-base shapes),
+// Gemm/<dtype>/<M>x<K>x<N> (large shapes), FmaPeak/threads:<N>. Kernels use OMP_NUM_THREADS
+// threads (default one per core); FmaPeak runs 1 .. cores threads whatever OMP_NUM_THREADS says.
 #include <benchmark/benchmark.h>
+#include <omp.h>
 
 #include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "bench/fma_peak.h"
 #include "engine/common/cpu_features.h"
 #include "engine/common/half.h"
 #include "engine/ir/graph.h"
@@ -103,8 +109,43 @@ void RunMatMul(benchmark::State& state, DataType t, uint64_t features, Shape s) 
   state.SetLabel(kernels::IsaName((*def)->isa));
 }
 
+// Shapes large enough (M >= 128) for a GEMM to approach the machine's peak.
+constexpr Shape kLargeShapes[] = {
+    {"128x768x768", 1, 128, 768, 768},
+    {"128x768x3072", 1, 128, 768, 3072},
+    {"512x1024x1024", 1, 512, 1024, 1024},
+    {"1024x1024x1024", 1, 1024, 1024, 1024},
+};
+
+void RunFmaPeak(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  constexpr int64_t kIterations = 1 << 20;
+  float sink = 0.0f;
+  for (auto _ : state) sink += FmaPeakLoop(threads, kIterations);
+  benchmark::DoNotOptimize(sink);
+  state.counters["GFLOPS"] = benchmark::Counter(threads * FmaPeakFlopsPerThread(kIterations) * 1e-9,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+
 void RegisterAll() {
   const uint64_t cpu = DetectCpuFeatures();
+  if (cpu & kCpuAvx512F) {
+    benchmark::RegisterBenchmark("FmaPeak", RunFmaPeak)
+        ->ArgName("threads")
+        ->DenseRange(1, omp_get_num_procs())
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime()
+        ->MinTime(0.3);
+  }
+  for (DataType t : {DataType::kF32, DataType::kBF16}) {
+    for (const Shape& s : kLargeShapes) {
+      const std::string name = absl::StrCat("Gemm/", DataTypeOnnxName(t), "/", s.name);
+      benchmark::RegisterBenchmark(name.c_str(), RunMatMul, t, cpu, s)
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime()
+          ->MinTime(0.3);
+    }
+  }
   for (DataType t : {DataType::kF32, DataType::kBF16, DataType::kF16}) {
     for (const Shape& s : kShapes) {
       for (bool fast : {true, false}) {

@@ -156,7 +156,8 @@ def kiln_bench_ms(build_dir, threads):
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     # Repetitions, keeping the best: the cores may be shared, and an OpenMP barrier waiting for a
     # preempted thread costs a whole time slice.
-    out = subprocess.run([exe, "--benchmark_format=json", "--benchmark_repetitions=5"],
+    out = subprocess.run([exe, "--benchmark_filter=^MatMul/", "--benchmark_format=json",
+                          "--benchmark_repetitions=5"],
                          check=True, capture_output=True, text=True, env=env).stdout
     results = {}
     for b in json.loads(out)["benchmarks"]:
