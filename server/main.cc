@@ -31,10 +31,12 @@ int main(int argc, char** argv) {
               << kiln::server::ServerUsage();
     return 2;
   }
-  // Few malloc arenas: gRPC runs calls on many threads, and with glibc's default (8 per core) a
+  // One malloc arena: gRPC runs calls on many threads, and with glibc's default (8 per core) a
   // burst of builds leaves freed memory scattered over arenas that are never trimmed (measured:
-  // RSS +75% after 5 bursts of 50 builds with the default, +8% and flat with 2).
-  mallopt(M_ARENA_MAX, 2);
+  // RSS +75% after 5 bursts of 50 builds with the default, +8% with 2; a second arena still kept
+  // ~0.9 MB after a burst, tests/client/load_test.py's per-mapping growth). The server allocates
+  // little per call (builds run in workers), so one arena costs no measurable contention.
+  mallopt(M_ARENA_MAX, 1);
   // Engine chunks, uploads and reports are buffers of up to a few MiB: mapped and unmapped on
   // their own instead of carving the heap (a fixed threshold also stops glibc from raising it
   // after the first free), so a burst leaves no fragmented heap behind.

@@ -2,7 +2,9 @@
 """Load check (run by hand, not in ctest): 10 clients x 5 concurrent builds = 50 small builds
 against one kiln-server with few workers and a small queue. Every request must end as a success
 (engine digest verified) or RESOURCE_EXHAUSTED: none lost, none hanging. Prints the server's RSS
-idle before, at peak, and idle after (VmRSS from /proc/PID/status).
+idle before, at peak, and idle after (VmRSS from /proc/PID/status), which mappings grew
+(/proc/PID/smaps), and the RSS before any client and after every client closed. With
+KILN_LOAD_GDB=1 it also has gdb print the server's malloc_stats() into its log and shows it.
 
 usage: /usr/bin/python3 tests/client/load_test.py --server-bin build/server/kiln-server
        [--source-dir .] [--clients 10] [--builds 5] [--workers 2] [--queue 4] [--cache]
@@ -12,6 +14,7 @@ import argparse
 import collections
 import hashlib
 import os
+import subprocess
 import sys
 import tempfile
 import threading
@@ -67,6 +70,34 @@ def settle_rss(server, seconds=3.0):
     except OSError:
         pass
     return server.rss_kib()
+
+
+def smaps(pid):
+    """Rss KiB of each mapping of `pid`, keyed by (address range, what is mapped)."""
+    out, key = {}, None
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            parts = line.split()
+            if "-" in parts[0] and not parts[0].endswith(":"):
+                key = (parts[0], parts[5] if len(parts) > 5 else "[anon]")
+            elif parts[0] == "Rss:":
+                out[key] = int(parts[1])
+    return out
+
+
+def print_smaps_growth(before, after, top=12):
+    """Where the server's resident memory grew: the mappings whose Rss changed most."""
+    keys = set(before) | set(after)
+    delta = sorted(((after.get(k, 0) - before.get(k, 0), k) for k in keys), reverse=True)
+    kinds = collections.Counter()
+    for d, (_, what) in delta:
+        kinds["stacks and arenas" if what == "[anon]" else what] += d
+    print("Rss change by kind (KiB): " +
+          ", ".join(f"{k} {v:+d}" for k, v in kinds.most_common() if v))
+    print("largest Rss changes by mapping (KiB):")
+    for d, (addr, what) in delta[:top]:
+        if d:
+            print(f"  {d:+7d}  {what}  {addr}{'  (new)' if (addr, what) not in before else ''}")
 
 
 def run_round(grpc, pb, stubs, models, server, a):
@@ -148,6 +179,7 @@ def main():
             extra += ["--cache-dir", os.path.join(work, "cache")]
         server = kiln_fixture.start_server(a.server_bin, work, extra)
         try:
+            rss_fresh = settle_rss(server)  # no client yet
             channels = [grpc.insecure_channel(server.address) for _ in range(a.clients)]
             stubs_ = [pb_grpc.ConverterStub(c) for c in channels]
             # Warm-up build so lazily created state (thread pools, TLS, allocator arenas) is
@@ -161,6 +193,10 @@ def main():
                 grpc.channel_ready_future(c).result(timeout=a.timeout)
             rss_idle = settle_rss(server)
             anon_idle = server.private_kib()
+            maps_idle = smaps(server.proc.pid)
+            if os.environ.get("KILN_LOAD_GDB"):
+                subprocess.run(["gdb", "-p", str(server.proc.pid), "-batch", "-ex",
+                                "call (void)malloc_stats()"], capture_output=True)
 
             rounds = []
             for r in range(a.rounds):
@@ -171,8 +207,16 @@ def main():
                 print(f"round {r + 1}: {dict(result['outcomes'])}; hanging {result['hung']}; "
                       f"wall {result['wall']:.2f}s; RSS peak {result['peak']} KiB, idle after "
                       f"{result['rss_after']} KiB", flush=True)
+            print_smaps_growth(maps_idle, smaps(server.proc.pid))
+            if os.environ.get("KILN_LOAD_GDB"):
+                subprocess.run(["gdb", "-p", str(server.proc.pid), "-batch", "-ex",
+                                "call (void)malloc_stats()"], capture_output=True)
+                print(open(server.log_path).read()[-6000:])
             for c in channels:
                 c.close()
+            # With every client gone, what is left is the server's own: compared with the level
+            # before any client came, connection state does not count either way.
+            rss_closed = settle_rss(server, 5.0)
             alive = server.proc.poll() is None
         finally:
             code = server.stop()
@@ -197,6 +241,9 @@ def main():
           f"{growth:+.1f}% vs idle; server alive after load: {alive}; exit code {code}")
     print(f"server private memory (RssAnon: heap, stacks, anonymous maps): idle {anon_idle} KiB; "
           f"after each round {[r['anon_after'] for r in rounds]} KiB")
+    closed_growth = 100.0 * (rss_closed - rss_fresh) / rss_fresh
+    print(f"server RSS without clients: before any client {rss_fresh} KiB; after the load and "
+          f"every client closed {rss_closed} KiB ({closed_growth:+.1f}%)")
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 
