@@ -191,8 +191,8 @@ absl::Status Work(const v1::BuildSpec& spec, bool test_hooks, spdlog::logger& lo
     ro.model_path = job::kModelFile;  // the search builds read it again
     ASSIGN_OR_RETURN(
         v1::AccuracyReport rep,
-        builder::BuildAccuracyReport("", options, built, engine, std::move(built.reference),
-                                     samples.sets, ro, log));
+        builder::BuildAccuracyReport("", options, built, std::move(engine),
+                                     std::move(built.reference), samples.sets, ro, log));
     accuracy_pass = rep.pass();
     v1::BuildEvent e;
     *e.mutable_report() = std::move(rep);

@@ -160,8 +160,8 @@ absl::Status RunReport(const Args& args, const std::string& model_path,
   if (opts.import.model_dir.empty()) opts.import.model_dir = builder::ModelDirOf(model_path);
   // The search builds read the model again from its path: no bytes to keep here.
   ASSIGN_OR_RETURN(v1::AccuracyReport rep,
-                   builder::BuildAccuracyReport("", opts, built, engine, std::move(reference),
-                                                samples.sets, ro, logger));
+                   builder::BuildAccuracyReport("", opts, built, std::move(engine),
+                                                std::move(reference), samples.sets, ro, logger));
   std::cout << "\n" << report::RenderTable(rep, 10);
   RETURN_IF_ERROR(WriteOutputs(args, rep));
   if (args.flags.count("--suggest-policy")) {

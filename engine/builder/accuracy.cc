@@ -267,6 +267,10 @@ absl::StatusOr<v1::AccuracyReport> BuildAccuracyReport(
     reference.reset();  // the search builds need the memory
     ASSIGN_OR_RETURN(SampleOutputs cur_out, RunOutputs(engine, samples));
     OutputCheck before = Judge(cur_out, ref_out, report_options.tolerance);
+    // The engine's latency now, so that the search builds need not keep it loaded (the caller
+    // hands it over for that).
+    ASSIGN_OR_RETURN(const double before_ms, MedianLatencyMs(engine, samples[0], 5));
+    engine.reset();
     sug->set_output_max_abs_before(before.worst_max_abs);
     std::vector<Unit> units = Units(ranked, built);
     if (built.summary.strong_typing) {
@@ -277,9 +281,11 @@ absl::StatusOr<v1::AccuracyReport> BuildAccuracyReport(
       sug->set_note("no node below fp32 introduces any error: nothing to raise");
     } else {
       // Trial k: the first k units raised to fp32, built and judged on the samples.
+      // The last passing trial, which is always the chosen one (each pass lowers `hi`); its
+      // latency is measured while its engine is loaded, so no engine outlives its trial.
       int builds = 0;
-      std::shared_ptr<const plan::Engine> best_engine;
       OutputCheck best_check;
+      double best_latency_ms = 0;
       auto trial = [&](size_t k) -> absl::StatusOr<bool> {
         BuildOptions o = options;
         o.keep_reference = false;
@@ -288,7 +294,11 @@ absl::StatusOr<v1::AccuracyReport> BuildAccuracyReport(
         ++builds;
         if (logger) logger->info("report: search build {}: {} unit(s) raised to fp32", builds, k);
         absl::StatusOr<BuildResult> built_trial;
-        if (path.empty()) {
+        if (built.imported) {
+          o.in_memory = true;  // no blob to write and copy: only run
+          built_trial =
+              BuildEngineFromImport(*built.imported, built.summary.model_sha256, o, nullptr);
+        } else if (path.empty()) {
           built_trial = BuildEngine(model_bytes, o, nullptr);
         } else {
           ASSIGN_OR_RETURN(std::string bytes, import::ReadFile(path, o.import.max_model_bytes));
@@ -296,15 +306,17 @@ absl::StatusOr<v1::AccuracyReport> BuildAccuracyReport(
         }
         if (!built_trial.ok()) return built_trial.status();
         BuildResult b = *std::move(built_trial);
-        ASSIGN_OR_RETURN(
-            std::shared_ptr<const plan::Engine> e,
-            plan::LoadEngineFromBytes(std::make_shared<const std::string>(std::move(b.blob)),
-                                      /*trusted=*/true));
+        std::shared_ptr<const plan::Engine> e = std::move(b.engine);
+        if (!e) {
+          ASSIGN_OR_RETURN(
+              e, plan::LoadEngineFromBytes(std::make_shared<const std::string>(std::move(b.blob)),
+                                           /*trusted=*/true));
+        }
         ASSIGN_OR_RETURN(SampleOutputs out, RunOutputs(e, samples));
         OutputCheck c = Judge(out, ref_out, report_options.tolerance);
         if (c.pass) {
-          best_engine = e;
           best_check = c;
+          ASSIGN_OR_RETURN(best_latency_ms, MedianLatencyMs(e, samples[0], 5));
         }
         return c.pass;
       };
@@ -321,15 +333,11 @@ absl::StatusOr<v1::AccuracyReport> BuildAccuracyReport(
         if (k == units.size()) break;
       }
       if (hi > 0) {
-        std::shared_ptr<const plan::Engine> keep = best_engine;
-        OutputCheck keep_check = best_check;
         while (hi - lo > 1 && builds < report_options.max_search_builds) {
           size_t mid = (lo + hi) / 2;
           ASSIGN_OR_RETURN(bool ok, trial(mid));
           if (ok) {
             hi = mid;
-            keep = best_engine;
-            keep_check = best_check;
           } else {
             lo = mid;
           }
@@ -340,7 +348,7 @@ absl::StatusOr<v1::AccuracyReport> BuildAccuracyReport(
                          " unit(s) to fp32 so that every output passes (atol ", Sci(rep.atol()),
                          ", rtol ", Sci(rep.rtol()), ", ", samples.size(),
                          " sample(s)).\n# Worst output max_abs ", Sci(before.worst_max_abs), " -> ",
-                         Sci(keep_check.worst_max_abs), ".\n", BasePolicyText(options));
+                         Sci(best_check.worst_max_abs), ".\n", BasePolicyText(options));
         for (size_t i = 0; i < hi; ++i) {
           absl::StrAppend(&text, "# ", units[i].label, "\n");
           for (int s : units[i].nodes) {
@@ -349,9 +357,8 @@ absl::StatusOr<v1::AccuracyReport> BuildAccuracyReport(
           }
         }
         sug->set_found(true);
-        sug->set_output_max_abs_after(keep_check.worst_max_abs);
-        ASSIGN_OR_RETURN(double before_ms, MedianLatencyMs(engine, samples[0], 5));
-        ASSIGN_OR_RETURN(double after_ms, MedianLatencyMs(keep, samples[0], 5));
+        sug->set_output_max_abs_after(best_check.worst_max_abs);
+        const double after_ms = best_latency_ms;
         sug->set_latency_ms_before(before_ms);
         sug->set_latency_ms_after(after_ms);
         absl::StrAppend(&text, "# Engine latency (median of 5 runs, sample 0): ",

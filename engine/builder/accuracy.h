@@ -47,7 +47,8 @@ struct ReportOptions {
 /// Builds the report of `engine`, which `BuildEngine(model_bytes, options)` produced as `built`,
 /// over `samples` (each in graph-input order). `reference` is the build's kept reference
 /// (BuildOptions::keep_reference, moved out of `built` so the search can free it), or null to
-/// build it here from `model_bytes`. The report's time includes the reference's.
+/// build it here from `model_bytes`. The report's time includes the reference's. Hand `engine`
+/// over too (std::move) and it is freed before the search builds.
 absl::StatusOr<v1::AccuracyReport> BuildAccuracyReport(
     std::string model_bytes, const BuildOptions& options, const BuildResult& built,
     std::shared_ptr<const plan::Engine> engine, std::shared_ptr<const plan::Engine> reference,

@@ -117,6 +117,7 @@ struct Compiled {
   std::vector<ir::Node*> live;
   std::vector<plan::KernelChoice> choices;
   v1::EngineMetadata meta;
+  runtime::MemoryPlan memory;  // by value id (the metadata's slots use blob tensor indices)
 };
 
 // Precision, fusion, lowering, kernel choice, constant folding, dead code and the memory plan
@@ -345,15 +346,23 @@ absl::StatusOr<Compiled> Compile(ir::Graph& g, const precision::Policy& policy,
   c.live = std::move(live);
   c.choices = std::move(choices);
   c.meta = std::move(meta);
+  c.memory = std::move(mp);
   return c;
 }
 
-// The engine of a compiled graph, in memory (no blob): for the accuracy report's reference,
-// which runs without an arena, so the memory plan is left out.
+// The engine of a compiled graph, in memory (no blob), its weights the graph's constants.
+// Session reads memory plan slots as value ids of the engine's graph: here the graph's own.
 std::shared_ptr<const plan::Engine> InMemoryEngine(std::unique_ptr<ir::Graph> graph, Compiled c) {
   auto e = std::make_shared<plan::Engine>();
   e->metadata = std::move(c.meta);
-  e->metadata.clear_memory_plan();
+  v1::MemoryPlan* mp = e->metadata.mutable_memory_plan();
+  mp->clear_slots();
+  for (const auto& s : c.memory.slots) {
+    v1::MemoryPlan::Slot* slot = mp->add_slots();
+    slot->set_tensor(s.value_id);
+    slot->set_offset(s.offset);
+    slot->set_bytes(s.bytes);
+  }
   for (size_t k = 0; k < c.live.size(); ++k) {
     const ir::Node* n = c.live[k];
     const plan::KernelChoice& choice = c.choices[n->id];
@@ -371,35 +380,43 @@ std::shared_ptr<const plan::Engine> InMemoryEngine(std::unique_ptr<ir::Graph> gr
   return e;
 }
 
-// The build; `release`, when set, points at the model bytes, freed once imported (the graph
-// holds the weights from then on, so a big model is not held twice while its blob is written).
-absl::StatusOr<BuildResult> Build(const std::string& model_bytes, std::string* release,
-                                  const BuildOptions& options,
-                                  std::shared_ptr<spdlog::logger> logger) {
-  if (!logger)
-    logger =
-        std::make_shared<spdlog::logger>("kiln", std::make_shared<spdlog::sinks::null_sink_mt>());
+// The policy of `options` (the preset or file, then the --rule flags).
+absl::StatusOr<precision::Policy> PolicyOf(const BuildOptions& options) {
   ASSIGN_OR_RETURN(precision::Policy policy,
                    precision::LoadPolicy(options.policy.empty() ? "fp32" : options.policy));
   policy.implicit = options.policy.empty();
   RETURN_IF_ERROR(precision::AddRuleFlags(policy, options.rules));
-  BuildResult result;
-  BuildSummary& sum = result.summary;
-  sum.model_sha256 = DigestHex(Sha256(model_bytes));
-  if (options.on_stage) options.on_stage("import", 0.05);
-  logger->info("import: {} bytes, sha256 {}", model_bytes.size(), sum.model_sha256);
-  ASSIGN_OR_RETURN(std::unique_ptr<ir::Graph> graph,
-                   import::ImportModel(model_bytes, options.import, release));
+  return policy;
+}
+
+std::shared_ptr<spdlog::logger> OrNullLogger(std::shared_ptr<spdlog::logger> logger) {
+  if (logger) return logger;
+  return std::make_shared<spdlog::logger>("kiln", std::make_shared<spdlog::sinks::null_sink_mt>());
+}
+
+// Everything after the import: the engine blob, and with keep_reference the pristine import and
+// the reference compiled from it. `result.summary.model_sha256` is set.
+absl::StatusOr<BuildResult> BuildImported(std::unique_ptr<ir::Graph> graph,
+                                          const precision::Policy& policy,
+                                          const BuildOptions& options, BuildResult result,
+                                          spdlog::logger& logger) {
   ir::Graph& g = *graph;
-  logger->info("import: {} nodes, {} values, opset {}, ir_version {}", g.nodes().size(),
-               g.values().size(), g.opset(), g.ir_version());
-  // The reference shares the imported weights; the engine's passes replace its constants,
-  // never write into them.
-  std::unique_ptr<ir::Graph> reference_graph = options.keep_reference ? g.Clone() : nullptr;
-  ASSIGN_OR_RETURN(Compiled c, Compile(g, policy, options, result, *logger, options.on_stage));
+  BuildSummary& sum = result.summary;
+  // Both share the imported weights; the engine's passes replace its constants, never write
+  // into them.
+  std::unique_ptr<ir::Graph> reference_graph;
+  if (options.keep_reference) {
+    result.imported = g.Clone();
+    reference_graph = g.Clone();
+  }
+  ASSIGN_OR_RETURN(Compiled c, Compile(g, policy, options, result, logger, options.on_stage));
+  if (options.in_memory) {
+    result.engine = InMemoryEngine(std::move(graph), std::move(c));
+    return result;
+  }
   ASSIGN_OR_RETURN(result.blob, plan::WriteEngine(g, c.live, c.choices, std::move(c.meta), 0));
-  logger->info("engine: {} kernels, {} bytes of weights, blob {} bytes", sum.kernels,
-               sum.weight_bytes, result.blob.size());
+  logger.info("engine: {} kernels, {} bytes of weights, blob {} bytes", sum.kernels,
+              sum.weight_bytes, result.blob.size());
   if (reference_graph) {
     auto t0 = std::chrono::steady_clock::now();
     BuildOptions ro = ReferenceBuildOptions(options);
@@ -420,6 +437,24 @@ absl::StatusOr<BuildResult> Build(const std::string& model_bytes, std::string* r
   return result;
 }
 
+// The build; `release`, when set, points at the model bytes, freed once imported (the graph
+// holds the weights from then on, so a big model is not held twice while its blob is written).
+absl::StatusOr<BuildResult> Build(const std::string& model_bytes, std::string* release,
+                                  const BuildOptions& options,
+                                  std::shared_ptr<spdlog::logger> logger) {
+  logger = OrNullLogger(std::move(logger));
+  ASSIGN_OR_RETURN(precision::Policy policy, PolicyOf(options));
+  BuildResult result;
+  result.summary.model_sha256 = DigestHex(Sha256(model_bytes));
+  if (options.on_stage) options.on_stage("import", 0.05);
+  logger->info("import: {} bytes, sha256 {}", model_bytes.size(), result.summary.model_sha256);
+  ASSIGN_OR_RETURN(std::unique_ptr<ir::Graph> graph,
+                   import::ImportModel(model_bytes, options.import, release));
+  logger->info("import: {} nodes, {} values, opset {}, ir_version {}", graph->nodes().size(),
+               graph->values().size(), graph->opset(), graph->ir_version());
+  return BuildImported(std::move(graph), policy, options, std::move(result), *logger);
+}
+
 }  // namespace
 
 absl::StatusOr<BuildResult> BuildEngine(const std::string& model_bytes, const BuildOptions& options,
@@ -431,6 +466,17 @@ absl::StatusOr<BuildResult> BuildEngine(std::string&& model_bytes, const BuildOp
                                         std::shared_ptr<spdlog::logger> logger) {
   std::string bytes = std::move(model_bytes);
   return Build(bytes, &bytes, options, std::move(logger));
+}
+
+absl::StatusOr<BuildResult> BuildEngineFromImport(const ir::Graph& imported,
+                                                  const std::string& model_sha256,
+                                                  const BuildOptions& options,
+                                                  std::shared_ptr<spdlog::logger> logger) {
+  logger = OrNullLogger(std::move(logger));
+  ASSIGN_OR_RETURN(precision::Policy policy, PolicyOf(options));
+  BuildResult result;
+  result.summary.model_sha256 = model_sha256;
+  return BuildImported(imported.Clone(), policy, options, std::move(result), *logger);
 }
 
 absl::StatusOr<BuildResult> BuildEngineFromFile(const std::string& model_path, BuildOptions options,

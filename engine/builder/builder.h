@@ -40,6 +40,9 @@ struct BuildOptions {
   /// Also build the accuracy report's fp32 reference (ReferenceBuildOptions) from the same
   /// import, in memory and sharing the imported weights: BuildResult::reference.
   bool keep_reference = false;
+  /// No blob: BuildResult::engine is the compiled engine in memory (weights shared with the
+  /// import), for builds that are only run (the accuracy report's policy search).
+  bool in_memory = false;
 };
 
 /// What a build did, for logs, `kiln build` and tests.
@@ -64,7 +67,9 @@ struct BuildSummary {
 };
 
 struct BuildResult {
-  std::string blob;
+  std::string blob;  // empty with BuildOptions::in_memory
+  /// With BuildOptions::in_memory: the engine, ready for runtime::Session.
+  std::shared_ptr<const plan::Engine> engine;
   BuildSummary summary;
   /// Per source ONNX node (by index): how it was built, as recorded in the blob.
   std::vector<v1::NodeProvenance> nodes;
@@ -78,6 +83,9 @@ struct BuildResult {
   /// without an arena) and the time it took to compile, which belongs to the report.
   std::shared_ptr<const plan::Engine> reference;
   double reference_ms = 0;
+  /// With BuildOptions::keep_reference: the graph as imported, before any pass (its constants
+  /// shared with the reference), for BuildEngineFromImport.
+  std::shared_ptr<const ir::Graph> imported;
 };
 
 /// Builds an engine from serialized ONNX. `logger` receives the build log (may be null).
@@ -88,6 +96,14 @@ absl::StatusOr<BuildResult> BuildEngine(const std::string& model_bytes, const Bu
 /// model: its graph and its blob, not also its bytes).
 absl::StatusOr<BuildResult> BuildEngine(std::string&& model_bytes, const BuildOptions& options,
                                         std::shared_ptr<spdlog::logger> logger);
+
+/// Builds an engine from a graph as ImportModel returned it (`BuildResult::imported`; a copy is
+/// compiled, the constants shared), without reading or parsing the model again: the accuracy
+/// report's policy search. `model_sha256` is the imported model's.
+absl::StatusOr<BuildResult> BuildEngineFromImport(const ir::Graph& imported,
+                                                  const std::string& model_sha256,
+                                                  const BuildOptions& options,
+                                                  std::shared_ptr<spdlog::logger> logger);
 
 /// The options of the accuracy report's reference build for a build with `options`: fp32,
 /// unfused, every authored type widened to fp32 (weak typing), same import options.

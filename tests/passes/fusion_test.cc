@@ -305,7 +305,9 @@ TEST(FusionTest, FusionThatWouldLowerAPinnedNodeIsRefusedAndLogged) {
   EXPECT_THAT(why, HasSubstr("'/bn'"));
   EXPECT_THAT(why, HasSubstr("op:BatchNormalization = fp32"));
   for (const auto& n : r->built.nodes) {
-    if (n.op_type() == "BatchNormalization") EXPECT_EQ(n.effective_precision(), "fp32");
+    if (n.op_type() == "BatchNormalization") {
+      EXPECT_EQ(n.effective_precision(), "fp32");
+    }
   }
 }
 
@@ -317,7 +319,9 @@ TEST(FusionTest, MatMulFusionRefusedWhenTheBiasAddIsPinnedHigher) {
   EXPECT_THAT(r->built.summary.fusion_refusals[0], HasSubstr("'/fc/Add'"));
   EXPECT_THAT(r->built.summary.fusion_refusals[0], HasSubstr("op:Add = fp32 (--rule 1)"));
   for (const auto& n : r->built.nodes) {
-    if (n.op_type() == "Add") EXPECT_EQ(n.effective_precision(), "fp32");
+    if (n.op_type() == "Add") {
+      EXPECT_EQ(n.effective_precision(), "fp32");
+    }
   }
 }
 
