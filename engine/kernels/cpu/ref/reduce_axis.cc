@@ -75,75 +75,87 @@ class AxisKernel final : public Kernel {
   }
 
  private:
+  // Outer blocks are independent: split over the threads when there is enough work (each
+  // element is computed the same way on any thread count).
   template <typename T>
   void Loop(const T* x, T* y, const Lanes& l) const {
     using C = Compute<T>;
-    std::vector<C> stat(l.inner);  // max, norm
-    std::vector<C> sum(l.inner);   // softmax denominators
-    std::vector<int64_t> arg(l.inner);
     const int64_t block = l.n * l.inner;
-    for (int64_t o = 0; o < l.outer; ++o) {
-      const T* xo = x + o * block;
-      T* yo = y + o * block;
-      if constexpr (kOp == AxisOp::kLpNorm) {
-        std::fill(stat.begin(), stat.end(), C(0));
-        for (int64_t k = 0; k < l.n; ++k) {
-          for (int64_t i = 0; i < l.inner; ++i) {
-            const C v = Load(xo[k * l.inner + i]);
-            stat[i] += p_ == 1 ? std::fabs(v) : v * v;
-          }
-        }
-        if (p_ == 2) {
-          for (C& s : stat) s = std::sqrt(s);
-        }
-        // A zero norm gives zero (opset 22 spells this out; earlier opsets left it open).
-        for (int64_t k = 0; k < l.n; ++k) {
-          for (int64_t i = 0; i < l.inner; ++i) {
-            const int64_t e = k * l.inner + i;
-            yo[e] = Store<T>(stat[i] == C(0) ? C(0) : Load(xo[e]) / stat[i]);
-          }
-        }
-        continue;
+#pragma omp parallel if (l.outer > 1 && l.outer * block >= (int64_t{1} << 15))
+    {
+      std::vector<C> stat(l.inner);  // max, norm
+      std::vector<C> sum(l.inner);   // softmax denominators
+      std::vector<int64_t> arg(l.inner);
+#pragma omp for schedule(static)
+      for (int64_t o = 0; o < l.outer; ++o) {
+        Block<T>(x + o * block, y + o * block, l, stat, sum, arg);
       }
-      // Softmax family: per-lane maximum (and, for Hardmax, its first index).
-      std::fill(stat.begin(), stat.end(), -std::numeric_limits<C>::infinity());
-      std::fill(arg.begin(), arg.end(), -1);
+    }
+  }
+
+  // One outer block: its lanes' statistics, then every element rewritten.
+  template <typename T>
+  void Block(const T* xo, T* yo, const Lanes& l, std::vector<Compute<T>>& stat,
+             std::vector<Compute<T>>& sum, std::vector<int64_t>& arg) const {
+    using C = Compute<T>;
+    if constexpr (kOp == AxisOp::kLpNorm) {
+      std::fill(stat.begin(), stat.end(), C(0));
       for (int64_t k = 0; k < l.n; ++k) {
         for (int64_t i = 0; i < l.inner; ++i) {
           const C v = Load(xo[k * l.inner + i]);
-          if (v > stat[i] || arg[i] < 0) {
-            stat[i] = v;
-            arg[i] = k;
-          }
+          stat[i] += p_ == 1 ? std::fabs(v) : v * v;
         }
       }
-      if constexpr (kOp == AxisOp::kHardmax) {
-        for (int64_t k = 0; k < l.n; ++k) {
-          for (int64_t i = 0; i < l.inner; ++i) {
-            yo[k * l.inner + i] = Store<T>(C(arg[i] == k ? 1 : 0));
-          }
-        }
-        continue;
+      if (p_ == 2) {
+        for (C& s : stat) s = std::sqrt(s);
       }
-      // Subtracting the maximum keeps exp from overflowing; it cancels in the ratio.
-      std::fill(sum.begin(), sum.end(), C(0));
-      for (int64_t k = 0; k < l.n; ++k) {
-        for (int64_t i = 0; i < l.inner; ++i) {
-          sum[i] += std::exp(Load(xo[k * l.inner + i]) - stat[i]);
-        }
-      }
-      if constexpr (kOp == AxisOp::kLogSoftmax) {
-        for (C& s : sum) s = std::log(s);
-      }
+      // A zero norm gives zero (opset 22 spells this out; earlier opsets left it open).
       for (int64_t k = 0; k < l.n; ++k) {
         for (int64_t i = 0; i < l.inner; ++i) {
           const int64_t e = k * l.inner + i;
-          const C shifted = Load(xo[e]) - stat[i];
-          if constexpr (kOp == AxisOp::kLogSoftmax) {
-            yo[e] = Store<T>(shifted - sum[i]);
-          } else {
-            yo[e] = Store<T>(std::exp(shifted) / sum[i]);
-          }
+          yo[e] = Store<T>(stat[i] == C(0) ? C(0) : Load(xo[e]) / stat[i]);
+        }
+      }
+      return;
+    }
+    // Softmax family: per-lane maximum (and, for Hardmax, its first index).
+    std::fill(stat.begin(), stat.end(), -std::numeric_limits<C>::infinity());
+    std::fill(arg.begin(), arg.end(), -1);
+    for (int64_t k = 0; k < l.n; ++k) {
+      for (int64_t i = 0; i < l.inner; ++i) {
+        const C v = Load(xo[k * l.inner + i]);
+        if (v > stat[i] || arg[i] < 0) {
+          stat[i] = v;
+          arg[i] = k;
+        }
+      }
+    }
+    if constexpr (kOp == AxisOp::kHardmax) {
+      for (int64_t k = 0; k < l.n; ++k) {
+        for (int64_t i = 0; i < l.inner; ++i) {
+          yo[k * l.inner + i] = Store<T>(C(arg[i] == k ? 1 : 0));
+        }
+      }
+      return;
+    }
+    // Subtracting the maximum keeps exp from overflowing; it cancels in the ratio.
+    std::fill(sum.begin(), sum.end(), C(0));
+    for (int64_t k = 0; k < l.n; ++k) {
+      for (int64_t i = 0; i < l.inner; ++i) {
+        sum[i] += std::exp(Load(xo[k * l.inner + i]) - stat[i]);
+      }
+    }
+    if constexpr (kOp == AxisOp::kLogSoftmax) {
+      for (C& s : sum) s = std::log(s);
+    }
+    for (int64_t k = 0; k < l.n; ++k) {
+      for (int64_t i = 0; i < l.inner; ++i) {
+        const int64_t e = k * l.inner + i;
+        const C shifted = Load(xo[e]) - stat[i];
+        if constexpr (kOp == AxisOp::kLogSoftmax) {
+          yo[e] = Store<T>(shifted - sum[i]);
+        } else {
+          yo[e] = Store<T>(std::exp(shifted) / sum[i]);
         }
       }
     }
