@@ -130,6 +130,19 @@ static void PackATileBf16(const GemmArgs& g, const void* a, int64_t t, uint16_t*
 // Columns j0 .. j0+63 of B as [K][64] fp32; columns past N are zero.
 static void PackBStripF32(const GemmArgs& g, const void* b, int64_t j0, float* dst) {
   const int64_t nc = Min(kNr, g.n - j0);
+  if (g.type == GemmType::kF32 && g.b_cs == 1) {
+    // Contiguous fp32 rows: masked loads straight from B (zero past N), no staging copies.
+    __mmask16 m[kNr / 16];
+    for (int q = 0; q < kNr / 16; ++q) m[q] = TailMask(nc - q * 16);
+    const float* base = reinterpret_cast<const float*>(Elem(b, g.type, j0));
+    for (int64_t kk = 0; kk < g.k; ++kk) {
+      const float* row = base + kk * g.b_rs;
+      for (int q = 0; q < kNr / 16; ++q) {
+        _mm512_store_ps(dst + kk * kNr + q * 16, _mm512_maskz_loadu_ps(m[q], row + q * 16));
+      }
+    }
+    return;
+  }
   for (int64_t kk = 0; kk < g.k; ++kk) {
     float* out = dst + kk * kNr;
     LoadRowF32(g.type, Elem(b, g.type, kk * g.b_rs + j0 * g.b_cs), g.b_cs, nc, out);
@@ -151,6 +164,29 @@ static void PackBStripBf16(const GemmArgs& g, const void* b, int64_t j0, uint16_
     idx_hi[2 * e + 1] = 48 + e;
   }
   const __m512i lo = _mm512_load_si512(idx_lo), hi = _mm512_load_si512(idx_hi);
+  if (g.b_cs == 1) {
+    // Contiguous rows (the common case: a [K, N] weight): masked loads straight from B, no
+    // staging copies; the same bits as the general path below.
+    const uint16_t* base = reinterpret_cast<const uint16_t*>(Elem(b, g.type, j0));
+    const __mmask32 m0 = nc >= 32 ? ~__mmask32{0} : ((__mmask32{1} << nc) - 1);
+    const __mmask32 m1 = nc >= 64   ? ~__mmask32{0}
+                         : nc <= 32 ? 0
+                                    : ((__mmask32{1} << (nc - 32)) - 1);
+    const __mmask32 mh[2] = {m0, m1};
+    for (int64_t p = 0; p < kp; ++p) {
+      const uint16_t* r0 = base + 2 * p * g.b_rs;
+      const bool odd = 2 * p + 1 < g.k;
+      uint16_t* out = dst + p * kNr * 2;
+      for (int h = 0; h < 2; ++h) {
+        const __m512i x = _mm512_maskz_loadu_epi16(mh[h], r0 + 32 * h);
+        const __m512i y =
+            odd ? _mm512_maskz_loadu_epi16(mh[h], r0 + g.b_rs + 32 * h) : _mm512_setzero_si512();
+        _mm512_storeu_si512(out + 64 * h, _mm512_permutex2var_epi16(x, lo, y));
+        _mm512_storeu_si512(out + 64 * h + 32, _mm512_permutex2var_epi16(x, hi, y));
+      }
+    }
+    return;
+  }
   for (int64_t p = 0; p < kp; ++p) {
     std::memset(r0, 0, sizeof(r0));
     std::memset(r1, 0, sizeof(r1));
