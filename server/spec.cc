@@ -102,24 +102,4 @@ std::string CacheKey(const v1::BuildSpec& spec, const CheckedSpec& c) {
   return DigestHex(Sha256(text));
 }
 
-std::string SummaryText(const builder::BuildSummary& s) {
-  std::string out = absl::StrFormat(
-      "  %d source nodes -> %d kernels (%d folded, %d dead)\n"
-      "  weights %d bytes; activation arena %d bytes for %d bytes of activations%s\n"
-      "  precision (%s typing): %d floating nodes fp32, %d fp16, %d bf16; %d dtype change(s), "
-      "%d conversion(s) inserted, %d weight(s) converted\n"
-      "  fusion: %d group(s) fused, %d refused\n",
-      s.source_nodes, s.kernels, s.folded_nodes, s.dead_nodes, s.weight_bytes, s.arena_bytes,
-      s.total_activation_bytes,
-      s.dynamic_activations ? absl::StrCat(" (+", s.dynamic_activations, " sized at run time)")
-                            : "",
-      s.strong_typing ? "strong" : "weak", s.nodes_fp32, s.nodes_fp16, s.nodes_bf16,
-      s.dtype_changes, s.inserted_conversions, s.converted_weights, s.fusions,
-      s.fusion_refusals.size());
-  for (const std::string& w : s.warnings) absl::StrAppend(&out, "  warning: ", w, "\n");
-  for (const std::string& r : s.fusion_refusals)
-    absl::StrAppend(&out, "  fusion refused: ", r, "\n");
-  return out;
-}
-
 }  // namespace kiln::server

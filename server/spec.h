@@ -29,7 +29,4 @@ absl::StatusOr<CheckedSpec> CheckSpec(const v1::BuildSpec& spec, int64_t max_mod
 /// canonical policy, the options, the builder version (KILN_VERSION) and this CPU's features.
 std::string CacheKey(const v1::BuildSpec& spec, const CheckedSpec& checked);
 
-/// The build summary as `kiln build` prints it.
-std::string SummaryText(const builder::BuildSummary& s);
-
 }  // namespace kiln::server

@@ -200,7 +200,7 @@ absl::Status Work(const v1::BuildSpec& spec, bool test_hooks, spdlog::logger& lo
   }
   v1::BuildEvent done;
   v1::BuildResult* r = done.mutable_result();
-  r->set_summary(SummaryText(built.summary));
+  r->set_summary(builder::SummaryText(built.summary));
   r->set_model_sha256(built.summary.model_sha256);
   r->set_accuracy_pass(accuracy_pass);
   r->set_build_ms(

@@ -116,22 +116,8 @@ absl::Status Build(int argc, char** argv) {
   auto logger = StderrLogger(args->flags.count("--quiet") > 0);
   ASSIGN_OR_RETURN(auto result, builder::BuildEngineFromFile(args->positional[0], opts, logger));
   RETURN_IF_ERROR(WriteFileAtomic(args->flags["-o"], result.blob));
-  const auto& s = result.summary;
-  std::cout << absl::StrFormat(
-      "built %s -> %s\n  %d source nodes -> %d kernels (%d folded, %d dead)\n"
-      "  weights %d bytes; activation arena %d bytes for %d bytes of activations%s\n"
-      "  precision (%s typing): %d floating nodes fp32, %d fp16, %d bf16; %d dtype change(s), "
-      "%d conversion(s) inserted, %d weight(s) converted\n",
-      args->positional[0], args->flags["-o"], s.source_nodes, s.kernels, s.folded_nodes,
-      s.dead_nodes, s.weight_bytes, s.arena_bytes, s.total_activation_bytes,
-      s.dynamic_activations ? absl::StrCat(" (+", s.dynamic_activations, " sized at run time)")
-                            : "",
-      s.strong_typing ? "strong" : "weak", s.nodes_fp32, s.nodes_fp16, s.nodes_bf16,
-      s.dtype_changes, s.inserted_conversions, s.converted_weights);
-  std::cout << absl::StrFormat("  fusion: %d group(s) fused, %d refused\n", s.fusions,
-                               s.fusion_refusals.size());
-  for (const std::string& w : s.warnings) std::cout << "  warning: " << w << "\n";
-  for (const std::string& r : s.fusion_refusals) std::cout << "  fusion refused: " << r << "\n";
+  std::cout << "built " << args->positional[0] << " -> " << args->flags["-o"] << "\n"
+            << builder::SummaryText(result.summary);
   if (WantsReport(*args)) {
     return RunReport(*args, args->positional[0], opts, result, logger);
   }

@@ -43,6 +43,9 @@ struct BuildOptions {
   /// No blob: BuildResult::engine is the compiled engine in memory (weights shared with the
   /// import), for builds that are only run (the accuracy report's policy search).
   bool in_memory = false;
+  /// Store each constant bf16 GEMM weight packed as the AVX-512 GEMM reads it (the engine then
+  /// requires that CPU's features). Off: weights as authored (an engine any CPU can run).
+  bool pack_weights = true;
 };
 
 /// What a build did, for logs, `kiln build` and tests.
@@ -61,6 +64,7 @@ struct BuildSummary {
   int dtype_changes = 0;
   int inserted_conversions = 0;
   int converted_weights = 0;
+  int packed_weights = 0;  // bf16 GEMM weights stored packed (BuildOptions::pack_weights)
   std::vector<std::string> warnings;
   int fusions = 0;
   std::vector<std::string> fusion_refusals;
@@ -104,6 +108,9 @@ absl::StatusOr<BuildResult> BuildEngineFromImport(const ir::Graph& imported,
                                                   const std::string& model_sha256,
                                                   const BuildOptions& options,
                                                   std::shared_ptr<spdlog::logger> logger);
+
+/// The summary lines `kiln build` prints and the service returns (two-space indented).
+std::string SummaryText(const BuildSummary& summary);
 
 /// The options of the accuracy report's reference build for a build with `options`: fp32,
 /// unfused, every authored type widened to fp32 (weak typing), same import options.

@@ -53,7 +53,17 @@ struct GemmArgs {
   /// Optional interior tap: each output element's fp32 accumulator (before the epilogue), batch
   /// b row i at acc + (b * m + i) * n.
   float* acc = nullptr;
+  /// bf16 only: B already packed by PackBBf16 (a weight packed at build time); `b` is unused and
+  /// must be the same matrix for every batch. The numbers are those of the unpacked B.
+  const uint16_t* b_packed = nullptr;
 };
+
+/// bf16 values of one strip (64 columns) of a packed B with `k` rows.
+int64_t PackedBStripElems(int64_t k);
+
+/// Packs bf16 B [k, n] (row-major) for GemmArgs::b_packed: ceil(n / 64) strips of
+/// PackedBStripElems(k) values, the layout the bf16 GEMM paths read, zero padded.
+void PackBBf16(const uint16_t* b, int64_t k, int64_t n, uint16_t* out);
 
 /// Runs the GEMM with OpenMP over the available threads. Needs the kAvx512 CPU features, and
 /// kCpuAvx512Bf16 for GemmType::kBF16.

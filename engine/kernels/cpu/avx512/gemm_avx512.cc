@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "engine/common/half.h"
 #include "engine/kernels/cpu/avx512/gemm.h"
 #include "engine/kernels/cpu/avx512/vec_convert_inl.h"
 
@@ -200,6 +201,15 @@ static void PackBStripBf16(const GemmArgs& g, const void* b, int64_t j0, uint16_
       _mm512_storeu_si512(out + 64 * h, _mm512_permutex2var_epi16(x, lo, y));
       _mm512_storeu_si512(out + 64 * h + 32, _mm512_permutex2var_epi16(x, hi, y));
     }
+  }
+}
+
+// A strip of a packed bf16 B (PackBBf16) as [K][64] fp32, for the fp32-order path (an A with
+// subnormal values): element (k, j) sits at pair k / 2, column j, slot k % 2.
+static void UnpackBStripF32(const uint16_t* strip, int64_t k, float* dst) {
+  for (int64_t kk = 0; kk < k; ++kk) {
+    const uint16_t* pair = strip + (kk / 2) * kNr * 2 + kk % 2;
+    for (int64_t j = 0; j < kNr; ++j) dst[kk * kNr + j] = BFloat16BitsToFloat(pair[j * 2]);
   }
 }
 
@@ -414,11 +424,17 @@ static void GemmAmxBf16(const GemmArgs& g) {
       const int64_t bi = t / (strips * mgroups);
       const int64_t s = (t / mgroups) % strips, grp = t % mgroups;
       const int64_t j0 = s * kNr, nc = Min(kNr, g.n - j0);
-      const void* b = Elem(g.b, g.type, g.b_offsets ? g.b_offsets[bi] : 0);
-      uint16_t* bp = bpack.as<uint16_t>();
-      PackBStripBf16(g, b, j0, bp);
-      const int64_t kp = CeilDiv(g.k, 2);
-      std::memset(bp + kp * kNr * 2, 0, (kp_padded - kp) * kNr * 2 * 2);
+      const uint16_t* bp;
+      if (g.b_packed != nullptr) {
+        bp = g.b_packed + s * kp_padded * kNr * 2;
+      } else {
+        const void* b = Elem(g.b, g.type, g.b_offsets ? g.b_offsets[bi] : 0);
+        uint16_t* strip = bpack.as<uint16_t>();
+        PackBStripBf16(g, b, j0, strip);
+        const int64_t kp = CeilDiv(g.k, 2);
+        std::memset(strip + kp * kNr * 2, 0, (kp_padded - kp) * kNr * 2 * 2);
+        bp = strip;
+      }
       const int64_t b1 = Min(mblocks, (grp + 1) * blocks_per_group);
       for (int64_t blk = grp * blocks_per_group; blk < b1; ++blk) {
         const uint16_t* ap = apack.as<uint16_t>() + (bi * mblocks + blk) * a_block;
@@ -456,6 +472,22 @@ static void GemmAmxBf16(const GemmArgs& g) {
 }  // namespace
 
 bool GemmUsesAmx() { return AmxUsable(); }
+
+int64_t PackedBStripElems(int64_t k) { return CeilDiv(k, kAmxK) * (kAmxK / 2) * kNr * 2; }
+
+void PackBBf16(const uint16_t* b, int64_t k, int64_t n, uint16_t* out) {
+  GemmArgs g;
+  g.type = GemmType::kBF16;
+  g.k = k;
+  g.n = n;
+  g.b_rs = n;
+  g.b_cs = 1;
+  const int64_t strip = PackedBStripElems(k), filled = CeilDiv(k, 2) * kNr * 2;
+  for (int64_t s = 0; s * kNr < n; ++s) {
+    PackBStripBf16(g, b, s * kNr, out + s * strip);
+    std::memset(out + s * strip + filled, 0, (strip - filled) * 2);
+  }
+}
 
 bool Bf16DotPathAllowed(const uint16_t* values, int64_t n) {
   // Subnormal: exponent bits zero, mantissa non-zero, i.e. (v & 0x7fff) in [1, 0x7f].
@@ -515,8 +547,15 @@ void GemmAvx512(const GemmArgs& g) {
       const int64_t s = (t / mgroups) % strips, grp = t % mgroups;
       const int64_t j0 = s * kNr, nc = Min(kNr, g.n - j0);
       const void* b = Elem(g.b, g.type, g.b_offsets ? g.b_offsets[bi] : 0);
-      if (dot) {
+      const uint16_t* packed =
+          g.b_packed != nullptr ? g.b_packed + s * PackedBStripElems(g.k) : nullptr;
+      const uint16_t* bp16 = bpack.as<uint16_t>();  // the strip the dot kernels read
+      if (dot && packed != nullptr) {
+        bp16 = packed;
+      } else if (dot) {
         PackBStripBf16(g, b, j0, bpack.as<uint16_t>());
+      } else if (packed != nullptr) {
+        UnpackBStripF32(packed, g.k, bpack.as<float>());
       } else {
         PackBStripF32(g, b, j0, bpack.as<float>());
       }
@@ -525,7 +564,7 @@ void GemmAvx512(const GemmArgs& g) {
         const int mr = static_cast<int>(Min(kMr, g.m - ti * kMr));
         const int64_t at = bi * mtiles + ti;
         if (dot) {
-          kKernelsBf16[mr](kp, apack.as<uint16_t>() + at * a_tile, bpack.as<uint16_t>(), acc);
+          kKernelsBf16[mr](kp, apack.as<uint16_t>() + at * a_tile, bp16, acc);
         } else {
           kKernelsF32[mr](g.k, apack.as<float>() + at * a_tile, bpack.as<float>(), acc);
         }

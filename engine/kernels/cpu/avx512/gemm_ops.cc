@@ -143,6 +143,16 @@ absl::StatusOr<ir::Tensor*> MatMulCore(const ir::Node& node, KernelContext& ctx,
   if (a->dtype() != b->dtype()) return InvalidNode(node, "A and B must have the same dtype");
   if (a->rank() == 0 || b->rank() == 0) return InvalidNode(node, "operands must not be scalars");
   std::vector<int64_t> ad = a->dims(), bd = b->dims();
+  // A weight the build packed (PackWeights in the builder): B's logical [K, N] is recorded.
+  const std::vector<int64_t> packed = node.GetInts(kPackedBAttr);
+  if (!packed.empty()) {
+    if (packed.size() != 2 || packed[0] <= 0 || packed[1] <= 0 || b->dtype() != DataType::kBF16 ||
+        b->num_elements() != (packed[1] + 63) / 64 * PackedBStripElems(packed[0])) {
+      return InvalidNode(node, "packed B of ", b->num_elements(), " values does not match ",
+                         kPackedBAttr, " ", ir::DimsToString(packed));
+    }
+    bd = packed;
+  }
   const bool a_vec = ad.size() == 1, b_vec = bd.size() == 1;
   if (a_vec) ad.insert(ad.begin(), 1);
   if (b_vec) bd.push_back(1);
@@ -203,7 +213,13 @@ absl::StatusOr<ir::Tensor*> MatMulCore(const ir::Node& node, KernelContext& ctx,
     g.c_cs = bias->num_elements() == n ? 1 : 0;
   }
   if (fused) g.acc = ctx.interior(0, y->num_elements());
-  ChooseBf16Path(g, node, *a, *b, scan);
+  if (!packed.empty()) {
+    // Packed only when free of subnormals, so B never bars the dot path.
+    g.b_packed = b->data<uint16_t>();
+    g.bf16_dot = Bf16DotPathAllowed(a->data<uint16_t>(), a->num_elements());
+  } else {
+    ChooseBf16Path(g, node, *a, *b, scan);
+  }
   GemmAvx512(g);
   return y;
 }
