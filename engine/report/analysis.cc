@@ -422,8 +422,7 @@ absl::Status EngineAnalysis::RunTapped(const std::vector<ir::Tensor>& inputs) {
       if (!failed.ok()) return;
     }
     failed = CompareInside(k, ins, false);
-    // The same kernel alone on the reference inputs, while the reference values it reads and
-    // compares with are still in the caches.
+    // The same kernel alone on the reference inputs (step 3), in the same pass.
     if (failed.ok()) failed = RunIntroduced(k);
   };
   auto tap = [this](const ir::Node& n, int member, int64_t count) { return Tap(n, member, count); };

@@ -13,8 +13,7 @@
 //      precision. Taps only read: a tapped run is bit-identical to an untapped one;
 //   3. every kernel runs once more alone, fed the reference inputs (converted to its input
 //      dtypes): the error it *introduces*, apart from the error it *inherits*. This run follows
-//      the kernel's tapped run at once (from the observer), while the reference tensors both
-//      read are still in the caches.
+//      the kernel's tapped run at once (from the observer): one pass over the kernels.
 // Errors accumulate over samples element by element (ErrorAccumulator).
 #pragma once
 
