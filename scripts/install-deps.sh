@@ -12,6 +12,7 @@ packages=(
   libssl-dev
   libxxhash-dev
   libspdlog-dev
+  libdnnl-dev
   libgtest-dev libgmock-dev
   libbenchmark-dev
   libonnx-testdata

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/common/cpu_features.h"
 #include "engine/kernels/cpu/avx512/register.h"
+#include "engine/kernels/cpu/dnnl/register.h"
 #include "engine/kernels/cpu/ref/register.h"
 
 namespace kiln::kernels {
@@ -24,6 +25,8 @@ const char* IsaName(Isa i) {
       return "ref";
     case Isa::kAvx512:
       return "avx512";
+    case Isa::kDnnl:
+      return "dnnl";
   }
   return "?";
 }
@@ -34,6 +37,8 @@ uint64_t IsaCpuFeatures(Isa isa) {
       return 0;
     case Isa::kAvx512:
       return kCpuAvx512F | kCpuAvx512Bw | kCpuAvx512Vl | kCpuAvx512Dq | kCpuFma | kCpuF16c;
+    case Isa::kDnnl:
+      return kCpuSse42;
   }
   return ~0ull;
 }
@@ -88,6 +93,7 @@ const Registry& Registry::Default() {
     auto* r = new Registry();
     cpu::ref::RegisterAll(*r);
     cpu::avx512::RegisterAvx512(*r);
+    cpu::dnnl::RegisterDnnl(*r);
     return r;
   }();
   return *reg;

@@ -13,14 +13,16 @@
 namespace kiln::kernels {
 
 enum class Backend { kCpu };
-/// Instruction sets, slowest first: `Find` prefers the highest one the CPU supports.
-enum class Isa { kRef, kAvx512 };
+/// Instruction sets, slowest first: `Find` prefers the highest one the CPU supports. kDnnl is
+/// oneDNN, which chooses its own instructions at run time.
+enum class Isa { kRef, kAvx512, kDnnl };
 
 const char* BackendName(Backend b);
 const char* IsaName(Isa i);
 
 /// The CPU features (CpuFeature bits) every kernel of `isa` needs: 0 for kRef; AVX-512
-/// F/BW/VL/DQ with FMA and F16C for kAvx512. A kernel may need more (KernelDef::cpu_features).
+/// F/BW/VL/DQ with FMA and F16C for kAvx512; SSE4.2 for kDnnl (oneDNN's floor is SSE4.1). A
+/// kernel may need more (KernelDef::cpu_features).
 uint64_t IsaCpuFeatures(Isa isa);
 
 /// Which tensor's dtype selects the kernel: an input index, or `kOutputType` for output 0

@@ -1,0 +1,350 @@
+// Conv and FusedConv (2-D, NCHW) on float and bfloat16 through oneDNN's convolution primitive.
+// Shape rules and errors are the reference kernels' (cpu/ref/nn_conv.cc, cpu/ref/fused.cc): the
+// same attribute readers and SetupConv run first.
+//
+// Precision (DESIGN.md §5), as the reference: X, W and B are read in their storage type, every
+// output element is an fp32 sum of products plus the bias (bf16 products are exact in fp32),
+// the fused activation reads that fp32 value, and the result is rounded once to the output
+// type. The numbers differ from the reference only by the accumulation order oneDNN chooses.
+// bf16 dot-product instructions (vdpbf16ps, AMX) read subnormal inputs as zero, which the
+// contract does not allow: a bf16 run with a subnormal in X or W goes to the reference kernel.
+//
+// W is a constant (`Supports`): the primitive and W reordered into the primitive's preferred
+// layout are built once, at the first run, and rebuilt only when the input shape or the thread
+// count changes. X and Y are the engine's NCHW tensors; oneDNN picks their layout inside the
+// primitive, and when it picks a blocked one (nChw16c: its direct and brgemm convolutions) X is
+// reordered into it and Y back on each run. On ResNet-50 those reorders cost about half the
+// convolution time and the blocked convolutions are several times faster than oneDNN's
+// im2col + GEMM convolution, what it runs on NCHW X and Y for most shapes.
+#include <omp.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/common/cpu_features.h"
+#include "engine/kernels/cpu/avx512/gemm.h"
+#include "engine/kernels/cpu/dnnl/register.h"
+#include "engine/kernels/cpu/ref/common.h"
+#include "engine/kernels/cpu/ref/fused_activation.h"
+#include "engine/kernels/cpu/ref/nn_internal.h"
+#include "oneapi/dnnl/dnnl.hpp"
+
+namespace kiln::kernels::cpu::dnnl {
+namespace {
+
+namespace dn = ::dnnl;
+using ref::Activation;
+using ref::ActKind;
+using Tag = dn::memory::format_tag;
+
+// The activations of the reference FusedConv (cpu/ref/fused.cc); a plain Conv has none ("").
+const std::vector<std::pair<std::string, ActKind>>& ConvActivations() {
+  static const auto* v =
+      new std::vector<std::pair<std::string, ActKind>>{{"", ActKind::kNone},
+                                                       {"Relu", ActKind::kRelu},
+                                                       {"LeakyRelu", ActKind::kLeakyRelu},
+                                                       {"Clip", ActKind::kClip},
+                                                       {"HardSwish", ActKind::kHardSwish},
+                                                       {"Sigmoid", ActKind::kSigmoid}};
+  return *v;
+}
+
+// Appends `a` as a oneDNN post-op when oneDNN evaluates it on the fp32 sum with the reference
+// formula, so the one rounding to the output type still comes last: Relu (x > 0 ? x : 0 * x,
+// which differs from the reference only in the sign of a zero), LeakyRelu (one fp32 product)
+// and Clip with lo <= hi (two exact comparisons; the reference gives hi everywhere when
+// lo > hi, oneDNN does not). HardSwish and Sigmoid evaluate other formulas in oneDNN (relu6
+// scaled, a polynomial exp): false, and the kernel applies the reference functor itself.
+bool AppendPostOp(const Activation& a, dn::post_ops& ops) {
+  switch (a.kind) {
+    case ActKind::kNone:
+      return true;
+    case ActKind::kRelu:
+      ops.append_eltwise(1.0f, dn::algorithm::eltwise_relu, 0.0f, 0.0f);
+      return true;
+    case ActKind::kLeakyRelu:
+      ops.append_eltwise(1.0f, dn::algorithm::eltwise_relu, a.alpha, 0.0f);
+      return true;
+    case ActKind::kClip:
+      if (!(a.lo <= a.hi)) return false;
+      ops.append_eltwise(1.0f, dn::algorithm::eltwise_clip_v2, a.lo, a.hi);
+      return true;
+    default:
+      return false;
+  }
+}
+
+dn::memory::data_type DnnlType(DataType t) {
+  return t == DataType::kBF16 ? dn::memory::data_type::bf16 : dn::memory::data_type::f32;
+}
+
+// One engine for the process: a oneDNN CPU engine holds no state a kernel run changes.
+absl::StatusOr<dn::engine*> CpuEngine() {
+  static dn::engine* engine = []() -> dn::engine* {
+    try {
+      return new dn::engine(dn::engine::kind::cpu, 0);
+    } catch (const dn::error&) {
+      return nullptr;
+    }
+  }();
+  if (engine == nullptr) return absl::InternalError("oneDNN has no CPU engine");
+  return engine;
+}
+
+// 2-D Conv / FusedConv = act(Conv(X, W) + B) through one oneDNN convolution.
+class ConvKernel final : public Kernel {
+ public:
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const ir::Node& node) {
+    ASSIGN_OR_RETURN(ref::nn::ConvAttrs attrs, ref::nn::ReadConvAttrs(node));
+    ASSIGN_OR_RETURN(Activation act, ref::ReadActivation(node, ConvActivations()));
+    // The reference kernel of the node runs what oneDNN may not: empty tensors, bf16
+    // subnormals, shapes no oneDNN implementation takes.
+    ASSIGN_OR_RETURN(const KernelDef* ref_def, Registry::Default().Find(node, 0));
+    ASSIGN_OR_RETURN(std::unique_ptr<Kernel> reference, ref_def->factory(node));
+    return std::unique_ptr<Kernel>(
+        new ConvKernel(node, std::move(attrs), act, std::move(reference)));
+  }
+
+  // X, W, B and Y of one dtype, W a 4-D constant (not an overridable graph input), and an
+  // activation of the reference FusedConv (the reference reports a bad one).
+  static bool Supports(const ir::Node& node) {
+    const ir::Value* x = node.input(0);
+    const ir::Value* w = node.input(1);
+    const ir::Value* b = node.input(2);
+    const ir::Value* y = node.outputs.empty() ? nullptr : node.outputs[0];
+    if (!x || !w || !y || !w->constant || w->is_graph_input || w->constant->rank() != 4) {
+      return false;
+    }
+    if (w->dtype != x->dtype || (b && b->dtype != x->dtype)) return false;
+    if (y->dtype != x->dtype && y->dtype != DataType::kUndefined) return false;
+    return ref::ReadActivation(node, ConvActivations()).ok();
+  }
+
+  absl::Status Run(KernelContext& ctx) override {
+    ASSIGN_OR_RETURN(const ref::nn::ConvSetup s, ref::nn::SetupConv(node_, attrs_, ctx, true));
+    const ir::Tensor& x = *s.in.x;
+    const ir::Tensor& w = *s.in.w;
+    const DataType dt = x.dtype();
+    if (x.num_elements() == 0 || ir::NumElementsOf(s.out_dims) == 0 ||
+        (dt == DataType::kBF16 && (!WeightsAllowed(w) || !BF16Allowed(x)))) {
+      return reference_->Run(ctx);
+    }
+    ASSIGN_OR_RETURN(const Plan* plan, GetPlan(s));
+    if (plan == nullptr) return reference_->Run(ctx);
+    ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, dt, s.out_dims));
+    const int64_t n = y->num_elements();
+    // Without the activation as a post-op, the primitive writes the fp32 sums: into Y when Y is
+    // fp32, else into a scratch buffer that the activation epilogue rounds into Y.
+    float* sums = nullptr;
+    if (!plan->post_op) {
+      if (dt == DataType::kF32) {
+        sums = y->data<float>();
+      } else {
+        scratch_.resize(n);
+        sums = scratch_.data();
+      }
+    }
+    const float* bias = nullptr;
+    if (s.in.b != nullptr) {
+      if (s.in.b->dtype() == DataType::kF32) {
+        bias = s.in.b->data<float>();
+      } else {
+        // bf16 to fp32 is exact: the bias enters the sum unrounded, as in the reference.
+        bias_.resize(s.in.b->num_elements());
+        const BFloat16* p = s.in.b->data<BFloat16>();
+        for (size_t i = 0; i < bias_.size(); ++i) bias_[i] = static_cast<float>(p[i]);
+        bias = bias_.data();
+      }
+    }
+    try {
+      dn::engine& engine = *CpuEngine().value();
+      const dn::memory src(plan->src, engine, const_cast<void*>(x.raw_data()));
+      const dn::memory dst(plan->dst, engine, sums ? static_cast<void*>(sums) : y->raw_data());
+      std::unordered_map<int, dn::memory> args = {
+          {DNNL_ARG_SRC, plan->to_blocked ? plan->src_blocked : src},
+          {DNNL_ARG_WEIGHTS, plan->weights},
+          {DNNL_ARG_DST, plan->from_blocked ? plan->dst_blocked : dst}};
+      if (bias != nullptr) {
+        args.emplace(DNNL_ARG_BIAS, dn::memory(plan->bias, engine, const_cast<float*>(bias)));
+      }
+      dn::stream stream(engine);
+      if (plan->to_blocked) {
+        plan->to_blocked.execute(stream, {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, plan->src_blocked}});
+      }
+      plan->conv.execute(stream, args);
+      if (plan->from_blocked) {
+        plan->from_blocked.execute(stream,
+                                   {{DNNL_ARG_FROM, plan->dst_blocked}, {DNNL_ARG_TO, dst}});
+      }
+      stream.wait();
+    } catch (const dn::error& e) {
+      return absl::InternalError(
+          absl::StrCat(node_.Label(), " oneDNN convolution failed: ", e.what()));
+    }
+    if (sums != nullptr) ApplyActivation(sums, *y);
+    return absl::OkStatus();
+  }
+
+ private:
+  // A primitive for one input shape and thread count (oneDNN fixes its work split when it
+  // creates the primitive), with W in the primitive's layout.
+  struct Plan {
+    std::vector<int64_t> x_dims;
+    const void* w_data = nullptr;
+    int threads = 0;
+    bool post_op = false;             // the activation runs inside the primitive
+    dn::memory::desc src, dst, bias;  // the engine's layouts: NCHW, [M]
+    dn::memory weights;
+    dn::convolution_forward conv;
+    // When the primitive works on blocked X / Y, the reorders to and from the engine's NCHW
+    // and the blocked buffers; empty when it takes NCHW itself.
+    dn::memory src_blocked, dst_blocked;
+    dn::reorder to_blocked, from_blocked;
+  };
+
+  ConvKernel(const ir::Node& node, ref::nn::ConvAttrs attrs, Activation act,
+             std::unique_ptr<Kernel> reference)
+      : node_(node), attrs_(std::move(attrs)), act_(act), reference_(std::move(reference)) {}
+
+  static bool BF16Allowed(const ir::Tensor& t) {
+    return avx512::Bf16DotPathAllowed(t.data<uint16_t>(), t.num_elements());
+  }
+
+  // The subnormal scan of W, once per weight buffer.
+  bool WeightsAllowed(const ir::Tensor& w) {
+    if (scanned_w_ != w.raw_data()) {
+      w_allowed_ = BF16Allowed(w);
+      scanned_w_ = w.raw_data();
+    }
+    return w_allowed_;
+  }
+
+  // The plan for this run, built when none matches; nullptr when oneDNN has no implementation
+  // for the shape (the reference kernel runs it).
+  absl::StatusOr<const Plan*> GetPlan(const ref::nn::ConvSetup& s) {
+    const int threads = omp_get_max_threads();
+    if (plan_ && plan_->x_dims == s.in.x->dims() && plan_->w_data == s.in.w->raw_data() &&
+        plan_->threads == threads) {
+      return plan_->conv ? &*plan_ : nullptr;
+    }
+    plan_.reset();
+    Plan p;
+    p.x_dims = s.in.x->dims();
+    p.w_data = s.in.w->raw_data();
+    p.threads = threads;
+    ASSIGN_OR_RETURN(dn::engine * engine, CpuEngine());
+    try {
+      Build(s, *engine, p);
+    } catch (const dn::error& e) {
+      if (e.status != dnnl_unimplemented) {
+        return absl::InternalError(
+            absl::StrCat(node_.Label(), " oneDNN convolution setup failed: ", e.what()));
+      }
+      p.conv = dn::convolution_forward();
+    }
+    plan_ = std::move(p);
+    return plan_->conv ? &*plan_ : nullptr;
+  }
+
+  // Creates the primitive and reorders W into its layout; throws dnnl::error.
+  void Build(const ref::nn::ConvSetup& s, dn::engine& engine, Plan& p) const {
+    const ir::Tensor& w = *s.in.w;
+    const dn::memory::data_type dt = DnnlType(s.in.x->dtype());
+    const dn::memory::data_type f32 = dn::memory::data_type::f32;
+    const int64_t g = attrs_.group;
+    const ref::nn::Window& win = s.win;
+    dn::post_ops ops;
+    p.post_op = AppendPostOp(act_, ops);
+    dn::primitive_attr attr;
+    attr.set_post_ops(ops);
+
+    p.src = dn::memory::desc(s.in.x->dims(), dt, Tag::nchw);
+    p.dst = dn::memory::desc(s.out_dims, p.post_op ? dt : f32, Tag::nchw);
+    p.bias = dn::memory::desc({s.m}, f32, Tag::a);
+    // Grouped weights are [g, M/g, C/g, kh, kw] in oneDNN, the same bytes as ONNX's W.
+    dn::memory::dims w_dims = w.dims();
+    if (g > 1) {
+      w_dims[0] /= g;
+      w_dims.insert(w_dims.begin(), g);
+    }
+    const dn::memory::desc w_user(w_dims, dt, g > 1 ? Tag::goihw : Tag::oihw);
+    const dn::memory::desc w_any(w_dims, dt, Tag::any);
+    const dn::memory::dims strides(win.strides.begin(), win.strides.end());
+    dn::memory::dims dilations;  // oneDNN counts the gaps: ONNX dilation - 1
+    for (int64_t d : win.dilations) dilations.push_back(d - 1);
+    const dn::memory::dims pad_l(win.pad_begin.begin(), win.pad_begin.end());
+    const dn::memory::dims pad_r(win.pad_end.begin(), win.pad_end.end());
+    const dn::memory::desc src_any(s.in.x->dims(), dt, Tag::any);
+    const dn::memory::desc dst_any(s.out_dims, p.dst.data_type(), Tag::any);
+    const auto desc =
+        s.in.b ? dn::convolution_forward::desc(dn::prop_kind::forward_inference,
+                                               dn::algorithm::convolution_direct, src_any, w_any,
+                                               p.bias, dst_any, strides, dilations, pad_l, pad_r)
+               : dn::convolution_forward::desc(dn::prop_kind::forward_inference,
+                                               dn::algorithm::convolution_direct, src_any, w_any,
+                                               dst_any, strides, dilations, pad_l, pad_r);
+    const dn::convolution_forward::primitive_desc pd(desc, attr, engine);
+    p.weights = dn::memory(pd.weights_desc(), engine);
+    dn::memory user(w_user, engine, const_cast<void*>(w.raw_data()));
+    dn::stream stream(engine);
+    dn::reorder(user, p.weights).execute(stream, user, p.weights);
+    stream.wait();
+    p.conv = dn::convolution_forward(pd);
+    if (pd.src_desc() != p.src) {
+      p.src_blocked = dn::memory(pd.src_desc(), engine);
+      p.to_blocked = dn::reorder(dn::reorder::primitive_desc(engine, p.src, engine, pd.src_desc()));
+    }
+    if (pd.dst_desc() != p.dst) {
+      p.dst_blocked = dn::memory(pd.dst_desc(), engine);
+      p.from_blocked =
+          dn::reorder(dn::reorder::primitive_desc(engine, pd.dst_desc(), engine, p.dst));
+    }
+  }
+
+  // Y = act(sums), rounded once to Y's type (the reference epilogue; `sums` may be Y itself).
+  void ApplyActivation(const float* sums, ir::Tensor& y) const {
+    const int64_t n = y.num_elements();
+    ref::WithActivation<float>(act_, [&](const auto& f) {
+      if (y.dtype() == DataType::kF32) {
+        float* yp = y.data<float>();
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; ++i) yp[i] = f(sums[i]);
+      } else {
+        BFloat16* yp = y.data<BFloat16>();
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; ++i) yp[i] = ref::Store<BFloat16>(f(sums[i]));
+      }
+    });
+  }
+
+  const ir::Node& node_;
+  ref::nn::ConvAttrs attrs_;
+  Activation act_;
+  std::unique_ptr<Kernel> reference_;
+  std::optional<Plan> plan_;
+  std::vector<float> scratch_, bias_;
+  const void* scanned_w_ = nullptr;
+  bool w_allowed_ = false;
+};
+
+}  // namespace
+
+void RegisterConv(Registry& r) {
+  for (ir::OpType op : {ir::OpType::kConv, ir::OpType::kFusedConv}) {
+    KernelDef def{op, {DataType::kF32}, 0, Backend::kCpu, Isa::kDnnl, &ConvKernel::Create};
+    def.supports = &ConvKernel::Supports;
+    r.Add(def);
+    // bf16 convolutions need the dot-product instructions (native, not emulated, bf16 in
+    // oneDNN) and the AVX-512 subnormal scan.
+    def.dtypes = {DataType::kBF16};
+    def.cpu_features = IsaCpuFeatures(Isa::kAvx512) | kCpuAvx512Bf16;
+    r.Add(def);
+  }
+}
+
+}  // namespace kiln::kernels::cpu::dnnl

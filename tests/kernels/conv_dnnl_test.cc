@@ -1,0 +1,308 @@
+// The oneDNN Conv and FusedConv (cpu/dnnl/conv_dnnl.cc) against the reference kernels, on graphs
+// whose W and B are constants, as in a built engine (the oneDNN kernel takes only constant
+// weights).
+#include <cmath>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/common/cpu_features.h"
+#include "engine/common/half.h"
+#include "engine/kernels/registry.h"
+#include "gtest/gtest.h"
+#include "tests/testing/node_runner.h"
+
+namespace kiln::testing {
+namespace {
+
+using kernels::Isa;
+using Dims = std::vector<int64_t>;
+using Attrs = std::vector<std::pair<std::string, ir::Attribute>>;
+
+class TensorContext final : public kernels::KernelContext {
+ public:
+  explicit TensorContext(std::vector<ir::Tensor> in) : in_(std::move(in)) {}
+  int num_inputs() const override { return static_cast<int>(in_.size()); }
+  const ir::Tensor* input(int i) const override {
+    return i < static_cast<int>(in_.size()) && in_[i].defined() ? &in_[i] : nullptr;
+  }
+  int num_outputs() const override { return 1; }
+  absl::StatusOr<ir::Tensor*> output(int i, DataType dtype, std::vector<int64_t> dims) override {
+    ASSIGN_OR_RETURN(out_, ir::Tensor::Allocate(dtype, std::move(dims)));
+    return &out_;
+  }
+  bool output_requested(int i) const override { return true; }
+  ir::Tensor& out() { return out_; }
+
+ private:
+  std::vector<ir::Tensor> in_;
+  ir::Tensor out_;
+};
+
+// A one-node graph: X a graph input, W and the optional B constants. `constant_w` = false makes W
+// a plain input.
+struct ConvGraph {
+  ConvGraph(ir::OpType op, const Attrs& attrs, const ir::Tensor& x, const ir::Tensor& w,
+            const ir::Tensor& b, bool constant_w = true) {
+    node = g.AddNode(op, "test_node");
+    node->since_version = op == ir::OpType::kConv ? 22 : 1;
+    for (const auto& [k, v] : attrs) node->attrs[k] = v;
+    int i = 0;
+    for (const ir::Tensor* t : {&x, &w, &b}) {
+      if (!t->defined()) break;
+      ir::Value* v = *g.AddValue("in" + std::to_string(i));
+      v->dtype = t->dtype();
+      v->shape = ir::Shape::Of(t->dims());
+      if (i > 0 && constant_w) v->constant = *t;
+      if (i == 0 || !constant_w) v->is_graph_input = true;
+      node->inputs.push_back(v);
+      ++i;
+    }
+    ir::Value* y = *g.AddValue("out0");
+    y->dtype = x.dtype();
+    node->outputs.push_back(y);
+    g.RebuildEdges();
+  }
+
+  // The kernel Registry::Find picks for a CPU with `features`.
+  const kernels::KernelDef* Def(uint64_t features) const {
+    auto def = kernels::Registry::Default().Find(*node, features);
+    EXPECT_TRUE(def.ok()) << def.status();
+    return def.ok() ? *def : nullptr;
+  }
+
+  ir::Graph g;
+  ir::Node* node = nullptr;
+};
+
+// Runs `kernel` on `in`; output 0, undefined (and a test failure) on error.
+ir::Tensor RunKernel(kernels::Kernel& kernel, std::vector<ir::Tensor> in) {
+  TensorContext ctx(std::move(in));
+  absl::Status s = kernel.Run(ctx);
+  EXPECT_TRUE(s.ok()) << s;
+  return s.ok() ? ctx.out() : ir::Tensor();
+}
+
+std::unique_ptr<kernels::Kernel> Make(const kernels::KernelDef& def, const ir::Node& node) {
+  auto k = def.factory(node);
+  EXPECT_TRUE(k.ok()) << k.status();
+  return k.ok() ? *std::move(k) : nullptr;
+}
+
+int64_t NumElements(const Dims& d) {
+  int64_t n = 1;
+  for (int64_t v : d) n *= v;
+  return n;
+}
+
+ir::Tensor Random(const Dims& dims, DataType dt, std::mt19937& rng) {
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(NumElements(dims));
+  for (float& f : v) f = d(rng);
+  return dt == DataType::kBF16 ? MakeBf16(dims, v) : MakeFloat(dims, v);
+}
+
+// |t| as fp32 (bf16 values convert exactly).
+ir::Tensor Abs(const ir::Tensor& t) {
+  std::vector<float> v = ToFloats(t);
+  for (float& f : v) f = std::fabs(f);
+  return MakeFloat(t.dims(), v);
+}
+
+struct ConvCase {
+  const char* name;
+  Dims x, w;
+  Attrs attrs;
+};
+
+std::vector<ConvCase> Cases() {
+  return {
+      {"1x1", {1, 16, 7, 7}, {8, 16, 1, 1}, {}},
+      {"3x3_stride2",
+       {1, 8, 13, 13},
+       {16, 8, 3, 3},
+       {{"strides", IntsAttr({2, 2})}, {"pads", IntsAttr({1, 1, 1, 1})}}},
+      {"depthwise",
+       {1, 12, 10, 10},
+       {12, 1, 3, 3},
+       {{"group", IntAttr(12)}, {"pads", IntsAttr({1, 1, 1, 1})}}},
+      {"depthwise_multiplier",
+       {1, 6, 9, 9},
+       {12, 1, 3, 3},
+       {{"group", IntAttr(6)}, {"strides", IntsAttr({2, 2})}}},
+      {"grouped", {1, 12, 9, 9}, {18, 4, 3, 3}, {{"group", IntAttr(3)}}},
+      {"dilated",
+       {1, 6, 15, 15},
+       {8, 6, 3, 3},
+       {{"dilations", IntsAttr({2, 3})}, {"pads", IntsAttr({2, 3, 2, 3})}}},
+      {"asymmetric_pads", {1, 5, 11, 8}, {7, 5, 3, 2}, {{"pads", IntsAttr({0, 1, 2, 1})}}},
+      {"same_upper_stride2",
+       {1, 4, 10, 9},
+       {6, 4, 3, 3},
+       {{"auto_pad", StringAttr("SAME_UPPER")}, {"strides", IntsAttr({2, 2})}}},
+      {"same_lower", {1, 4, 7, 7}, {6, 4, 4, 4}, {{"auto_pad", StringAttr("SAME_LOWER")}}},
+      {"valid_stride_1x2",
+       {1, 3, 9, 9},
+       {4, 3, 5, 5},
+       {{"auto_pad", StringAttr("VALID")}, {"strides", IntsAttr({1, 2})}}},
+      {"batch2", {2, 8, 12, 12}, {16, 8, 3, 3}, {{"pads", IntsAttr({1, 1, 1, 1})}}},
+      {"deep_k576", {1, 64, 14, 14}, {32, 64, 3, 3}, {{"pads", IntsAttr({1, 1, 1, 1})}}},
+  };
+}
+
+struct Act {
+  const char* name;
+  Attrs attrs;
+};
+
+// Every FusedConv activation, Clip both with lo <= hi (a oneDNN post-op) and lo > hi (applied by
+// the kernel); op Conv runs with no activation.
+std::vector<Act> Activations() {
+  return {{"", {}},
+          {"Relu", {}},
+          {"LeakyRelu", {{"activation_alpha", FloatAttr(0.1f)}}},
+          {"Clip", {{"activation_min", FloatAttr(0.0f)}, {"activation_max", FloatAttr(6.0f)}}},
+          {"Clip", {{"activation_min", FloatAttr(1.0f)}, {"activation_max", FloatAttr(-1.0f)}}},
+          {"HardSwish", {}},
+          {"Sigmoid", {}}};
+}
+
+bool HasBf16() {
+  const uint64_t need = kernels::IsaCpuFeatures(Isa::kAvx512) | kCpuAvx512Bf16;
+  return (DetectCpuFeatures() & need) == need;
+}
+
+// Checks the oneDNN kernel against the reference on one case.
+void Check(ir::OpType op, const ConvCase& cs, const Act& act, bool with_bias, DataType dt,
+           std::mt19937& rng) {
+  SCOPED_TRACE(::testing::Message() << cs.name << " " << ir::OpName(op) << " act=\"" << act.name
+                                    << "\" bias=" << with_bias << " " << DataTypeName(dt));
+  const ir::Tensor x = Random(cs.x, dt, rng), w = Random(cs.w, dt, rng);
+  const ir::Tensor b = with_bias ? Random({cs.w[0]}, dt, rng) : ir::Tensor();
+  Attrs attrs = cs.attrs;
+  if (op == ir::OpType::kFusedConv) {
+    attrs.push_back({"activation", StringAttr(act.name)});
+    attrs.insert(attrs.end(), act.attrs.begin(), act.attrs.end());
+  }
+  ConvGraph graph(op, attrs, x, w, b);
+  const kernels::KernelDef* fast_def = graph.Def(DetectCpuFeatures());
+  const kernels::KernelDef* ref_def = graph.Def(0);
+  ASSERT_TRUE(fast_def && ref_def);
+  ASSERT_EQ(fast_def->isa, Isa::kDnnl);
+  ASSERT_EQ(ref_def->isa, Isa::kRef);
+  auto fast_kernel = Make(*fast_def, *graph.node);
+  auto ref_kernel = Make(*ref_def, *graph.node);
+  ASSERT_TRUE(fast_kernel && ref_kernel);
+  const ir::Tensor fast = RunKernel(*fast_kernel, {x, w, b});
+  const ir::Tensor ref = RunKernel(*ref_kernel, {x, w, b});
+  ASSERT_TRUE(fast.defined() && ref.defined());
+  ASSERT_EQ(fast.dims(), ref.dims());
+  ASSERT_EQ(fast.dtype(), dt);
+
+  // sum |w * x| + |b| per output element: the reference Conv on absolute values.
+  ConvGraph abs_graph(ir::OpType::kConv, cs.attrs, Abs(x), Abs(w),
+                      with_bias ? Abs(b) : ir::Tensor());
+  auto abs_kernel = Make(*abs_graph.Def(0), *abs_graph.node);
+  const std::vector<float> mag =
+      ToFloats(RunKernel(*abs_kernel, {Abs(x), Abs(w), with_bias ? Abs(b) : ir::Tensor()}));
+
+  // Both kernels sum the same K + 1 terms (K products and the bias) in fp32, in different
+  // orders: each is within (K + 1) * 2^-24 * sum|terms| of the exact sum, so they differ by at
+  // most twice that. The activation's slope scales the difference (at most 1.5, HardSwish at
+  // x = 3). bf16 adds one rounding of the output on each side, half an ulp (2^-8 relative) each:
+  // 2^-7 * |y|. The bf16 products are exact in fp32, so the fp32 bound holds for them unchanged.
+  const int64_t k = cs.w[1] * cs.w[2] * cs.w[3] + 1;
+  const double rel = dt == DataType::kBF16 ? 0x1p-7 : 0.0;
+  const std::vector<float> got = ToFloats(fast), want = ToFloats(ref);
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double bound = 1.5 * 2 * k * 0x1p-24 * mag[i] + rel * std::fabs(want[i]);
+    ASSERT_LE(std::fabs(got[i] - want[i]), bound)
+        << "element " << i << ": " << got[i] << " vs " << want[i];
+  }
+}
+
+void CheckAll(DataType dt) {
+  std::mt19937 rng(7);
+  for (const ConvCase& cs : Cases()) {
+    for (bool with_bias : {false, true}) {
+      Check(ir::OpType::kConv, cs, {"", {}}, with_bias, dt, rng);
+      for (const Act& act : Activations()) {
+        Check(ir::OpType::kFusedConv, cs, act, with_bias, dt, rng);
+      }
+    }
+  }
+}
+
+TEST(DnnlConvTest, Fp32MatchesReference) { CheckAll(DataType::kF32); }
+
+TEST(DnnlConvTest, Bf16MatchesReference) {
+  if (!HasBf16()) GTEST_SKIP() << "needs AVX-512 with BF16";
+  CheckAll(DataType::kBF16);
+}
+
+TEST(DnnlConvTest, RebuildsWhenTheInputShapeChanges) {
+  std::mt19937 rng(11);
+  const ir::Tensor w = Random({4, 3, 3, 3}, DataType::kF32, rng);
+  const ir::Tensor x1 = Random({1, 3, 8, 8}, DataType::kF32, rng);
+  const ir::Tensor x2 = Random({2, 3, 5, 11}, DataType::kF32, rng);
+  ConvGraph graph(ir::OpType::kConv, {{"pads", IntsAttr({1, 1, 1, 1})}}, x1, w, ir::Tensor());
+  auto fast = Make(*graph.Def(DetectCpuFeatures()), *graph.node);
+  auto ref = Make(*graph.Def(0), *graph.node);
+  for (const ir::Tensor* x : {&x1, &x2, &x1}) {
+    const ir::Tensor a = RunKernel(*fast, {*x, w}), b = RunKernel(*ref, {*x, w});
+    ASSERT_EQ(a.dims(), b.dims());
+    const std::vector<float> av = ToFloats(a), bv = ToFloats(b);
+    // K = 27 products of N(0, 1) values: (K + 1) * 2^-24 * sum|w x| stays far below 1e-4.
+    for (size_t i = 0; i < av.size(); ++i) EXPECT_NEAR(av[i], bv[i], 1e-4) << i;
+  }
+}
+
+TEST(DnnlConvTest, Bf16SubnormalInputRunsTheReference) {
+  if (!HasBf16()) GTEST_SKIP() << "needs AVX-512 with BF16";
+  std::mt19937 rng(5);
+  ir::Tensor x = Random({1, 4, 6, 6}, DataType::kBF16, rng);
+  x.data<uint16_t>()[3] = 0x0001;  // the smallest positive subnormal bf16
+  const ir::Tensor w = Random({5, 4, 3, 3}, DataType::kBF16, rng);
+  ConvGraph graph(ir::OpType::kConv, {}, x, w, ir::Tensor());
+  auto fast = Make(*graph.Def(DetectCpuFeatures()), *graph.node);
+  auto ref = Make(*graph.Def(0), *graph.node);
+  EXPECT_EQ(Bits16(RunKernel(*fast, {x, w})), Bits16(RunKernel(*ref, {x, w})));
+}
+
+TEST(DnnlConvTest, OtherCasesStayOnTheReference) {
+  std::mt19937 rng(3);
+  const uint64_t cpu = DetectCpuFeatures();
+  // W not constant.
+  ConvGraph input_w(ir::OpType::kConv, {}, Random({1, 2, 5, 5}, DataType::kF32, rng),
+                    Random({3, 2, 3, 3}, DataType::kF32, rng), ir::Tensor(), false);
+  EXPECT_EQ(input_w.Def(cpu)->isa, Isa::kRef);
+  // 1-D and 3-D.
+  ConvGraph conv1d(ir::OpType::kConv, {}, Random({1, 2, 9}, DataType::kF32, rng),
+                   Random({3, 2, 3}, DataType::kF32, rng), ir::Tensor());
+  EXPECT_EQ(conv1d.Def(cpu)->isa, Isa::kRef);
+  ConvGraph conv3d(ir::OpType::kConv, {}, Random({1, 2, 4, 4, 4}, DataType::kF32, rng),
+                   Random({3, 2, 3, 3, 3}, DataType::kF32, rng), ir::Tensor());
+  EXPECT_EQ(conv3d.Def(cpu)->isa, Isa::kRef);
+  // fp16.
+  std::vector<float> xv(50, 0.5f), wv(54, 0.25f);
+  ConvGraph fp16(ir::OpType::kConv, {}, MakeHalf({1, 2, 5, 5}, xv), MakeHalf({3, 2, 3, 3}, wv),
+                 ir::Tensor());
+  EXPECT_EQ(fp16.Def(cpu)->isa, Isa::kRef);
+  // An activation the reference FusedConv rejects: the reference reports it.
+  ConvGraph gelu(ir::OpType::kFusedConv, {{"activation", StringAttr("Gelu")}},
+                 Random({1, 2, 5, 5}, DataType::kF32, rng),
+                 Random({3, 2, 3, 3}, DataType::kF32, rng), ir::Tensor());
+  EXPECT_EQ(gelu.Def(cpu)->isa, Isa::kRef);
+  // With SSE4.2 alone oneDNN's fp32 kernel is still chosen; bf16 needs AVX-512 BF16.
+  ConvGraph f32(ir::OpType::kConv, {}, Random({1, 2, 5, 5}, DataType::kF32, rng),
+                Random({3, 2, 3, 3}, DataType::kF32, rng), ir::Tensor());
+  EXPECT_EQ(f32.Def(kCpuSse42)->isa, Isa::kDnnl);
+  ConvGraph bf16(ir::OpType::kConv, {}, Random({1, 2, 5, 5}, DataType::kBF16, rng),
+                 Random({3, 2, 3, 3}, DataType::kBF16, rng), ir::Tensor());
+  EXPECT_EQ(bf16.Def(kCpuSse42)->isa, Isa::kRef);
+  EXPECT_STREQ(kernels::IsaName(Isa::kDnnl), "dnnl");
+}
+
+}  // namespace
+}  // namespace kiln::testing
