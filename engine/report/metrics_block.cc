@@ -20,8 +20,8 @@ inline bool FiniteBits(uint32_t u) { return (u & 0x7f800000u) != 0x7f800000u; }
 
 }  // namespace
 
-KILN_METRICS_CLONES bool AddFiniteBlock(const float* x, const float* ref, int64_t n, float atol, float rtol,
-                    BlockSums& out) {
+KILN_METRICS_CLONES bool AddFiniteBlock(const float* x, const float* ref, int64_t n, float atol,
+                                        float rtol, BlockSums& out) {
   float mx = out.max_abs, mrel = out.max_rel;
   double sa = 0, dot = 0, xx = 0, rr = 0, ee = 0;
   int64_t outside = 0;
