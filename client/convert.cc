@@ -20,6 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "client/console.h"
 #include "client/files.h"
+#include "engine/common/files.h"
 #include "engine/report/render.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"

@@ -128,28 +128,6 @@ absl::StatusOr<std::vector<v1::SampleSet>> ReadSampleSets(const std::string& dir
   return sets;
 }
 
-absl::Status WriteFileAtomic(const std::string& path, absl::string_view data) {
-  std::string tmp = absl::StrCat(path, ".tmp.", getpid());
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (f == nullptr) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot write '", path, "': ", std::strerror(errno)));
-  }
-  bool ok = std::fwrite(data.data(), 1, data.size(), f) == data.size();
-  ok = std::fflush(f) == 0 && ok;
-  ok = fsync(fileno(f)) == 0 && ok;
-  ok = std::fclose(f) == 0 && ok;
-  if (!ok) {
-    std::remove(tmp.c_str());
-    return absl::DataLossError(absl::StrCat("short write to '", path, "' (disk full?)"));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return absl::PermissionDeniedError(absl::StrCat("cannot rename into '", path, "'"));
-  }
-  return absl::OkStatus();
-}
-
 EngineSink::EngineSink(std::string path, std::string tmp, FILE* file, void* md_ctx)
     : path_(std::move(path)), tmp_path_(std::move(tmp)), file_(file), md_ctx_(md_ctx) {}
 

@@ -34,9 +34,6 @@ std::string Sha256Hex(absl::string_view data);
 absl::StatusOr<std::vector<v1::SampleSet>> ReadSampleSets(const std::string& dir,
                                                           uint64_t max_total_bytes);
 
-/// Writes `data` to `path` atomically: a temp file in the same folder, then rename.
-absl::Status WriteFileAtomic(const std::string& path, absl::string_view data);
-
 /// Receives an engine in ordered chunks into a temp file next to `path`, hashing as it goes;
 /// Commit verifies size and digest and renames it into place. Destroying an uncommitted sink
 /// removes the temp file, so a failed build never leaves a partial engine.

@@ -119,10 +119,11 @@ absl::StatusOr<BuildManager::Opened> BuildManager::Open(const v1::BuildSpec& spe
   std::string id = NewId();
   std::string dir = absl::StrCat(work_dir_, "/", id);
   if (absl::Status st = MakeDirs(dir); !st.ok()) return st;
-  absl::Status st =
-      WriteFileAtomic(absl::StrCat(dir, "/", job::kSpecFile), spec.SerializeAsString());
+  absl::Status st = WriteFileAtomic(absl::StrCat(dir, "/", job::kSpecFile),
+                                    spec.SerializeAsString(), kPrivateFileMode);
   if (st.ok() && !spec.policy_text().empty()) {
-    st = WriteFileAtomic(absl::StrCat(dir, "/", job::kPolicyFile), spec.policy_text());
+    st = WriteFileAtomic(absl::StrCat(dir, "/", job::kPolicyFile), spec.policy_text(),
+                         kPrivateFileMode);
   }
   if (!st.ok()) {
     RemoveTree(dir);

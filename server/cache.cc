@@ -57,8 +57,9 @@ std::optional<CacheEntry> EngineCache::Lookup(const std::string& key) {
 
 absl::Status EngineCache::Store(const std::string& key, const std::string& engine_path,
                                 uint64_t size, const std::string& sha256) {
-  if (absl::Status st = CopyFileAtomic(engine_path, BlobPath(key)); !st.ok()) return st;
-  return WriteFileAtomic(DigestPath(key), absl::StrCat(sha256, " ", size, "\n"));
+  if (absl::Status st = CopyFileAtomic(engine_path, BlobPath(key), kPrivateFileMode); !st.ok())
+    return st;
+  return WriteFileAtomic(DigestPath(key), absl::StrCat(sha256, " ", size, "\n"), kPrivateFileMode);
 }
 
 }  // namespace kiln::server

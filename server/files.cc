@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <random>
 
 #include "absl/strings/str_cat.h"
 
@@ -69,76 +68,6 @@ absl::StatusOr<std::pair<uint64_t, std::string>> FileDigest(const std::string& p
   }
   close(fd);
   return std::make_pair(total, sha.FinishHex());
-}
-
-namespace {
-
-std::string TempNameFor(const std::string& path) {
-  static thread_local std::mt19937_64 rng(std::random_device{}());
-  return absl::StrCat(path, ".tmp.", getpid(), ".", rng());
-}
-
-absl::Status WriteAll(int fd, const char* p, size_t n, const std::string& path) {
-  while (n > 0) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0)
-      return absl::InternalError(absl::StrCat("cannot write ", path, ": ", strerror(errno)));
-    p += w;
-    n -= w;
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
-absl::Status WriteFileAtomic(const std::string& path, absl::string_view bytes) {
-  std::string tmp = TempNameFor(path);
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0)
-    return absl::InternalError(absl::StrCat("cannot create ", tmp, ": ", strerror(errno)));
-  absl::Status st = WriteAll(fd, bytes.data(), bytes.size(), tmp);
-  if (st.ok() && fsync(fd) != 0) st = absl::InternalError(absl::StrCat("fsync ", tmp));
-  close(fd);
-  if (st.ok() && rename(tmp.c_str(), path.c_str()) != 0) {
-    st = absl::InternalError(
-        absl::StrCat("cannot rename ", tmp, " to ", path, ": ", strerror(errno)));
-  }
-  if (!st.ok()) unlink(tmp.c_str());
-  return st;
-}
-
-absl::Status CopyFileAtomic(const std::string& from, const std::string& to) {
-  int in = open(from.c_str(), O_RDONLY | O_CLOEXEC);
-  if (in < 0) return absl::InternalError(absl::StrCat("cannot open ", from, ": ", strerror(errno)));
-  std::string tmp = TempNameFor(to);
-  int out = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (out < 0) {
-    close(in);
-    return absl::InternalError(absl::StrCat("cannot create ", tmp, ": ", strerror(errno)));
-  }
-  absl::Status st;
-  std::string buf(1 << 20, '\0');
-  for (;;) {
-    ssize_t n = read(in, buf.data(), buf.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      st = absl::InternalError(absl::StrCat("cannot read ", from, ": ", strerror(errno)));
-      break;
-    }
-    if (n == 0) break;
-    st = WriteAll(out, buf.data(), n, tmp);
-    if (!st.ok()) break;
-  }
-  if (st.ok() && fsync(out) != 0) st = absl::InternalError(absl::StrCat("fsync ", tmp));
-  close(in);
-  close(out);
-  if (st.ok() && rename(tmp.c_str(), to.c_str()) != 0) {
-    st =
-        absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ", to, ": ", strerror(errno)));
-  }
-  if (!st.ok()) unlink(tmp.c_str());
-  return st;
 }
 
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path, int64_t max_bytes) {

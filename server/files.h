@@ -7,8 +7,12 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "engine/common/files.h"
 
 namespace kiln::server {
+
+/// Mode of every file the server writes (uploads, job files, cache entries): the server's own.
+inline constexpr mode_t kPrivateFileMode = 0600;
 
 /// Incremental SHA-256 (OpenSSL), for uploads and streamed engines that are never held whole.
 class Sha256Stream {
@@ -31,12 +35,6 @@ bool IsSha256Hex(absl::string_view s);
 
 /// Size and SHA-256 (hex) of a file, read in 1 MiB blocks.
 absl::StatusOr<std::pair<uint64_t, std::string>> FileDigest(const std::string& path);
-
-/// Writes `bytes` to `path` through a temp file in the same folder and a rename.
-absl::Status WriteFileAtomic(const std::string& path, absl::string_view bytes);
-
-/// Copies `from` to `to` through a temp file and a rename.
-absl::Status CopyFileAtomic(const std::string& from, const std::string& to);
 
 /// Reads a whole file of at most `max_bytes`.
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path, int64_t max_bytes);

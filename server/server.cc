@@ -66,7 +66,9 @@ absl::Status KilnServer::Start() {
   }
   server_->GetHealthCheckService()->SetServingStatus(true);
   if (!config_.port_file.empty()) {
-    if (absl::Status st = WriteFileAtomic(config_.port_file, absl::StrCat(port_, "\n")); !st.ok()) {
+    if (absl::Status st =
+            WriteFileAtomic(config_.port_file, absl::StrCat(port_, "\n"), kPrivateFileMode);
+        !st.ok()) {
       return st;
     }
   }

@@ -78,7 +78,7 @@ absl::Status Upload::AddSample(const v1::SampleSet& sample) {
     return Error("sample", absl::StrCat("a sample set larger than ", max_sample_bytes_, " bytes"));
   }
   absl::Status st = WriteFileAtomic(absl::StrCat(job_dir_, "/", job::SampleFile(samples_)),
-                                    sample.SerializeAsString());
+                                    sample.SerializeAsString(), kPrivateFileMode);
   if (!st.ok()) return st;
   ++samples_;
   return absl::OkStatus();

@@ -173,7 +173,7 @@ absl::Status Work(const v1::BuildSpec& spec, bool test_hooks, spdlog::logger& lo
     d->set_fusion(p.fusion());
     Send(e);
   }
-  RETURN_IF_ERROR(WriteFileAtomic(job::kEngineFile, built.blob));
+  RETURN_IF_ERROR(WriteFileAtomic(job::kEngineFile, built.blob, kPrivateFileMode));
   SendStage("plan", 0.80);
   bool accuracy_pass = true;
   if (want_report) {

@@ -1,10 +1,8 @@
 #include "tools/cli_io.h"
 
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <cstdio>
-#include <fstream>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -41,25 +39,6 @@ absl::StatusOr<std::vector<std::vector<ir::Tensor>>> ReadSampleSets(const std::s
     sets.push_back(std::move(set));
   }
   return sets;
-}
-
-absl::Status WriteFileAtomic(const std::string& path, const std::string& data) {
-  std::string tmp = absl::StrCat(path, ".tmp.", getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) return absl::PermissionDeniedError(absl::StrCat("cannot write '", path, "'"));
-    f.write(data.data(), static_cast<std::streamsize>(data.size()));
-    f.flush();
-    if (!f) {
-      std::remove(tmp.c_str());
-      return absl::DataLossError(absl::StrCat("short write to '", path, "' (disk full?)"));
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return absl::PermissionDeniedError(absl::StrCat("cannot rename into '", path, "'"));
-  }
-  return absl::OkStatus();
 }
 
 absl::Status WriteTensorDir(const std::string& dir, const std::string& prefix,

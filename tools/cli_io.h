@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/common/files.h"  // WriteFileAtomic, for the commands
 #include "engine/ir/tensor.h"
 
 namespace kiln::tools {
@@ -24,9 +25,5 @@ absl::StatusOr<std::vector<std::vector<ir::Tensor>>> ReadSampleSets(const std::s
 absl::Status WriteTensorDir(const std::string& dir, const std::string& prefix,
                             const std::vector<ir::Tensor>& tensors,
                             const std::vector<std::string>& names);
-
-/// Writes `data` to `path` through a temporary file and a rename, so a failed write never
-/// leaves a partial file behind.
-absl::Status WriteFileAtomic(const std::string& path, const std::string& data);
 
 }  // namespace kiln::tools
