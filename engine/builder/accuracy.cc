@@ -267,10 +267,6 @@ absl::StatusOr<v1::AccuracyReport> BuildAccuracyReport(
     reference.reset();  // the search builds need the memory
     ASSIGN_OR_RETURN(SampleOutputs cur_out, RunOutputs(engine, samples));
     OutputCheck before = Judge(cur_out, ref_out, report_options.tolerance);
-    // The engine's latency now, so that the search builds need not keep it loaded (the caller
-    // hands it over for that).
-    ASSIGN_OR_RETURN(const double before_ms, MedianLatencyMs(engine, samples[0], 5));
-    engine.reset();
     sug->set_output_max_abs_before(before.worst_max_abs);
     std::vector<Unit> units = Units(ranked, built);
     if (built.summary.strong_typing) {
@@ -280,6 +276,10 @@ absl::StatusOr<v1::AccuracyReport> BuildAccuracyReport(
     } else if (units.empty()) {
       sug->set_note("no node below fp32 introduces any error: nothing to raise");
     } else {
+      // The engine's latency now, so that the search builds need not keep it loaded (the
+      // caller hands it over for that).
+      ASSIGN_OR_RETURN(const double before_ms, MedianLatencyMs(engine, samples[0], 5));
+      engine.reset();
       // Trial k: the first k units raised to fp32, built and judged on the samples.
       // The last passing trial, which is always the chosen one (each pass lowers `hi`); its
       // latency is measured while its engine is loaded, so no engine outlives its trial.
