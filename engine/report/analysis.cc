@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <tuple>
 
 #include "absl/container/node_hash_map.h"
@@ -214,6 +215,35 @@ absl::Status EngineAnalysis::Index() {
       members_of_[k].pop_back();
     }
   }
+  // What each engine kernel needs of the reference: the values it reads (step 3 runs it on
+  // them) and those of the tensors compared for it. It runs once the reference has computed
+  // them all (gate_), and each is dropped after the last kernel needing it.
+  absl::flat_hash_map<std::string, int> producer;  // ONNX tensor -> reference order index
+  for (int i = 0; i < static_cast<int>(r.order.size()); ++i) {
+    const auto& kd = r.metadata.kernels(i);
+    if (kd.nodes_size() == 0 || kd.nodes(0).node_index() < 0) continue;
+    for (const ir::Value* v : r.order[i]->outputs) {
+      if (v) producer[SourceTensorName(v->name)] = i;
+    }
+  }
+  std::vector<std::vector<std::string>> needs(e.order.size());
+  for (int k = 0; k < static_cast<int>(e.order.size()); ++k) {
+    for (const ir::Value* v : e.order[k]->inputs) {
+      if (v && !v->constant) needs[k].push_back(SourceTensorName(v->name));
+    }
+  }
+  for (const Entry& en : entries_) needs[en.kernel].push_back(en.name);
+  gate_.assign(e.order.size(), -1);
+  last_need_.clear();
+  for (int k = 0; k < static_cast<int>(e.order.size()); ++k) {
+    for (const std::string& name : needs[k]) {
+      auto p = producer.find(name);
+      if (p != producer.end()) gate_[k] = std::max(gate_[k], p->second);
+      last_need_[name] = k;
+    }
+  }
+  release_after_.assign(e.order.size(), {});
+  for (const auto& [name, k] : last_need_) release_after_[k].push_back(name);
   return absl::OkStatus();
 }
 
@@ -230,34 +260,52 @@ absl::Status EngineAnalysis::AddSample(const std::vector<ir::Tensor>& inputs) {
     return std::chrono::duration<double, std::milli>(b - a).count();
   };
   auto t0 = Clock::now();
-  RETURN_IF_ERROR(RunReference(inputs));
-  auto t1 = Clock::now();
-  RETURN_IF_ERROR(RunTapped(inputs));
-  last_times_ = {ms(t0, t1), ms(t1, Clock::now())};
   reference_values_.clear();
-  ++samples_;
-  return absl::OkStatus();
-}
-
-absl::Status EngineAnalysis::RunReference(const std::vector<ir::Tensor>& inputs) {
-  reference_values_.clear();
+  ASSIGN_OR_RETURN(std::unique_ptr<runtime::Execution> run, engine_session_->Start(inputs));
   const plan::Engine& r = *reference_;
   for (size_t i = 0; i < inputs.size() && i < r.graph->inputs().size(); ++i) {
     const ir::Tensor& t = inputs[i];
-    ASSIGN_OR_RETURN(reference_values_[SourceTensorName(r.graph->inputs()[i]->name)],
+    std::string name = SourceTensorName(r.graph->inputs()[i]->name);
+    if (!last_need_.contains(name)) continue;
+    ASSIGN_OR_RETURN(reference_values_[name],
                      IsFloating(t.dtype()) ? OwnedF32(t) : absl::StatusOr<ir::Tensor>(t));
   }
+  // The engine runs in step with the reference: each engine kernel as soon as the reference
+  // has computed every value it is compared with or reads (steps 2 and 3 for it), and each
+  // reference value dropped once no engine kernel left needs it. The comparisons then read
+  // tensors still in cache, and only the reference values in flight are held.
   absl::Status failed;
+  double engine_ms = 0;
+  auto observe = [&](const ir::Node& n, const std::vector<const ir::Tensor*>& ins,
+                     const std::vector<const ir::Tensor*>& outs) {
+    failed = ObserveEngine(n, ins, outs);
+  };
+  auto tap = [this](const ir::Node& n, int member, int64_t count) { return Tap(n, member, count); };
+  auto advance = [&](int reference_done) {
+    auto s0 = Clock::now();
+    while (failed.ok() && !run->done() && gate_[run->next()] <= reference_done) {
+      const size_t k = run->next();
+      absl::Status st = run->Step(observe, tap);
+      if (!st.ok()) failed = st;
+      for (const std::string& name : release_after_[k]) reference_values_.erase(name);
+    }
+    engine_ms += ms(s0, Clock::now());
+  };
+  advance(-1);
   int index = 0;
   auto observer = [&](const ir::Node& n, const std::vector<const ir::Tensor*>&,
                       const std::vector<const ir::Tensor*>& outs) {
-    const auto& kd = r.metadata.kernels(index++);
+    const int i = index++;
+    const auto& kd = r.metadata.kernels(i);
     // Only ONNX nodes: an inserted conversion (a graph output cast back to its authored type)
     // would overwrite the f32 value with a rounded one.
     if (!failed.ok() || kd.nodes_size() == 0 || kd.nodes(0).node_index() < 0) return;
     for (int j = 0; j < n.num_outputs(); ++j) {
       if (!n.outputs[j] || !outs[j]) continue;
       std::string name = SourceTensorName(n.outputs[j]->name);
+      auto it = entry_of_.find(name);
+      const bool needed = last_need_.contains(name);
+      if (it == entry_of_.end() && !needed) continue;
       // Without an arena the tensor's buffer is its own: keep it (f32 as is, others converted).
       auto copy =
           IsFloating(outs[j]->dtype()) ? ToF32(*outs[j]) : absl::StatusOr<ir::Tensor>(*outs[j]);
@@ -265,20 +313,27 @@ absl::Status EngineAnalysis::RunReference(const std::vector<ir::Tensor>& inputs)
         failed = copy.status();
         return;
       }
-      auto it = entry_of_.find(name);
-      if (it != entry_of_.end()) {
+      if (it != entry_of_.end() && copy->dtype() == DataType::kF32) {
         Entry& en = entries_[it->second];
         en.ref_max = std::max(en.ref_max, MaxAbsFinite(copy->data<float>(), copy->num_elements()));
       }
-      reference_values_[name] = *std::move(copy);
+      if (needed) reference_values_[name] = *std::move(copy);
     }
+    advance(i);
   };
   auto out = reference_session_->Run(inputs, observer);
   if (!out.ok()) {
     return absl::Status(out.status().code(),
                         absl::StrCat("reference run: ", out.status().message()));
   }
-  return failed;
+  advance(std::numeric_limits<int>::max());
+  reference_values_.clear();
+  RETURN_IF_ERROR(failed);
+  ASSIGN_OR_RETURN(last_outputs_, run->Outputs());
+  const double total = ms(t0, Clock::now());
+  last_times_ = {total - engine_ms, engine_ms};
+  ++samples_;
+  return absl::OkStatus();
 }
 
 absl::Status EngineAnalysis::Compare(int e, const ir::Tensor& value, bool introduced) {
@@ -410,24 +465,16 @@ absl::Status EngineAnalysis::CompareInside(int k, const std::vector<const ir::Te
   return absl::OkStatus();
 }
 
-absl::Status EngineAnalysis::RunTapped(const std::vector<ir::Tensor>& inputs) {
-  absl::Status failed;
-  auto observer = [&](const ir::Node& n, const std::vector<const ir::Tensor*>& ins,
-                      const std::vector<const ir::Tensor*>& outs) {
-    if (!failed.ok()) return;
-    int k = engine_index_.at(&n);
-    for (auto [j, e] : outputs_of_[k]) {
-      if (!outs[j]) continue;
-      failed = Compare(e, *outs[j], false);
-      if (!failed.ok()) return;
-    }
-    failed = CompareInside(k, ins, false);
-    // The same kernel alone on the reference inputs (step 3), in the same pass.
-    if (failed.ok()) failed = RunIntroduced(k);
-  };
-  auto tap = [this](const ir::Node& n, int member, int64_t count) { return Tap(n, member, count); };
-  ASSIGN_OR_RETURN(last_outputs_, engine_session_->Run(inputs, observer, tap));
-  return failed;
+absl::Status EngineAnalysis::ObserveEngine(const ir::Node& n,
+                                           const std::vector<const ir::Tensor*>& ins,
+                                           const std::vector<const ir::Tensor*>& outs) {
+  const int k = engine_index_.at(&n);
+  for (auto [j, e] : outputs_of_[k]) {
+    if (outs[j]) RETURN_IF_ERROR(Compare(e, *outs[j], false));
+  }
+  RETURN_IF_ERROR(CompareInside(k, ins, false));
+  // The same kernel alone on the reference inputs (step 3), in the same pass.
+  return RunIntroduced(k);
 }
 
 absl::Status EngineAnalysis::RunIntroduced(int k) {

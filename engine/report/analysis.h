@@ -3,8 +3,11 @@
 //
 // The reference is the model built at fp32, unfused (one reference kernel per ONNX node). For
 // each sample:
-//   1. the reference runs and keeps every ONNX tensor of that sample (one copy, as f32);
-//   2. the engine runs with taps: each kernel's outputs are compared as they are produced and
+//   1. the reference runs and keeps the ONNX tensors the engine's kernels need (one copy, as
+//      f32), each only until the last kernel needing it has run;
+//   2. the engine runs with taps, in step with the reference (runtime::Execution): each kernel
+//      as soon as the reference has computed what it needs, so comparisons read tensors still
+//      in cache. Each kernel's outputs are compared as they are produced and
 //      dropped, so the engine's activations are never held twice. Tensors inside a fused kernel,
 //      which the kernel never materialises, are taken from the kernel when it offers them
 //      (KernelContext::interior: FusedMatMul's fp32 dot products and bias sum) and otherwise
@@ -88,8 +91,9 @@ class EngineAnalysis {
 
   EngineAnalysis() = default;
   absl::Status Index();
-  absl::Status RunReference(const std::vector<ir::Tensor>& inputs);
-  absl::Status RunTapped(const std::vector<ir::Tensor>& inputs);
+  // Steps 2 and 3 for the engine kernel of `n`, just run with `ins` and `outs`.
+  absl::Status ObserveEngine(const ir::Node& n, const std::vector<const ir::Tensor*>& ins,
+                             const std::vector<const ir::Tensor*>& outs);
   // Step 3 for engine kernel k.
   absl::Status RunIntroduced(int k);
   // The reference value of ONNX tensor `name` (this sample's run, or a reference constant).
@@ -121,7 +125,12 @@ class EngineAnalysis {
   absl::flat_hash_map<std::string, int> entry_of_;
   std::vector<DataType> effective_of_source_;  // per source node, kF32 when unknown
   absl::flat_hash_map<std::string, ir::Tensor> reference_constants_;
-  absl::flat_hash_map<std::string, ir::Tensor> reference_values_;  // this sample
+  absl::flat_hash_map<std::string, ir::Tensor> reference_values_;  // this sample, in flight
+  // Per engine kernel: the last reference kernel (order index) whose values it needs; the
+  // reference values no later kernel needs. Per ONNX tensor: the last kernel needing it.
+  std::vector<int> gate_;
+  std::vector<std::vector<std::string>> release_after_;
+  absl::flat_hash_map<std::string, int> last_need_;
   std::vector<ir::Tensor> last_outputs_;
   int samples_ = 0;
   SampleTimes last_times_;

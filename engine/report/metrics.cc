@@ -7,8 +7,11 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "engine/common/cpu_features.h"
 #include "engine/common/half.h"
 #include "engine/common/status.h"
+#include "engine/kernels/cpu/avx512/convert.h"
+#include "engine/kernels/registry.h"
 #include "engine/report/metrics_block.h"
 
 namespace kiln::report {
@@ -21,14 +24,46 @@ constexpr int64_t kBlock = 4096;
 // Tensors of fewer blocks are not worth waking the other threads for.
 constexpr int64_t kParallelBlocks = 16;
 
+// The AVX-512 conversions (bit-identical to engine/common/half.h) when the CPU has them.
+struct Vector {
+  bool half = false, bf16 = false;
+};
+const Vector& VectorConversions() {
+  static const Vector v = [] {
+    const uint64_t f = DetectCpuFeatures();
+    const uint64_t avx512 = kernels::IsaCpuFeatures(kernels::Isa::kAvx512);
+    Vector out;
+    out.half = (f & avx512) == avx512;
+    out.bf16 = out.half && (f & kCpuAvx512Bf16) != 0;
+    return out;
+  }();
+  return v;
+}
+
+// dst[i] = the float of 16-bit src[i] (fp16 or bf16), i < m.
+void Widen(const uint16_t* src, bool half, float* dst, int64_t m) {
+  const Vector& v = VectorConversions();
+  if (half && v.half) return kernels::cpu::avx512::HalfToFloat(src, dst, m);
+  if (!half && v.half) return kernels::cpu::avx512::Bf16ToFloat(src, dst, m);
+  for (int64_t j = 0; j < m; ++j)
+    dst[j] = half ? HalfBitsToFloat(src[j]) : BFloat16BitsToFloat(src[j]);
+}
+
+// dst[i] = src[i] rounded to fp16 or bf16 (to nearest even), i < m.
+void Narrow(const float* src, bool half, uint16_t* dst, int64_t m) {
+  const Vector& v = VectorConversions();
+  if (half && v.half) return kernels::cpu::avx512::FloatToHalf(src, dst, m);
+  if (!half && v.bf16) return kernels::cpu::avx512::FloatToBf16(src, dst, m);
+  for (int64_t j = 0; j < m; ++j)
+    dst[j] = half ? FloatToHalfBits(src[j]) : FloatToBFloat16Bits(src[j]);
+}
+
 // x[i] for i in [begin, begin + m) as floats: a pointer into x itself (f32) or into `buf`.
 const float* FloatsOf(const ir::Tensor& x, int64_t begin, int64_t m, float* buf) {
   switch (x.dtype()) {
     case DataType::kF16:
-      for (int64_t j = 0; j < m; ++j) buf[j] = HalfBitsToFloat(x.data<uint16_t>()[begin + j]);
-      return buf;
     case DataType::kBF16:
-      for (int64_t j = 0; j < m; ++j) buf[j] = BFloat16BitsToFloat(x.data<uint16_t>()[begin + j]);
+      Widen(x.data<uint16_t>() + begin, x.dtype() == DataType::kF16, buf, m);
       return buf;
     case DataType::kF64:
       for (int64_t j = 0; j < m; ++j) buf[j] = static_cast<float>(x.data<double>()[begin + j]);
@@ -59,17 +94,17 @@ absl::StatusOr<ir::Tensor> RoundedTo(const ir::Tensor& t, DataType dtype, bool k
     return out;
   }
   const bool half = dtype == DataType::kF16;
-  if (keep_f32) {
-    float* o = out.data<float>();
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t i = 0; i < n; ++i) {
-      o[i] = half ? HalfBitsToFloat(FloatToHalfBits(x[i]))
-                  : BFloat16BitsToFloat(FloatToBFloat16Bits(x[i]));
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t begin = b * kBlock, m = std::min(kBlock, n - begin);
+    if (keep_f32) {
+      uint16_t narrow[kBlock];
+      Narrow(x + begin, half, narrow, m);
+      Widen(narrow, half, out.data<float>() + begin, m);
+    } else {
+      Narrow(x + begin, half, out.data<uint16_t>() + begin, m);
     }
-  } else {
-    uint16_t* o = out.data<uint16_t>();
-#pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t i = 0; i < n; ++i) o[i] = half ? FloatToHalfBits(x[i]) : FloatToBFloat16Bits(x[i]);
   }
   return out;
 }

@@ -167,56 +167,67 @@ absl::Status Session::CheckInputs(const std::vector<ir::Tensor>& inputs) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<ir::Tensor>> Session::Run(const std::vector<ir::Tensor>& inputs,
-                                                     const NodeObserver& observer,
-                                                     const InteriorTap& tap) {
+absl::StatusOr<std::unique_ptr<Execution>> Session::Start(const std::vector<ir::Tensor>& inputs) {
   RETURN_IF_ERROR(CheckInputs(inputs));
-  const plan::Engine& e = *engine_;
-  const ir::Graph& g = *e.graph;
-  std::vector<ir::Tensor> values(g.values().size());
+  const ir::Graph& g = *engine_->graph;
+  auto x = std::unique_ptr<Execution>(new Execution(*this));
+  x->values_.resize(g.values().size());
   for (const auto& v : g.values()) {
-    if (v->constant) values[v->id] = *v->constant;
+    if (v->constant) x->values_[v->id] = *v->constant;
   }
-  for (size_t i = 0; i < inputs.size(); ++i) values[g.inputs()[i]->id] = inputs[i];
-  char* arena = static_cast<char*>(arena_.get());
-  std::vector<const ir::Tensor*> ins, outs;
-  for (size_t i = 0; i < e.order.size(); ++i) {
-    const ir::Node& n = *e.order[i];
-    NodeContext ctx(n, values, arena, slot_offset_, slot_bytes_, tap);
-    absl::Status st = kernels_[i]->Run(ctx);
-    if (!st.ok()) {
-      std::string msg(st.message());
-      if (msg.rfind("[node", 0) != 0) msg = absl::StrCat(n.Label(), " ", msg);
-      return absl::Status(st.code(), msg);
+  for (size_t i = 0; i < inputs.size(); ++i) x->values_[g.inputs()[i]->id] = inputs[i];
+  return x;
+}
+
+bool Execution::done() const { return next_ >= session_.engine_->order.size(); }
+
+absl::Status Execution::Step(const NodeObserver& observer, const InteriorTap& tap) {
+  const Session& s = session_;
+  if (done()) return absl::FailedPreconditionError("the run has no kernel left to run");
+  const size_t i = next_++;
+  const ir::Node& n = *s.engine_->order[i];
+  NodeContext ctx(n, values_, static_cast<char*>(s.arena_.get()), s.slot_offset_, s.slot_bytes_,
+                  tap);
+  absl::Status st = s.kernels_[i]->Run(ctx);
+  if (!st.ok()) {
+    std::string msg(st.message());
+    if (msg.rfind("[node", 0) != 0) msg = absl::StrCat(n.Label(), " ", msg);
+    next_ = s.engine_->order.size();  // a failed run goes no further
+    return absl::Status(st.code(), msg);
+  }
+  for (int k = 0; k < n.num_outputs(); ++k) {
+    const ir::Value* v = n.outputs[k];
+    if (v && !values_[v->id].defined()) {
+      next_ = s.engine_->order.size();
+      return absl::InternalError(
+          absl::StrCat(n.Label(), " did not produce output ", k, " '", v->name, "'"));
     }
-    for (int k = 0; k < n.num_outputs(); ++k) {
-      const ir::Value* v = n.outputs[k];
-      if (v && !values[v->id].defined()) {
-        return absl::InternalError(
-            absl::StrCat(n.Label(), " did not produce output ", k, " '", v->name, "'"));
-      }
-    }
-    if (observer) {
-      ins.clear();
-      outs.clear();
-      for (const ir::Value* v : n.inputs) {
-        ins.push_back(v && values[v->id].defined() ? &values[v->id] : nullptr);
-      }
-      for (const ir::Value* v : n.outputs) outs.push_back(v ? &values[v->id] : nullptr);
-      observer(n, ins, outs);
-    }
-    // Release activations after their last use (arena slots are simply forgotten).
+  }
+  if (observer) {
+    ins_.clear();
+    outs_.clear();
     for (const ir::Value* v : n.inputs) {
-      if (v && last_use_[v->id] == static_cast<int>(i) && !v->is_graph_output && !v->constant &&
-          !v->is_graph_input) {
-        values[v->id] = ir::Tensor();
-      }
+      ins_.push_back(v && values_[v->id].defined() ? &values_[v->id] : nullptr);
+    }
+    for (const ir::Value* v : n.outputs) outs_.push_back(v ? &values_[v->id] : nullptr);
+    observer(n, ins_, outs_);
+  }
+  // Release activations after their last use (arena slots are simply forgotten).
+  for (const ir::Value* v : n.inputs) {
+    if (v && s.last_use_[v->id] == static_cast<int>(i) && !v->is_graph_output && !v->constant &&
+        !v->is_graph_input) {
+      values_[v->id] = ir::Tensor();
     }
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<ir::Tensor>> Execution::Outputs() const {
+  if (!done()) return absl::FailedPreconditionError("the run has kernels left to run");
   std::vector<ir::Tensor> result;
-  result.reserve(g.outputs().size());
-  for (const ir::Value* v : g.outputs()) {
-    const ir::Tensor& t = values[v->id];
+  result.reserve(session_.engine_->graph->outputs().size());
+  for (const ir::Value* v : session_.engine_->graph->outputs()) {
+    const ir::Tensor& t = values_[v->id];
     if (!t.defined()) {
       return absl::InternalError(absl::StrCat("graph output '", v->name, "' was not computed"));
     }
@@ -225,6 +236,14 @@ absl::StatusOr<std::vector<ir::Tensor>> Session::Run(const std::vector<ir::Tenso
     result.push_back(t);
   }
   return result;
+}
+
+absl::StatusOr<std::vector<ir::Tensor>> Session::Run(const std::vector<ir::Tensor>& inputs,
+                                                     const NodeObserver& observer,
+                                                     const InteriorTap& tap) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Execution> x, Start(inputs));
+  while (!x->done()) RETURN_IF_ERROR(x->Step(observer, tap));
+  return x->Outputs();
 }
 
 }  // namespace kiln::runtime

@@ -27,6 +27,30 @@ using NodeObserver =
 /// stay valid until the observer has seen the node.
 using InteriorTap = std::function<float*(const ir::Node&, int member, int64_t n)>;
 
+class Session;
+
+/// One run of a Session in progress, kernel by kernel (Session::Start): for callers that
+/// interleave the run with other work, such as the accuracy report running the engine in
+/// step with its reference. Valid while its Session lives; one at a time per Session.
+class Execution {
+ public:
+  /// Index in execution order of the next kernel to run; engine().order.size() when done.
+  size_t next() const { return next_; }
+  bool done() const;
+  /// Runs the next kernel, then calls `observer` (may be empty) as Session::Run does.
+  absl::Status Step(const NodeObserver& observer = nullptr, const InteriorTap& tap = nullptr);
+  /// The outputs in graph-output order, once done.
+  absl::StatusOr<std::vector<ir::Tensor>> Outputs() const;
+
+ private:
+  friend class Session;
+  explicit Execution(Session& session) : session_(session) {}
+  Session& session_;
+  std::vector<ir::Tensor> values_;  // per value id
+  size_t next_ = 0;
+  std::vector<const ir::Tensor*> ins_, outs_;
+};
+
 /// A ready-to-run engine. Not thread-safe: one Run at a time.
 class Session {
  public:
@@ -40,6 +64,8 @@ class Session {
   absl::StatusOr<std::vector<ir::Tensor>> Run(const std::vector<ir::Tensor>& inputs,
                                               const NodeObserver& observer = nullptr,
                                               const InteriorTap& tap = nullptr);
+  /// Starts a run with `inputs` (checked as Run checks them), to be advanced kernel by kernel.
+  absl::StatusOr<std::unique_ptr<Execution>> Start(const std::vector<ir::Tensor>& inputs);
 
   const plan::Engine& engine() const { return *engine_; }
   /// The kernel of the node at `index` in execution order, for running that node alone: between
@@ -48,6 +74,7 @@ class Session {
   uint64_t arena_bytes() const { return arena_bytes_; }
 
  private:
+  friend class Execution;
   Session() = default;
   absl::Status CheckInputs(const std::vector<ir::Tensor>& inputs) const;
 

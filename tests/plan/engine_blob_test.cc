@@ -199,6 +199,45 @@ TEST(EngineBlobRoundTrip, BuildLoadAndRun) {
   for (int i = 0; i < 6; ++i) EXPECT_EQ(y.data<float>()[i], expected[i]) << i;
 }
 
+TEST(EngineBlobRoundTrip, SteppedRunMatchesRunAndStopsAtTheEnd) {
+  auto built = builder::BuildEngine(SerializeModel(AddReluMulModel()), {}, nullptr);
+  ASSERT_TRUE(built.ok()) << built.status();
+  auto engine = Load(built->blob);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  auto session = runtime::Session::Create(std::shared_ptr<const Engine>(std::move(*engine)));
+  ASSERT_TRUE(session.ok()) << session.status();
+  auto x = ir::Tensor::Allocate(DataType::kF32, {2, 3});
+  ASSERT_TRUE(x.ok());
+  const float xs[6] = {-3, 5, -1, 10, -9, 7};
+  std::memcpy(x->raw_data(), xs, sizeof(xs));
+  auto whole = (*session)->Run({*x});
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  auto run = (*session)->Start({*x});
+  ASSERT_TRUE(run.ok()) << run.status();
+  runtime::Execution& r = **run;
+  EXPECT_EQ((*run)->Outputs().status().code(), absl::StatusCode::kFailedPrecondition);
+  std::vector<std::string> seen;
+  size_t steps = 0;
+  while (!r.done()) {
+    EXPECT_EQ(r.next(), steps);
+    ASSERT_TRUE(
+        r.Step([&](const ir::Node& n, const auto&, const auto&) { seen.push_back(n.name); }).ok());
+    ++steps;
+  }
+  EXPECT_EQ(steps, (*session)->engine().order.size());
+  EXPECT_EQ(seen.size(), steps);
+  EXPECT_EQ(r.Step().code(), absl::StatusCode::kFailedPrecondition);
+  auto out = r.Outputs();
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ(out->size(), 1u);
+  ASSERT_EQ((*out)[0].dims(), (*whole)[0].dims());
+  EXPECT_EQ(std::memcmp((*out)[0].raw_data(), (*whole)[0].raw_data(), 6 * sizeof(float)), 0);
+  // Inputs are checked as Run checks them.
+  auto wrong = ir::Tensor::Allocate(DataType::kF32, {3, 2});
+  ASSERT_TRUE(wrong.ok());
+  EXPECT_EQ((*session)->Start({*wrong}).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 // ---- Corruption --------------------------------------------------------------------------
 
 TEST(EngineBlobCorruption, TruncatedAtEveryLength) {
