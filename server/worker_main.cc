@@ -178,10 +178,10 @@ absl::Status Work(const v1::BuildSpec& spec, bool test_hooks, spdlog::logger& lo
   bool accuracy_pass = true;
   if (want_report) {
     SendStage("report", 0.85);
-    ASSIGN_OR_RETURN(
-        std::shared_ptr<const plan::Engine> engine,
-        plan::LoadEngineFromBytes(std::make_shared<const std::string>(std::move(built.blob)),
-                                  /*trusted=*/true));
+    // The engine the build kept in memory (keep_reference), the blob's own; the blob is written.
+    std::string().swap(built.blob);
+    std::shared_ptr<const plan::Engine> engine = std::move(built.engine);
+    if (!engine) return absl::InternalError("the build kept no engine for the report");
     ASSIGN_OR_RETURN(report::Samples samples, LoadSamples(spec, *engine));
     builder::ReportOptions ro;
     if (spec.atol() > 0) ro.tolerance.atol = spec.atol();

@@ -1,6 +1,7 @@
 #include "engine/builder/builder.h"
 
 #include <chrono>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
@@ -462,10 +463,18 @@ absl::StatusOr<BuildResult> BuildImported(std::unique_ptr<ir::Graph> graph,
     result.engine = InMemoryEngine(std::move(graph), std::move(c));
     return result;
   }
+  // For the report: the engine of the blob in memory too (its weights the graph's), so that it
+  // needs no copy of the blob loaded.
+  std::optional<v1::EngineMetadata> meta;
+  if (options.keep_reference) meta = c.meta;
   ASSIGN_OR_RETURN(result.blob,
                    plan::WriteEngine(g, c.live, c.choices, std::move(c.meta), c.required_features));
   logger.info("engine: {} kernels, {} bytes of weights, blob {} bytes", sum.kernels,
               sum.weight_bytes, result.blob.size());
+  if (meta) {
+    c.meta = *std::move(meta);
+    result.engine = InMemoryEngine(std::move(graph), std::move(c));
+  }
   if (reference_graph) {
     auto t0 = std::chrono::steady_clock::now();
     BuildOptions ro = ReferenceBuildOptions(options);

@@ -38,7 +38,9 @@ struct BuildOptions {
   /// progress reporting (the server's Stage events); may be empty.
   std::function<void(const char* stage, double fraction)> on_stage;
   /// Also build the accuracy report's fp32 reference (ReferenceBuildOptions) from the same
-  /// import, in memory and sharing the imported weights: BuildResult::reference.
+  /// import, in memory and sharing the imported weights: BuildResult::reference; and keep the
+  /// engine of the blob in memory: BuildResult::engine (the report runs it without loading a
+  /// copy of the blob).
   bool keep_reference = false;
   /// No blob: BuildResult::engine is the compiled engine in memory (weights shared with the
   /// import), for builds that are only run (the accuracy report's policy search).
@@ -72,7 +74,7 @@ struct BuildSummary {
 
 struct BuildResult {
   std::string blob;  // empty with BuildOptions::in_memory
-  /// With BuildOptions::in_memory: the engine, ready for runtime::Session.
+  /// With BuildOptions::in_memory or keep_reference: the engine, ready for runtime::Session.
   std::shared_ptr<const plan::Engine> engine;
   BuildSummary summary;
   /// Per source ONNX node (by index): how it was built, as recorded in the blob.
