@@ -160,6 +160,88 @@ TEST(Avx512Cast, EveryPairMatchesReferenceKernel) {
   }
 }
 
+// ---------------------------------------------------------------- Erf
+
+// Distance in units in the last place between two finite floats of the same sign.
+int64_t UlpDistance(float a, float b) {
+  int32_t ia, ib;
+  std::memcpy(&ia, &a, 4);
+  std::memcpy(&ib, &b, 4);
+  if (ia < 0) ia = INT32_MIN - ia;  // order negative floats below the positive ones
+  if (ib < 0) ib = INT32_MIN - ib;
+  return std::llabs(static_cast<int64_t>(ia) - ib);
+}
+
+TEST(Avx512Erf, Float32WithinTwoUlpOfExactAndSpecialValuesAsReference) {
+  SKIP_WITHOUT(kAvx512Bf16);
+  std::vector<float> x = Fp32Sample();  // strided over every fp32 bit pattern, NaN and Inf too
+  for (float v : {0.0f, -0.0f, 1e-30f, 0.5f, 0.921875f, 1.0f, 2.0f, 3.9f, 4.0f, 10.0f, -2.5f}) {
+    x.push_back(v);
+  }
+  NodeSpec spec;
+  spec.op = OpType::kErf;
+  spec.inputs = {MakeFloat({static_cast<int64_t>(x.size())}, x)};
+  ASSERT_EQ(Pick(OpType::kErf, DataType::kF32, kAvx512Bf16)->isa, Isa::kAvx512);
+  ir::Tensor fast = RunNodeOk0(spec);
+  spec.cpu_features = 0;
+  ir::Tensor ref = RunNodeOk0(spec);
+  int64_t worst = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float got = fast.data<float>()[i], want = ref.data<float>()[i];
+    if (std::isnan(x[i])) {
+      EXPECT_TRUE(std::isnan(got)) << i;
+      continue;
+    }
+    // The exact value rounded once to fp32 (erf in double is far more precise than fp32).
+    const double e = std::erf(static_cast<double>(x[i]));
+    const float exact = static_cast<float>(e);
+    // libmvec's bound, measured over every 3rd fp32 pattern: 2 ulp for normal inputs with
+    // |erf| < 0.99999; nearer +-1 it saturates up to 4 ulp early, and on subnormal inputs its
+    // result is off in relative terms only: both within 2^-22 absolute.
+    const bool normal = std::fabs(x[i]) >= 0x1p-126f && std::fabs(e) < 0.99999;
+    if (normal) {
+      ASSERT_LE(UlpDistance(got, exact), 2) << "erf(" << x[i] << ") = " << got << ", want " << e;
+      worst = std::max(worst, UlpDistance(got, exact));
+    } else {
+      ASSERT_LE(std::fabs(got - e), 0x1p-22) << "erf(" << x[i] << ") = " << got << ", want " << e;
+    }
+    // The reference's scalar erff (libm, within 1 ulp) is as close.
+    if (normal) EXPECT_LE(UlpDistance(got, want), 3) << x[i];
+  }
+  RecordProperty("worst_ulp", static_cast<int>(worst));
+}
+
+TEST(Avx512Erf, HalfTypesRoundTheFloatErfOnce) {
+  SKIP_WITHOUT(kAvx512Bf16);
+  std::vector<uint16_t> all16 = All16();
+  for (DataType t : {DataType::kF16, DataType::kBF16}) {
+    NodeSpec spec;
+    spec.op = OpType::kErf;
+    spec.inputs = {MakeTensor<uint16_t>({65536}, all16, t)};
+    ir::Tensor fast = RunNodeOk0(spec);
+    ASSERT_EQ(fast.dtype(), t);
+    for (int i = 0; i < 65536; ++i) {
+      const uint16_t b = all16[i];
+      const float v = t == DataType::kF16 ? HalfBitsToFloat(b) : BFloat16BitsToFloat(b);
+      const uint16_t got = fast.data<uint16_t>()[i];
+      const float g = t == DataType::kF16 ? HalfBitsToFloat(got) : BFloat16BitsToFloat(got);
+      if (std::isnan(v)) {
+        EXPECT_TRUE(std::isnan(g)) << i;
+        continue;
+      }
+      // erf computed in fp32 within 2 ulp, then rounded once: at most one 16-bit step from the
+      // exact value rounded to the type.
+      const float exact = static_cast<float>(std::erf(static_cast<double>(v)));
+      const uint16_t want =
+          t == DataType::kF16 ? FloatToHalfBits(exact) : FloatToBFloat16Bits(exact);
+      const float w = t == DataType::kF16 ? HalfBitsToFloat(want) : BFloat16BitsToFloat(want);
+      const int diff = std::abs(static_cast<int>(got & 0x7fff) - static_cast<int>(want & 0x7fff));
+      EXPECT_TRUE(got == want || (diff <= 1 && (g >= 0) == (w >= 0)))
+          << DataTypeOnnxName(t) << " erf(" << v << ") = " << g << ", want " << w;
+    }
+  }
+}
+
 // ---------------------------------------------------------------- GEMM
 
 // Flushes a subnormal to zero of the same sign (vdpbf16ps's FTZ).

@@ -1,0 +1,14 @@
+// Vectorised elementary functions on float arrays. Defined in math_avx512.cc; call only when the
+// CPU has kAvx512 features.
+#pragma once
+
+#include <cstdint>
+
+namespace kiln::kernels::cpu::avx512 {
+
+/// y[i] = erf(x[i]) for i < n, 16 at a time by glibc's libmvec: within 2 ulp of the exact value
+/// where |erf| < 0.99999, within 2^-22 absolute nearer +-1 (it saturates up to 4 ulp early) and
+/// for subnormal x (as the test measures); NaN stays NaN, +-Inf gives +-1. `y` may be `x`.
+void ErfF32(const float* x, float* y, int64_t n);
+
+}  // namespace kiln::kernels::cpu::avx512
