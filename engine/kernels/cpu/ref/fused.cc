@@ -268,11 +268,14 @@ class AddLayerNormKernel final : public Kernel {
       const std::vector<C> bi = bias ? ReadParam<C>(*bias) : std::vector<C>();
       const int64_t inner = Product(dims, axis, dims.size());
       const int64_t rows = inner == 0 ? 0 : plan.num_elements() / inner;
-      std::vector<C> xs(inner);
-      RETURN_IF_ERROR(WithOutput(*y, [&](auto* yp) {
+      // Rows are independent: split over the threads once there is enough work.
+      const bool parallel = rows > 1 && rows * inner >= (int64_t{1} << 15);
+      auto normalize = [&](auto* yp) {
         using T = std::remove_pointer_t<decltype(yp)>;
+#pragma omp parallel for schedule(static) if (parallel)
         for (int64_t r = 0; r < rows; ++r) {
-          std::copy(sum.begin() + r * inner, sum.begin() + (r + 1) * inner, xs.begin());
+          thread_local std::vector<C> xs;
+          xs.assign(sum.begin() + r * inner, sum.begin() + (r + 1) * inner);
           const int64_t* so = smap.offsets.data() + (r * inner) % smap.period;
           const int64_t* bo = bias ? bmap.offsets.data() + (r * inner) % bmap.period : nullptr;
           T* yr = yp + r * inner;
@@ -280,11 +283,14 @@ class AddLayerNormKernel final : public Kernel {
           LayerNormRow<C>(xs.data(), inner, static_cast<C>(eps_), sc.data(), so, bi.data(), bo,
                           [yr](int64_t j, C v) { yr[j] = Store<T>(v); });
         }
-      }));
+      };
+      RETURN_IF_ERROR(WithOutput(*y, normalize));
       if (sum_out == nullptr) return absl::OkStatus();
       return WithOutput(*sum_out, [&](auto* sp) {
         using T = std::remove_pointer_t<decltype(sp)>;
-        for (size_t i = 0; i < sum.size(); ++i) sp[i] = Store<T>(sum[i]);
+        const int64_t n = static_cast<int64_t>(sum.size());
+#pragma omp parallel for schedule(static) if (parallel)
+        for (int64_t i = 0; i < n; ++i) sp[i] = Store<T>(sum[i]);
       });
     });
   }

@@ -25,7 +25,9 @@ constexpr int64_t kFill = -1;
 using AxisMaps = std::vector<std::vector<int64_t>>;
 
 // Walks `iter_dims` in row-major order writing `out` contiguously. Whole rows whose outer
-// coordinates hit a kFill entry are filled without touching the input.
+// coordinates hit a kFill entry are filled without touching the input; rows whose inner map is
+// contiguous are copied. Large gathers split their rows over the threads (each output element
+// is written once, by one thread: the result does not depend on the split).
 template <typename U>
 void GatherRows(const U* in, U* out, const std::vector<int64_t>& iter_dims, const AxisMaps& maps,
                 U fill) {
@@ -39,29 +41,45 @@ void GatherRows(const U* in, U* out, const std::vector<int64_t>& iter_dims, cons
   const int64_t inner = iter_dims[rank - 1];
   const int64_t* last = maps[rank - 1].data();
   const int64_t rows = total / inner;
-  // Running offset per outer level so advancing the odometer costs O(levels changed).
-  std::vector<int64_t> idx(rank, 0);
-  std::vector<int64_t> partial(rank, 0);  // partial[a] = sum of maps[0..a-1]; < 0 means fill
-  for (int a = 0; a + 1 < rank; ++a) {
-    int64_t m = maps[a][0];
-    partial[a + 1] = (partial[a] < 0 || m < 0) ? kFill : partial[a] + m;
-  }
-  for (int64_t r = 0; r < rows; ++r) {
-    U* dst = out + r * inner;
-    const int64_t base = partial[rank - 1];
-    if (base < 0) {
-      std::fill(dst, dst + inner, fill);
-    } else {
-      const U* src = in + base;
-      for (int64_t j = 0; j < inner; ++j) dst[j] = last[j] < 0 ? fill : src[last[j]];
+  bool contiguous = last[0] >= 0;
+  for (int64_t j = 1; j < inner && contiguous; ++j) contiguous = last[j] == last[0] + j;
+  // Rows [r0, r1): the odometer starts from r0's coordinates, then advances with a running
+  // offset per outer level so each step costs O(levels changed).
+  auto run = [&](int64_t r0, int64_t r1) {
+    std::vector<int64_t> idx(rank, 0);
+    std::vector<int64_t> partial(rank, 0);  // partial[a] = sum of maps[0..a-1]; < 0 means fill
+    for (int64_t a = rank - 2, rem = r0; a >= 0; --a) {
+      idx[a] = rem % iter_dims[a];
+      rem /= iter_dims[a];
     }
-    int a = rank - 2;
-    while (a >= 0 && ++idx[a] == iter_dims[a]) idx[a--] = 0;
-    for (a = std::max(a, 0); a + 1 < rank; ++a) {
+    for (int a = 0; a + 1 < rank; ++a) {
       int64_t m = maps[a][idx[a]];
       partial[a + 1] = (partial[a] < 0 || m < 0) ? kFill : partial[a] + m;
     }
-  }
+    for (int64_t r = r0; r < r1; ++r) {
+      U* dst = out + r * inner;
+      const int64_t base = partial[rank - 1];
+      if (base < 0) {
+        std::fill(dst, dst + inner, fill);
+      } else if (contiguous) {
+        std::memcpy(dst, in + base + last[0], inner * sizeof(U));
+      } else {
+        const U* src = in + base;
+        for (int64_t j = 0; j < inner; ++j) dst[j] = last[j] < 0 ? fill : src[last[j]];
+      }
+      int a = rank - 2;
+      while (a >= 0 && ++idx[a] == iter_dims[a]) idx[a--] = 0;
+      for (a = std::max(a, 0); a + 1 < rank; ++a) {
+        int64_t m = maps[a][idx[a]];
+        partial[a + 1] = (partial[a] < 0 || m < 0) ? kFill : partial[a] + m;
+      }
+    }
+  };
+  // Memory bound: worth a second thread from a few hundred KB on.
+  const int64_t bytes = total * static_cast<int64_t>(sizeof(U));
+  const int64_t chunks = bytes >= (int64_t{1} << 18) ? std::min<int64_t>(rows, 16) : 1;
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (int64_t c = 0; c < chunks; ++c) run(rows * c / chunks, rows * (c + 1) / chunks);
 }
 
 // Runs GatherRows over `in`'s bytes into `out` (already allocated with the right element

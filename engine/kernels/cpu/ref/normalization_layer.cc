@@ -104,7 +104,6 @@ class RowNormKernel final : public Kernel {
     T* y = yt.data<T>();
     const C eps = static_cast<C>(epsilon_);
     const C count = static_cast<C>(inner);
-    std::vector<C> xs(inner);  // the row cast to the stash type
     if (inner == 0) {
       // Empty rows: Y is empty, the statistics of nothing are NaN (0 / 0), as numpy gives.
       for (int64_t r = 0; r < rows; ++r) {
@@ -113,7 +112,11 @@ class RowNormKernel final : public Kernel {
       }
       return;
     }
+    // Rows are independent: split over the threads once there is enough work.
+#pragma omp parallel for schedule(static) if (rows > 1 && rows * inner >= (int64_t{1} << 15))
     for (int64_t r = 0; r < rows; ++r) {
+      thread_local std::vector<C> xs;  // the row cast to the stash type
+      xs.resize(inner);
       const T* xr = x + r * inner;
       T* yr = y + r * inner;
       const int64_t* so = smap.offsets.data() + (r * inner) % smap.period;
