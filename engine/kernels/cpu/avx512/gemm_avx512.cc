@@ -382,8 +382,7 @@ static void GemmAmxBf16(const GemmArgs& g) {
   const int64_t a_block = kAmxRows * kb * kAmxK;  // bf16 values per packed 32-row block
   // Packed A: per batch and 32-row block, per K block, two 16 x 32 tiles ([2][16][32]); zero
   // past M and K.
-  Buffer apack(g.batch * mblocks * a_block * 2 + 64);
-  std::memset(apack.as<uint16_t>(), 0, g.batch * mblocks * a_block * 2);
+  Buffer apack(g.batch * mblocks * a_block * 2 + 64);  // zeroed block by block below
   const int64_t kp_padded = kb * (kAmxK / 2);
   const int64_t b_strip_bytes = kp_padded * kNr * 2 * 2 + 64;
 
@@ -401,6 +400,7 @@ static void GemmAmxBf16(const GemmArgs& g) {
       const int64_t bi = t / mblocks, blk = t % mblocks;
       const void* a = Elem(g.a, g.type, g.a_offsets ? g.a_offsets[bi] : 0);
       uint16_t* dst = apack.as<uint16_t>() + t * a_block;
+      std::memset(dst, 0, a_block * 2);
       uint16_t* r = row.as<uint16_t>();
       for (int64_t i = 0; i < kAmxRows && blk * kAmxRows + i < g.m; ++i) {
         std::memset(r, 0, kb * kAmxK * 2);

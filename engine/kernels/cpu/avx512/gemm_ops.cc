@@ -1,6 +1,7 @@
 // Gemm and MatMul on float, float16 and bfloat16 through the AVX-512 GEMM core (gemm.h). Shape
 // rules and errors are the reference kernels' (cpu/ref/nn_gemm.cc); the numbers differ from the
 // reference only by the accumulation order that gemm.h defines.
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -29,6 +30,19 @@ GemmType ToGemmType(DataType t) {
   }
 }
 
+// Bf16DotPathAllowed over the threads for a large tensor (an activation scanned on every run).
+bool DotPathAllowed(const uint16_t* v, int64_t n) {
+  constexpr int64_t kChunk = int64_t{1} << 15;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  if (chunks < 4) return Bf16DotPathAllowed(v, n);
+  bool allowed = true;
+#pragma omp parallel for schedule(static) reduction(&& : allowed)
+  for (int64_t c = 0; c < chunks; ++c) {
+    allowed = allowed && Bf16DotPathAllowed(v + c * kChunk, std::min(kChunk, n - c * kChunk));
+  }
+  return allowed;
+}
+
 // Bf16DotPathAllowed of B, kept between runs when B is the node's constant (a weight): the scan
 // of a big weight costs as much as reading it, on every run.
 class WeightScan {
@@ -36,7 +50,7 @@ class WeightScan {
   bool Allowed(const ir::Node& node, const ir::Tensor& b) {
     const ir::Value* v = node.input(1);
     const bool weight = v && v->constant && v->constant->raw_data() == b.raw_data();
-    if (!weight) return Bf16DotPathAllowed(b.data<uint16_t>(), b.num_elements());
+    if (!weight) return DotPathAllowed(b.data<uint16_t>(), b.num_elements());
     if (scanned_ != b.raw_data()) {
       allowed_ = Bf16DotPathAllowed(b.data<uint16_t>(), b.num_elements());
       scanned_ = b.raw_data();
@@ -53,7 +67,7 @@ class WeightScan {
 void ChooseBf16Path(GemmArgs& g, const ir::Node& node, const ir::Tensor& a, const ir::Tensor& b,
                     WeightScan& scan) {
   if (g.type != GemmType::kBF16) return;
-  g.bf16_dot = Bf16DotPathAllowed(a.data<uint16_t>(), a.num_elements()) && scan.Allowed(node, b);
+  g.bf16_dot = DotPathAllowed(a.data<uint16_t>(), a.num_elements()) && scan.Allowed(node, b);
 }
 
 // Y = alpha * A' * B' + beta * C.
@@ -216,7 +230,7 @@ absl::StatusOr<ir::Tensor*> MatMulCore(const ir::Node& node, KernelContext& ctx,
   if (!packed.empty()) {
     // Packed only when free of subnormals, so B never bars the dot path.
     g.b_packed = b->data<uint16_t>();
-    g.bf16_dot = Bf16DotPathAllowed(a->data<uint16_t>(), a->num_elements());
+    g.bf16_dot = DotPathAllowed(a->data<uint16_t>(), a->num_elements());
   } else {
     ChooseBf16Path(g, node, *a, *b, scan);
   }

@@ -75,9 +75,9 @@ void GatherRows(const U* in, U* out, const std::vector<int64_t>& iter_dims, cons
       }
     }
   };
-  // Memory bound: worth a second thread from a few hundred KB on.
+  // Memory bound: worth a second thread from about a hundred KB on.
   const int64_t bytes = total * static_cast<int64_t>(sizeof(U));
-  const int64_t chunks = bytes >= (int64_t{1} << 18) ? std::min<int64_t>(rows, 16) : 1;
+  const int64_t chunks = bytes >= (int64_t{1} << 17) ? std::min<int64_t>(rows, 16) : 1;
 #pragma omp parallel for schedule(static) if (chunks > 1)
   for (int64_t c = 0; c < chunks; ++c) run(rows * c / chunks, rows * (c + 1) / chunks);
 }
