@@ -1,6 +1,7 @@
 #include "engine/builder/builder.h"
 
 #include <chrono>
+#include <map>
 #include <optional>
 
 #include "absl/status/status.h"
@@ -122,43 +123,71 @@ struct Compiled {
   v1::EngineMetadata meta;
   runtime::MemoryPlan memory;      // by value id (the metadata's slots use blob tensor indices)
   uint64_t required_features = 0;  // CPU features the engine cannot run without
+  // fp32 GEMM weights packed only as the blob is written (PackWeights), by value id; and their
+  // nodes, which run the plain weight in memory.
+  std::map<int, plan::WeightEncoding> encodings;
+  std::vector<ir::Node*> packed_at_write;
 };
 
-// Stores the constant bf16 B of each MatMul / FusedMatMul that runs on the AVX-512 GEMM packed
-// as that GEMM reads it (kernel.h, kPackedBAttr), so no run packs it again: packing a weight's
-// column strips out of row-major memory was ~16% of a BERT-base bf16 run. Only a B read by that
-// node alone and free of subnormal values (it then always takes the dot-product path, whose
-// numbers packing does not change). Returns the CPU features the packed engine requires.
+// Stores the constant bf16 or fp32 B of each MatMul / FusedMatMul that runs on the AVX-512 GEMM
+// packed as that GEMM reads it (kernel.h, kPackedBAttr), so no run packs it again: packing a
+// weight's column strips out of row-major memory was ~16% of a BERT-base bf16 run and ~20% of
+// an fp32 GEMM at its shapes. Only a B read by that node alone; a bf16 one only when free of
+// subnormal values (it then always takes the dot-product path, whose numbers packing does not
+// change; fp32 kernels read packed and unpacked B alike). An fp32 weight, shared with the
+// import (and so with the report's reference), is packed only as the blob is written
+// (`encodings`): the graph keeps it plain, and the node's kPackedBAttr is taken off again for
+// runs in memory (UnpackedInMemory). Returns the CPU features the packed engine requires.
 absl::StatusOr<uint64_t> PackWeights(const std::vector<ir::Node*>& live,
-                                     const std::vector<const kernels::KernelDef*>& defs,
-                                     BuildSummary& sum, spdlog::logger& logger) {
+                                     const std::vector<const kernels::KernelDef*>& defs, bool f32,
+                                     std::map<int, plan::WeightEncoding>& encodings,
+                                     std::vector<ir::Node*>& packed_at_write, BuildSummary& sum,
+                                     spdlog::logger& logger) {
   uint64_t required = 0;
+  int fp32 = 0;
   for (ir::Node* n : live) {
     if (n->op != ir::OpType::kMatMul && n->op != ir::OpType::kFusedMatMul) continue;
     const kernels::KernelDef* def = defs[n->id];
     ir::Value* b = n->inputs.size() > 1 ? n->inputs[1] : nullptr;
+    const DataType t = b ? b->dtype : DataType::kUndefined;
     if (!def || def->isa != kernels::Isa::kAvx512 || !b || !b->constant ||
-        b->dtype != DataType::kBF16 || n->inputs[0] == nullptr ||
-        n->inputs[0]->dtype != DataType::kBF16 || b->constant->rank() != 2 ||
-        b->consumers.size() != 1 || b->is_graph_output || b->is_graph_input) {
+        (t != DataType::kBF16 && t != DataType::kF32) || n->inputs[0] == nullptr ||
+        n->inputs[0]->dtype != t || b->constant->rank() != 2 || b->consumers.size() != 1 ||
+        b->is_graph_output || b->is_graph_input || (t == DataType::kF32 && !f32)) {
       continue;
     }
     const ir::Tensor& w = *b->constant;
-    if (!kernels::cpu::avx512::Bf16DotPathAllowed(w.data<uint16_t>(), w.num_elements())) continue;
+    if (t == DataType::kBF16 &&
+        !kernels::cpu::avx512::Bf16DotPathAllowed(w.data<uint16_t>(), w.num_elements())) {
+      continue;
+    }
     const int64_t k = w.dim(0), nn = w.dim(1);
-    const int64_t strips = (nn + 63) / 64, strip = kernels::cpu::avx512::PackedBStripElems(k);
-    ASSIGN_OR_RETURN(ir::Tensor packed,
-                     ir::Tensor::AllocateUninitialized(DataType::kBF16, {strips, strip}));
-    kernels::cpu::avx512::PackBBf16(w.data<uint16_t>(), k, nn, packed.data<uint16_t>());
-    b->constant = std::move(packed);
-    b->shape = ir::Shape::Of({strips, strip});
+    const int64_t strips = (nn + 63) / 64;
+    if (t == DataType::kF32) {
+      const int64_t strip = kernels::cpu::avx512::PackedBStripElemsF32(k);
+      plan::WeightEncoding e;
+      e.dims = {strips, strip};
+      e.bytes = static_cast<uint64_t>(strips * strip) * sizeof(float);
+      e.write = [w, k, nn](char* dst) {
+        kernels::cpu::avx512::PackBF32(w.data<float>(), k, nn, reinterpret_cast<float*>(dst));
+      };
+      encodings[b->id] = std::move(e);
+      packed_at_write.push_back(n);
+      ++fp32;
+    } else {
+      const int64_t strip = kernels::cpu::avx512::PackedBStripElems(k);
+      ASSIGN_OR_RETURN(ir::Tensor packed, ir::Tensor::AllocateUninitialized(t, {strips, strip}));
+      kernels::cpu::avx512::PackBBf16(w.data<uint16_t>(), k, nn, packed.data<uint16_t>());
+      b->constant = std::move(packed);
+      b->shape = ir::Shape::Of({strips, strip});
+    }
     n->attrs[kernels::kPackedBAttr] = ir::Attribute::Ints({k, nn});
     required |= kernels::IsaCpuFeatures(def->isa) | def->cpu_features;
     ++sum.packed_weights;
   }
   if (sum.packed_weights > 0) {
-    logger.info("weights: {} bf16 GEMM weight(s) stored packed for the AVX-512 GEMM",
-                sum.packed_weights);
+    logger.info("weights: {} GEMM weight(s) stored packed for the AVX-512 GEMM ({} bf16, {} fp32)",
+                sum.packed_weights, sum.packed_weights - fp32, fp32);
   }
   return required;
 }
@@ -171,6 +200,8 @@ absl::StatusOr<Compiled> Compile(ir::Graph& g, const precision::Policy& policy,
                                  const std::function<void(const char*, double)>& on_stage) {
   spdlog::logger* logger = &log;
   uint64_t c_required_features = 0;
+  std::map<int, plan::WeightEncoding> encodings;
+  std::vector<ir::Node*> packed_at_write;
   auto stage = [&](const char* name, double fraction) {
     if (on_stage) on_stage(name, fraction);
   };
@@ -327,7 +358,10 @@ absl::StatusOr<Compiled> Compile(ir::Graph& g, const precision::Policy& policy,
   }
 
   if (options.pack_weights) {
-    ASSIGN_OR_RETURN(c_required_features, PackWeights(live, defs, sum, *logger));
+    // No blob in memory: nothing to pack an fp32 weight into.
+    ASSIGN_OR_RETURN(c_required_features,
+                     PackWeights(live, defs, options.pack_f32_weights && !options.in_memory,
+                                 encodings, packed_at_write, sum, *logger));
   }
 
   runtime::MemoryPlan mp = runtime::PlanMemory(g, live);
@@ -396,6 +430,8 @@ absl::StatusOr<Compiled> Compile(ir::Graph& g, const precision::Policy& policy,
   c.meta = std::move(meta);
   c.memory = std::move(mp);
   c.required_features = c_required_features;
+  c.encodings = std::move(encodings);
+  c.packed_at_write = std::move(packed_at_write);
   return c;
 }
 
@@ -467,11 +503,14 @@ absl::StatusOr<BuildResult> BuildImported(std::unique_ptr<ir::Graph> graph,
   // needs no copy of the blob loaded.
   std::optional<v1::EngineMetadata> meta;
   if (options.keep_reference) meta = c.meta;
-  ASSIGN_OR_RETURN(result.blob,
-                   plan::WriteEngine(g, c.live, c.choices, std::move(c.meta), c.required_features));
+  ASSIGN_OR_RETURN(result.blob, plan::WriteEngine(g, c.live, c.choices, std::move(c.meta),
+                                                  c.required_features, c.encodings));
   logger.info("engine: {} kernels, {} bytes of weights, blob {} bytes", sum.kernels,
               sum.weight_bytes, result.blob.size());
   if (meta) {
+    // The weights packed into the blob alone run plain in memory: the same numbers (the fp32
+    // kernels read packed and plain B alike), no second copy of them.
+    for (ir::Node* n : c.packed_at_write) n->attrs.erase(kernels::kPackedBAttr);
     c.meta = *std::move(meta);
     result.engine = InMemoryEngine(std::move(graph), std::move(c));
   }
@@ -572,6 +611,9 @@ BuildOptions ReferenceBuildOptions(const BuildOptions& options) {
   r.typing = precision::Typing::kWeak;
   r.constraints = precision::Constraints::kPrefer;
   r.fusion.enabled = false;
+  // The reference shares its weights with the import (Graph::Clone): packed copies would hold a
+  // second fp32 copy of every GEMM weight for the whole report.
+  r.pack_f32_weights = false;
   r.import = options.import;
   r.max_folded_bytes = options.max_folded_bytes;
   return r;

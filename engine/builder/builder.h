@@ -45,9 +45,12 @@ struct BuildOptions {
   /// No blob: BuildResult::engine is the compiled engine in memory (weights shared with the
   /// import), for builds that are only run (the accuracy report's policy search).
   bool in_memory = false;
-  /// Store each constant bf16 GEMM weight packed as the AVX-512 GEMM reads it (the engine then
-  /// requires that CPU's features). Off: weights as authored (an engine any CPU can run).
+  /// Store each constant bf16 and fp32 GEMM weight packed as the AVX-512 GEMM reads it (the
+  /// engine then requires that CPU's features). Off: weights as authored (an engine any CPU can
+  /// run).
   bool pack_weights = true;
+  /// With pack_weights, fp32 weights too.
+  bool pack_f32_weights = true;
 };
 
 /// What a build did, for logs, `kiln build` and tests.
@@ -66,7 +69,7 @@ struct BuildSummary {
   int dtype_changes = 0;
   int inserted_conversions = 0;
   int converted_weights = 0;
-  int packed_weights = 0;  // bf16 GEMM weights stored packed (BuildOptions::pack_weights)
+  int packed_weights = 0;  // GEMM weights stored packed (BuildOptions::pack_weights)
   std::vector<std::string> warnings;
   int fusions = 0;
   std::vector<std::string> fusion_refusals;

@@ -39,8 +39,9 @@ class KernelContext {
   }
 };
 
-/// The attribute of a MatMul / FusedMatMul node whose constant bf16 B the build stored packed
-/// for the AVX-512 GEMM (cpu/avx512/gemm.h, PackBBf16): B's logical dims [K, N]. Only the
+/// The attribute of a MatMul / FusedMatMul node whose constant bf16 or fp32 B the build stored
+/// packed for the AVX-512 GEMM (cpu/avx512/gemm.h, PackBBf16 / PackBF32): B's logical dims
+/// [K, N]. Only the
 /// AVX-512 kernels read such a node; the engine then requires their CPU features.
 inline constexpr char kPackedBAttr[] = "kiln_packed_b";
 

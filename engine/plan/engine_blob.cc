@@ -356,7 +356,8 @@ std::vector<int> TensorIndexOfValues(const ir::Graph& graph, const std::vector<i
 
 absl::StatusOr<std::string> WriteEngine(const ir::Graph& graph, const std::vector<ir::Node*>& order,
                                         const std::vector<KernelChoice>& choices,
-                                        v1::EngineMetadata meta, uint64_t required_features) {
+                                        v1::EngineMetadata meta, uint64_t required_features,
+                                        const std::map<int, WeightEncoding>& encodings) {
   std::vector<int> index = TensorIndexOfValues(graph, order);
   std::vector<const ir::Value*> by_index;
   for (const auto& v : graph.values()) {
@@ -369,25 +370,36 @@ absl::StatusOr<std::string> WriteEngine(const ir::Graph& graph, const std::vecto
   // model's weights exist twice while it is written (graph and blob), never three times.
   uint64_t weights_size = 0;
   std::vector<std::pair<const ir::Tensor*, uint64_t>> weight_copies;
+  std::vector<std::pair<const WeightEncoding*, uint64_t>> weight_writes;
   meta.clear_tensors();
   for (const ir::Value* v : by_index) {
     v1::TensorInfo* t = meta.add_tensors();
     t->set_name(v->name);
     t->set_dtype(static_cast<int32_t>(v->dtype));
     t->set_rank_known(v->shape.rank_known);
-    for (const ir::Dim& d : v->shape.dims) {
-      auto* pd = t->add_dims();
-      pd->set_value(d.value);
-      if (!d.is_static()) pd->set_symbol(d.symbol);
+    auto enc = encodings.find(v->id);
+    const WeightEncoding* e = enc != encodings.end() && v->constant ? &enc->second : nullptr;
+    if (e) {
+      for (int64_t d : e->dims) t->add_dims()->set_value(d);
+    } else {
+      for (const ir::Dim& d : v->shape.dims) {
+        auto* pd = t->add_dims();
+        pd->set_value(d.value);
+        if (!d.is_static()) pd->set_symbol(d.symbol);
+      }
     }
     if (v->constant && !v->is_graph_input) {
       t->set_is_constant(true);
       weights_size = AlignUp(weights_size);
       t->set_weight_offset(weights_size);
-      t->set_weight_bytes(v->constant->byte_size());
-      for (int64_t d : v->constant->dims()) t->add_constant_dims(d);
-      weight_copies.push_back({&*v->constant, weights_size});
-      weights_size += v->constant->byte_size();
+      t->set_weight_bytes(e ? e->bytes : v->constant->byte_size());
+      for (int64_t d : e ? e->dims : v->constant->dims()) t->add_constant_dims(d);
+      if (e) {
+        weight_writes.push_back({e, weights_size});
+      } else {
+        weight_copies.push_back({&*v->constant, weights_size});
+      }
+      weights_size += e ? e->bytes : v->constant->byte_size();
     }
   }
   meta.clear_graph_inputs();
@@ -438,6 +450,7 @@ absl::StatusOr<std::string> WriteEngine(const ir::Graph& graph, const std::vecto
   for (const auto& [t, off] : weight_copies) {
     if (t->byte_size() > 0) std::memcpy(&out[weights_off + off], t->raw_data(), t->byte_size());
   }
+  for (const auto& [e, off] : weight_writes) e->write(&out[weights_off + off]);
   // Section table entries; each digest covers the section's bytes as they sit in the blob.
   auto entry = [&](int i, uint32_t kind, uint64_t off, uint64_t size) {
     size_t e = kHeaderBytes + i * kEntryBytes;

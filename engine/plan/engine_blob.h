@@ -19,6 +19,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,11 +53,22 @@ struct KernelChoice {
   std::vector<v1::NodeProvenance> provenance;  // one per source ONNX node it implements
 };
 
+/// A constant stored in the blob in another layout than the graph holds it (a GEMM weight the
+/// build packs only as it writes it, so the graph's weight is never held twice): its dims and
+/// bytes in the blob, and the function writing those bytes.
+struct WeightEncoding {
+  std::vector<int64_t> dims;
+  uint64_t bytes = 0;
+  std::function<void(char* dst)> write;
+};
+
 /// Serialises an engine. `metadata` carries everything but tensors, kernels, graph inputs and
 /// outputs, which are filled from `graph` and `order`; `choices[node->id]` describes each node.
+/// `encodings` (by value id; may be empty) replace the bytes of some constants.
 absl::StatusOr<std::string> WriteEngine(const ir::Graph& graph, const std::vector<ir::Node*>& order,
                                         const std::vector<KernelChoice>& choices,
-                                        v1::EngineMetadata metadata, uint64_t required_features);
+                                        v1::EngineMetadata metadata, uint64_t required_features,
+                                        const std::map<int, WeightEncoding>& encodings = {});
 
 /// Loads an engine from bytes (kept alive by the returned Engine). `trusted`: the bytes were
 /// just written by WriteEngine in this process, so the section digests are not recomputed

@@ -161,29 +161,33 @@ TEST(PrecisionE2eTest, AuthoredMixedPrecisionRunsAsAuthoredUnderEveryPolicy) {
   EXPECT_THAT(std::string(obey.status().message()), HasSubstr("/pow"));
 }
 
-// bf16 GEMM weights stored packed at build time (the default where the CPU has AVX512_BF16)
-// change no output bit, and the engine records the CPU features it then needs.
-TEST(PrecisionE2eTest, PackedBf16WeightsChangeNoOutputBit) {
+// bf16 and fp32 GEMM weights stored packed at build time (the default where the CPU has the
+// features) change no output bit, and the engine records the CPU features it then needs.
+TEST(PrecisionE2eTest, PackedWeightsChangeNoOutputBit) {
   if ((DetectCpuFeatures() & kCpuAvx512Bf16) == 0) GTEST_SKIP() << "no AVX512_BF16";
   for (const char* model : {"bert_layernorm_op", "vit_tiny"}) {
-    builder::BuildOptions plain = Policy("bf16");
-    plain.pack_weights = false;
-    auto packed = BuildAndRun(model, Policy("bf16"));
-    auto unpacked = BuildAndRun(model, plain);
-    ASSERT_TRUE(packed.ok()) << packed.status();
-    ASSERT_TRUE(unpacked.ok()) << unpacked.status();
-    EXPECT_GT(packed->result.summary.packed_weights, 0) << model;
-    EXPECT_EQ(unpacked->result.summary.packed_weights, 0) << model;
-    ASSERT_EQ(packed->outputs.size(), unpacked->outputs.size());
-    for (size_t i = 0; i < packed->outputs.size(); ++i) {
-      const ir::Tensor& a = packed->outputs[i];
-      const ir::Tensor& b = unpacked->outputs[i];
-      ASSERT_EQ(a.byte_size(), b.byte_size());
-      EXPECT_EQ(std::memcmp(a.raw_data(), b.raw_data(), a.byte_size()), 0) << model << " " << i;
+    for (const char* policy : {"bf16", "fp32"}) {
+      SCOPED_TRACE(policy);
+      builder::BuildOptions plain = Policy(policy);
+      plain.pack_weights = false;
+      auto packed = BuildAndRun(model, Policy(policy));
+      auto unpacked = BuildAndRun(model, plain);
+      ASSERT_TRUE(packed.ok()) << packed.status();
+      ASSERT_TRUE(unpacked.ok()) << unpacked.status();
+      EXPECT_GT(packed->result.summary.packed_weights, 0) << model;
+      EXPECT_EQ(unpacked->result.summary.packed_weights, 0) << model;
+      ASSERT_EQ(packed->outputs.size(), unpacked->outputs.size());
+      for (size_t i = 0; i < packed->outputs.size(); ++i) {
+        const ir::Tensor& a = packed->outputs[i];
+        const ir::Tensor& b = unpacked->outputs[i];
+        ASSERT_EQ(a.byte_size(), b.byte_size());
+        EXPECT_EQ(std::memcmp(a.raw_data(), b.raw_data(), a.byte_size()), 0) << model << " " << i;
+      }
+      auto engine = plan::LoadEngineFromBytes(std::make_shared<std::string>(packed->result.blob));
+      ASSERT_TRUE(engine.ok()) << engine.status();
+      EXPECT_THAT((*engine)->metadata.required_cpu_features(),
+                  ::testing::Contains(std::string(policy) == "bf16" ? "avx512_bf16" : "avx512f"));
     }
-    auto engine = plan::LoadEngineFromBytes(std::make_shared<std::string>(packed->result.blob));
-    ASSERT_TRUE(engine.ok()) << engine.status();
-    EXPECT_THAT((*engine)->metadata.required_cpu_features(), ::testing::Contains("avx512_bf16"));
   }
 }
 

@@ -56,6 +56,8 @@ struct GemmArgs {
   /// bf16 only: B already packed by PackBBf16 (a weight packed at build time); `b` is unused and
   /// must be the same matrix for every batch. The numbers are those of the unpacked B.
   const uint16_t* b_packed = nullptr;
+  /// fp32 only: B already packed by PackBF32 (64-byte aligned), as b_packed for bf16.
+  const float* b_packed_f32 = nullptr;
 };
 
 /// bf16 values of one strip (64 columns) of a packed B with `k` rows.
@@ -64,6 +66,14 @@ int64_t PackedBStripElems(int64_t k);
 /// Packs bf16 B [k, n] (row-major) for GemmArgs::b_packed: ceil(n / 64) strips of
 /// PackedBStripElems(k) values, the layout the bf16 GEMM paths read, zero padded.
 void PackBBf16(const uint16_t* b, int64_t k, int64_t n, uint16_t* out);
+
+/// fp32 values of one strip (64 columns) of a packed fp32 B with `k` rows.
+int64_t PackedBStripElemsF32(int64_t k);
+
+/// Packs fp32 B [k, n] (row-major) for GemmArgs::b_packed_f32: ceil(n / 64) strips of
+/// PackedBStripElemsF32(k) values ([k][64], zero padded past n), the layout the fp32 kernels read.
+/// `out` needs no alignment; GemmArgs::b_packed_f32 does (64 bytes).
+void PackBF32(const float* b, int64_t k, int64_t n, float* out);
 
 /// Runs the GEMM with OpenMP over the available threads. Needs the kAvx512 CPU features, and
 /// kCpuAvx512Bf16 for GemmType::kBF16.

@@ -473,6 +473,24 @@ static void GemmAmxBf16(const GemmArgs& g) {
 
 bool GemmUsesAmx() { return AmxUsable(); }
 
+int64_t PackedBStripElemsF32(int64_t k) { return k * kNr; }
+
+void PackBF32(const float* b, int64_t k, int64_t n, float* out) {
+  GemmArgs g;
+  g.type = GemmType::kF32;
+  g.k = k;
+  g.n = n;
+  g.b_rs = n;
+  g.b_cs = 1;
+  // Through an aligned strip buffer: `out` may be any address (a weight inside a blob).
+  const int64_t strip = PackedBStripElemsF32(k);
+  Buffer tmp(strip * 4);
+  for (int64_t s = 0; s * kNr < n; ++s) {
+    PackBStripF32(g, b, s * kNr, tmp.as<float>());
+    std::memcpy(out + s * strip, tmp.as<float>(), strip * 4);
+  }
+}
+
 int64_t PackedBStripElems(int64_t k) { return CeilDiv(k, kAmxK) * (kAmxK / 2) * kNr * 2; }
 
 void PackBBf16(const uint16_t* b, int64_t k, int64_t n, uint16_t* out) {
@@ -550,12 +568,15 @@ void GemmAvx512(const GemmArgs& g) {
       const uint16_t* packed =
           g.b_packed != nullptr ? g.b_packed + s * PackedBStripElems(g.k) : nullptr;
       const uint16_t* bp16 = bpack.as<uint16_t>();  // the strip the dot kernels read
+      const float* bp32 = bpack.as<float>();        // the strip the fp32 kernels read
       if (dot && packed != nullptr) {
         bp16 = packed;
       } else if (dot) {
         PackBStripBf16(g, b, j0, bpack.as<uint16_t>());
       } else if (packed != nullptr) {
         UnpackBStripF32(packed, g.k, bpack.as<float>());
+      } else if (g.b_packed_f32 != nullptr) {
+        bp32 = g.b_packed_f32 + s * PackedBStripElemsF32(g.k);
       } else {
         PackBStripF32(g, b, j0, bpack.as<float>());
       }
@@ -566,7 +587,7 @@ void GemmAvx512(const GemmArgs& g) {
         if (dot) {
           kKernelsBf16[mr](kp, apack.as<uint16_t>() + at * a_tile, bp16, acc);
         } else {
-          kKernelsF32[mr](g.k, apack.as<float>() + at * a_tile, bpack.as<float>(), acc);
+          kKernelsF32[mr](g.k, apack.as<float>() + at * a_tile, bp32, acc);
         }
         StoreTile(g, bi, ti * kMr, mr, j0, nc, acc, crow.as<float>());
       }

@@ -160,8 +160,12 @@ absl::StatusOr<ir::Tensor*> MatMulCore(const ir::Node& node, KernelContext& ctx,
   // A weight the build packed (PackWeights in the builder): B's logical [K, N] is recorded.
   const std::vector<int64_t> packed = node.GetInts(kPackedBAttr);
   if (!packed.empty()) {
-    if (packed.size() != 2 || packed[0] <= 0 || packed[1] <= 0 || b->dtype() != DataType::kBF16 ||
-        b->num_elements() != (packed[1] + 63) / 64 * PackedBStripElems(packed[0])) {
+    const bool f32 = b->dtype() == DataType::kF32;
+    if (packed.size() != 2 || packed[0] <= 0 || packed[1] <= 0 ||
+        (!f32 && b->dtype() != DataType::kBF16) ||
+        b->num_elements() !=
+            (packed[1] + 63) / 64 *
+                (f32 ? PackedBStripElemsF32(packed[0]) : PackedBStripElems(packed[0]))) {
       return InvalidNode(node, "packed B of ", b->num_elements(), " values does not match ",
                          kPackedBAttr, " ", ir::DimsToString(packed));
     }
@@ -227,7 +231,9 @@ absl::StatusOr<ir::Tensor*> MatMulCore(const ir::Node& node, KernelContext& ctx,
     g.c_cs = bias->num_elements() == n ? 1 : 0;
   }
   if (fused) g.acc = ctx.interior(0, y->num_elements());
-  if (!packed.empty()) {
+  if (!packed.empty() && b->dtype() == DataType::kF32) {
+    g.b_packed_f32 = b->data<float>();
+  } else if (!packed.empty()) {
     // Packed only when free of subnormals, so B never bars the dot path.
     g.b_packed = b->data<uint16_t>();
     g.bf16_dot = DotPathAllowed(a->data<uint16_t>(), a->num_elements());

@@ -85,8 +85,8 @@ absl::StatusOr<MatMulShape> PlanMatMul(const ir::Node& node, const std::vector<i
   if (a.empty() || b.empty()) return InvalidNode(node, "operands must not be scalars");
   if (node.has_attr(kPackedBAttr)) {
     return InvalidNode(node,
-                       "B is stored packed for the AVX-512 bf16 GEMM, which this kernel "
-                       "cannot read (the engine needs a CPU with AVX512_BF16)");
+                       "B is stored packed for the AVX-512 GEMM, which this kernel cannot read "
+                       "(the engine needs the CPU features it records)");
   }
   std::vector<int64_t> ad = a, bd = b;
   const bool a_vec = ad.size() == 1, b_vec = bd.size() == 1;
