@@ -198,12 +198,7 @@ absl::Status Compare(int argc, char** argv) {
   }
   ASSIGN_OR_RETURN(report::Samples samples, SamplesFor(args, *a->graph));
   ASSIGN_OR_RETURN(auto analysis, report::EngineAnalysis::Create(a, b, tol));
-  for (size_t i = 0; i < samples.sets.size(); ++i) {
-    absl::Status st = analysis->AddSample(samples.sets[i]);
-    if (!st.ok()) {
-      return absl::Status(st.code(), absl::StrCat("sample ", i, ": ", st.message()));
-    }
-  }
+  RETURN_IF_ERROR(analysis->AddSamples(samples.sets));
   v1::AccuracyReport rep = analysis->Report(10);
   rep.set_sample_source(samples.source);
   for (const auto& n : samples.notes) rep.add_notes(n);

@@ -222,19 +222,16 @@ absl::StatusOr<v1::AccuracyReport> BuildAccuracyReport(
   if (report_options.on_reference_loaded) report_options.on_reference_loaded();
   ASSIGN_OR_RETURN(auto analysis,
                    report::EngineAnalysis::Create(engine, reference, report_options.tolerance));
-  for (size_t i = 0; i < samples.size(); ++i) {
-    absl::Status st = analysis->AddSample(samples[i]);
-    if (!st.ok()) {
-      return absl::Status(st.code(),
-                          absl::StrCat("accuracy report, sample ", i, ": ", st.message()));
-    }
-    if (logger) {
-      const auto& t = analysis->last_times();
-      logger->info(
-          "report: sample {}/{}: reference run {:.0f} ms, engine runs (tapped, and each kernel "
-          "on reference inputs) {:.0f} ms",
-          i + 1, samples.size(), t.reference_ms, t.engine_ms);
-    }
+  absl::Status st =
+      analysis->AddSamples(samples, [&](size_t i, const report::EngineAnalysis::SampleTimes& t) {
+        if (!logger) return;
+        logger->info(
+            "report: sample {}/{}: reference run {:.0f} ms, engine runs (tapped, and each kernel "
+            "on reference inputs) {:.0f} ms",
+            i + 1, samples.size(), t.reference_ms, t.engine_ms);
+      });
+  if (!st.ok()) {
+    return absl::Status(st.code(), absl::StrCat("accuracy report, ", st.message()));
   }
   std::vector<std::string> pattern_of_source(built.nodes.size());
   for (const auto& p : built.patterns) {

@@ -1,5 +1,7 @@
 #include "engine/report/analysis.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -99,12 +101,25 @@ absl::StatusOr<std::unique_ptr<EngineAnalysis>> EngineAnalysis::Create(
   a->engine_ = std::move(engine);
   a->reference_ = std::move(reference);
   a->tol_ = tolerance;
-  ASSIGN_OR_RETURN(a->engine_session_, runtime::Session::Create(a->engine_));
-  // No arena for the reference: its tensors are kept for the sample by sharing, not copying.
-  ASSIGN_OR_RETURN(a->reference_session_,
-                   runtime::Session::Create(a->reference_, /*use_arena=*/false));
+  RETURN_IF_ERROR(a->AddRun());
   RETURN_IF_ERROR(a->Index());
   return a;
+}
+
+absl::Status EngineAnalysis::AddRun() {
+  auto run = std::make_unique<Run>();
+  ASSIGN_OR_RETURN(run->engine, runtime::Session::Create(engine_));
+  // No arena for the reference: its tensors are kept for the sample by sharing, not copying.
+  ASSIGN_OR_RETURN(run->reference, runtime::Session::Create(reference_, /*use_arena=*/false));
+  runs_.push_back(std::move(run));
+  return absl::OkStatus();
+}
+
+void EngineAnalysis::Sums::Merge(const Sums& o) {
+  accumulated.Merge(o.accumulated);
+  introduced.Merge(o.introduced);
+  ref_max = std::max(ref_max, o.ref_max);
+  seen |= o.seen;
 }
 
 absl::Status EngineAnalysis::Index() {
@@ -247,27 +262,70 @@ absl::Status EngineAnalysis::Index() {
   return absl::OkStatus();
 }
 
-const ir::Tensor* EngineAnalysis::Reference(const std::string& name) const {
-  auto it = reference_values_.find(name);
-  if (it != reference_values_.end()) return &it->second;
+const ir::Tensor* EngineAnalysis::Reference(const Run& run, const std::string& name) const {
+  auto it = run.reference_values.find(name);
+  if (it != run.reference_values.end()) return &it->second;
   auto c = reference_constants_.find(name);
   return c != reference_constants_.end() ? &c->second : nullptr;
 }
 
 absl::Status EngineAnalysis::AddSample(const std::vector<ir::Tensor>& inputs) {
+  RETURN_IF_ERROR(RunSample(*runs_[0], inputs));
+  MergeRun(*runs_[0]);
+  return absl::OkStatus();
+}
+
+void EngineAnalysis::MergeRun(Run& run) {
+  for (size_t e = 0; e < entries_.size(); ++e) entries_[e].sums.Merge(run.sums[e]);
+  kernels_without_reference_inputs_ += run.kernels_without_reference_inputs;
+  last_outputs_ = std::move(run.outputs);
+  last_times_ = run.times;
+  ++samples_;
+}
+
+absl::Status EngineAnalysis::AddSamples(
+    const std::vector<std::vector<ir::Tensor>>& samples,
+    const std::function<void(size_t, const SampleTimes&)>& on_sample) {
+  // One sample per thread, each run's kernels on that thread alone (nested OpenMP regions are
+  // inactive): the report spends a fifth of a one-sample-at-a-time run in serial sections.
+  const size_t width = std::max<size_t>(
+      1, std::min<size_t>(samples.size(), static_cast<size_t>(omp_get_max_threads())));
+  while (runs_.size() < width) RETURN_IF_ERROR(AddRun());
+  for (size_t base = 0; base < samples.size(); base += width) {
+    const int n = static_cast<int>(std::min(width, samples.size() - base));
+    std::vector<absl::Status> status(n);
+#pragma omp parallel for num_threads(n) schedule(static, 1) if (n > 1)
+    for (int i = 0; i < n; ++i) status[i] = RunSample(*runs_[i], samples[base + i]);
+    // Merged in sample order: the same numbers however many ran at once.
+    for (int i = 0; i < n; ++i) {
+      Run& run = *runs_[i];
+      if (!status[i].ok()) {
+        return absl::Status(status[i].code(),
+                            absl::StrCat("sample ", base + i, ": ", status[i].message()));
+      }
+      MergeRun(run);
+      if (on_sample) on_sample(base + i, run.times);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EngineAnalysis::RunSample(Run& r, const std::vector<ir::Tensor>& inputs) {
   using Clock = std::chrono::steady_clock;
   auto ms = [](Clock::time_point a, Clock::time_point b) {
     return std::chrono::duration<double, std::milli>(b - a).count();
   };
   auto t0 = Clock::now();
-  reference_values_.clear();
-  ASSIGN_OR_RETURN(std::unique_ptr<runtime::Execution> run, engine_session_->Start(inputs));
-  const plan::Engine& r = *reference_;
-  for (size_t i = 0; i < inputs.size() && i < r.graph->inputs().size(); ++i) {
+  r.reference_values.clear();
+  r.sums.assign(entries_.size(), Sums());
+  r.kernels_without_reference_inputs = 0;
+  ASSIGN_OR_RETURN(std::unique_ptr<runtime::Execution> run, r.engine->Start(inputs));
+  const plan::Engine& ref = *reference_;
+  for (size_t i = 0; i < inputs.size() && i < ref.graph->inputs().size(); ++i) {
     const ir::Tensor& t = inputs[i];
-    std::string name = SourceTensorName(r.graph->inputs()[i]->name);
+    std::string name = SourceTensorName(ref.graph->inputs()[i]->name);
     if (!last_need_.contains(name)) continue;
-    ASSIGN_OR_RETURN(reference_values_[name],
+    ASSIGN_OR_RETURN(r.reference_values[name],
                      IsFloating(t.dtype()) ? OwnedF32(t) : absl::StatusOr<ir::Tensor>(t));
   }
   // The engine runs in step with the reference: each engine kernel as soon as the reference
@@ -278,16 +336,18 @@ absl::Status EngineAnalysis::AddSample(const std::vector<ir::Tensor>& inputs) {
   double engine_ms = 0;
   auto observe = [&](const ir::Node& n, const std::vector<const ir::Tensor*>& ins,
                      const std::vector<const ir::Tensor*>& outs) {
-    failed = ObserveEngine(n, ins, outs);
+    failed = ObserveEngine(r, n, ins, outs);
   };
-  auto tap = [this](const ir::Node& n, int member, int64_t count) { return Tap(n, member, count); };
+  auto tap = [this, &r](const ir::Node& n, int member, int64_t count) {
+    return Tap(r, n, member, count);
+  };
   auto advance = [&](int reference_done) {
     auto s0 = Clock::now();
     while (failed.ok() && !run->done() && gate_[run->next()] <= reference_done) {
       const size_t k = run->next();
       absl::Status st = run->Step(observe, tap);
       if (!st.ok()) failed = st;
-      for (const std::string& name : release_after_[k]) reference_values_.erase(name);
+      for (const std::string& name : release_after_[k]) r.reference_values.erase(name);
     }
     engine_ms += ms(s0, Clock::now());
   };
@@ -296,7 +356,7 @@ absl::Status EngineAnalysis::AddSample(const std::vector<ir::Tensor>& inputs) {
   auto observer = [&](const ir::Node& n, const std::vector<const ir::Tensor*>&,
                       const std::vector<const ir::Tensor*>& outs) {
     const int i = index++;
-    const auto& kd = r.metadata.kernels(i);
+    const auto& kd = ref.metadata.kernels(i);
     // Only ONNX nodes: an inserted conversion (a graph output cast back to its authored type)
     // would overwrite the f32 value with a rounded one.
     if (!failed.ok() || kd.nodes_size() == 0 || kd.nodes(0).node_index() < 0) return;
@@ -314,58 +374,59 @@ absl::Status EngineAnalysis::AddSample(const std::vector<ir::Tensor>& inputs) {
         return;
       }
       if (it != entry_of_.end() && copy->dtype() == DataType::kF32) {
-        Entry& en = entries_[it->second];
-        en.ref_max = std::max(en.ref_max, MaxAbsFinite(copy->data<float>(), copy->num_elements()));
+        Sums& sums = r.sums[it->second];
+        sums.ref_max =
+            std::max(sums.ref_max, MaxAbsFinite(copy->data<float>(), copy->num_elements()));
       }
-      if (needed) reference_values_[name] = *std::move(copy);
+      if (needed) r.reference_values[name] = *std::move(copy);
     }
     advance(i);
   };
-  auto out = reference_session_->Run(inputs, observer);
+  auto out = r.reference->Run(inputs, observer);
   if (!out.ok()) {
     return absl::Status(out.status().code(),
                         absl::StrCat("reference run: ", out.status().message()));
   }
   advance(std::numeric_limits<int>::max());
-  reference_values_.clear();
+  r.reference_values.clear();
   RETURN_IF_ERROR(failed);
-  ASSIGN_OR_RETURN(last_outputs_, run->Outputs());
+  ASSIGN_OR_RETURN(r.outputs, run->Outputs());
   const double total = ms(t0, Clock::now());
-  last_times_ = {total - engine_ms, engine_ms};
-  ++samples_;
+  r.times = {total - engine_ms, engine_ms};
   return absl::OkStatus();
 }
 
-absl::Status EngineAnalysis::Compare(int e, const ir::Tensor& value, bool introduced) {
-  Entry& en = entries_[e];
-  const ir::Tensor* ref = Reference(en.name);
+absl::Status EngineAnalysis::Compare(Run& run, int e, const ir::Tensor& value, bool introduced) {
+  const Entry& en = entries_[e];
+  Sums& sums = run.sums[e];
+  const ir::Tensor* ref = Reference(run, en.name);
   if (!ref) return absl::OkStatus();
   if (value.num_elements() != ref->num_elements()) {
     return absl::InternalError(absl::StrCat("tensor '", en.name, "' has ",
                                             ir::DimsToString(value.dims()), " in the engine but ",
                                             ir::DimsToString(ref->dims()), " in the reference"));
   }
-  RETURN_IF_ERROR((introduced ? en.introduced : en.accumulated).AddTensor(value, *ref, tol_));
-  en.seen = true;
+  RETURN_IF_ERROR((introduced ? sums.introduced : sums.accumulated).AddTensor(value, *ref, tol_));
+  sums.seen = true;
   return absl::OkStatus();
 }
 
-float* EngineAnalysis::Tap(const ir::Node& n, int member, int64_t count) {
+float* EngineAnalysis::Tap(Run& run, const ir::Node& n, int member, int64_t count) {
   auto k = engine_index_.find(&n);
   if (k == engine_index_.end()) return nullptr;
   const std::vector<int>& at = inside_at_[k->second];
   if (member < 0 || member >= static_cast<int>(at.size()) || at[member] < 0) return nullptr;
-  if (taps_kernel_ != k->second) {
-    taps_.clear();
-    taps_kernel_ = k->second;
+  if (run.taps_kernel != k->second) {
+    run.taps.clear();
+    run.taps_kernel = k->second;
   }
   // Shaped as the reference tensor, so members recomputed downstream read it as they would.
-  const ir::Tensor* ref = Reference(entries_[at[member]].name);
+  const ir::Tensor* ref = Reference(run, entries_[at[member]].name);
   std::vector<int64_t> dims = {count};
   if (ref && ref->num_elements() == count) dims = ref->dims();
   auto t = ir::Tensor::AllocateUninitialized(DataType::kF32, std::move(dims));
   if (!t.ok()) return nullptr;  // not offered: the tensor is recomputed instead
-  ir::Tensor& slot = taps_[member];
+  ir::Tensor& slot = run.taps[member];
   slot = *std::move(t);
   return slot.data<float>();
 }
@@ -382,12 +443,13 @@ absl::Status EngineAnalysis::RunAlone(kernels::Kernel& kernel, const ir::Node& n
   return absl::OkStatus();
 }
 
-absl::Status EngineAnalysis::CompareInside(int k, const std::vector<const ir::Tensor*>& inputs,
+absl::Status EngineAnalysis::CompareInside(Run& run, int k,
+                                           const std::vector<const ir::Tensor*>& inputs,
                                            bool introduced) {
   absl::flat_hash_map<int, ir::Tensor> taps;
-  if (taps_kernel_ == k) taps = std::move(taps_);
-  taps_.clear();
-  taps_kernel_ = -1;
+  if (run.taps_kernel == k) taps = std::move(run.taps);
+  run.taps.clear();
+  run.taps_kernel = -1;
   if (members_of_[k].empty()) return absl::OkStatus();
   const plan::Engine& r = *reference_;
   const ir::Node& fused = *engine_->order[k];
@@ -397,7 +459,7 @@ absl::Status EngineAnalysis::CompareInside(int k, const std::vector<const ir::Te
   for (auto& [member, value] : taps) {
     const int e = inside_at_[k][member];
     ASSIGN_OR_RETURN(ir::Tensor v, RoundedF32(value, effective_of_source_[entries_[e].source]));
-    RETURN_IF_ERROR(Compare(e, v, introduced));
+    RETURN_IF_ERROR(Compare(run, e, v, introduced));
     local[entries_[e].name] = std::move(v);
   }
   // The kernel's own inputs by ONNX name, taken as f32 when a member reads them (a weight
@@ -446,7 +508,7 @@ absl::Status EngineAnalysis::CompareInside(int k, const std::vector<const ir::Te
       }
       io.inputs.push_back(t);
     }
-    RETURN_IF_ERROR(RunAlone(reference_session_->kernel(m), n, io, nullptr));
+    RETURN_IF_ERROR(RunAlone(run.reference->kernel(m), n, io, nullptr));
     int s = r.metadata.kernels(m).nodes(0).node_index();
     for (int j = 0; j < n.num_outputs(); ++j) {
       if (!n.outputs[j] || !io.outputs[j].defined()) continue;
@@ -456,7 +518,7 @@ absl::Status EngineAnalysis::CompareInside(int k, const std::vector<const ir::Te
         ASSIGN_OR_RETURN(value, RoundedF32(value, effective_of_source_[s]));
         auto e = entry_of_.find(name);
         if (e != entry_of_.end() && entries_[e->second].kernel == k && entries_[e->second].inside) {
-          RETURN_IF_ERROR(Compare(e->second, value, introduced));
+          RETURN_IF_ERROR(Compare(run, e->second, value, introduced));
         }
       }
       local[name] = std::move(value);
@@ -465,19 +527,19 @@ absl::Status EngineAnalysis::CompareInside(int k, const std::vector<const ir::Te
   return absl::OkStatus();
 }
 
-absl::Status EngineAnalysis::ObserveEngine(const ir::Node& n,
+absl::Status EngineAnalysis::ObserveEngine(Run& run, const ir::Node& n,
                                            const std::vector<const ir::Tensor*>& ins,
                                            const std::vector<const ir::Tensor*>& outs) {
   const int k = engine_index_.at(&n);
   for (auto [j, e] : outputs_of_[k]) {
-    if (outs[j]) RETURN_IF_ERROR(Compare(e, *outs[j], false));
+    if (outs[j]) RETURN_IF_ERROR(Compare(run, e, *outs[j], false));
   }
-  RETURN_IF_ERROR(CompareInside(k, ins, false));
+  RETURN_IF_ERROR(CompareInside(run, k, ins, false));
   // The same kernel alone on the reference inputs (step 3), in the same pass.
-  return RunIntroduced(k);
+  return RunIntroduced(run, k);
 }
 
-absl::Status EngineAnalysis::RunIntroduced(int k) {
+absl::Status EngineAnalysis::RunIntroduced(Run& run, int k) {
   const plan::Engine& e = *engine_;
   if (outputs_of_[k].empty() && members_of_[k].empty()) return absl::OkStatus();
   const ir::Node& n = *e.order[k];
@@ -492,7 +554,7 @@ absl::Status EngineAnalysis::RunIntroduced(int k) {
       io.inputs.push_back(&*v->constant);
       continue;
     }
-    const ir::Tensor* ref = Reference(SourceTensorName(v->name));
+    const ir::Tensor* ref = Reference(run, SourceTensorName(v->name));
     if (ref && IsFloating(v->dtype) && ref->dtype() != v->dtype) {
       ASSIGN_OR_RETURN(ir::Tensor c, Converted(*ref, v->dtype));
       converted.push_back(std::move(c));
@@ -501,19 +563,19 @@ absl::Status EngineAnalysis::RunIntroduced(int k) {
       ref = nullptr;
     }
     if (!ref) {
-      ++kernels_without_reference_inputs_;
+      ++run.kernels_without_reference_inputs;
       return absl::OkStatus();
     }
     io.inputs.push_back(ref);
   }
-  auto tap = [this](const ir::Node& node, int member, int64_t count) {
-    return Tap(node, member, count);
+  auto tap = [this, &run](const ir::Node& node, int member, int64_t count) {
+    return Tap(run, node, member, count);
   };
-  RETURN_IF_ERROR(RunAlone(engine_session_->kernel(k), n, io, tap));
+  RETURN_IF_ERROR(RunAlone(run.engine->kernel(k), n, io, tap));
   for (auto [j, ent] : outputs_of_[k]) {
-    if (io.outputs[j].defined()) RETURN_IF_ERROR(Compare(ent, io.outputs[j], true));
+    if (io.outputs[j].defined()) RETURN_IF_ERROR(Compare(run, ent, io.outputs[j], true));
   }
-  return CompareInside(k, io.inputs, true);
+  return CompareInside(run, k, io.inputs, true);
 }
 
 namespace {
@@ -531,12 +593,12 @@ std::vector<int> EngineAnalysis::RankedSources() const {
   std::vector<std::pair<std::tuple<int64_t, double, double>, int>> ranked;
   for (int i = 0; i < static_cast<int>(entries_.size()); ++i) {
     const Entry& en = entries_[i];
-    if (!en.seen) continue;
-    v1::ErrorStats s = en.introduced.Finish();
+    if (!en.sums.seen) continue;
+    v1::ErrorStats s = en.sums.introduced.Finish();
     // Every node that introduces any error is a candidate: when error builds up over many
     // roundings no single node is out of tolerance, and the ranking still orders them.
     if (s.nan_count() + s.inf_count() == 0 && s.max_abs() == 0) continue;
-    ranked.push_back({Badness(s, en.ref_max, tol_.atol), i});
+    ranked.push_back({Badness(s, en.sums.ref_max, tol_.atol), i});
   }
   // Worst first; ties keep topological order so the first node of a chain leads.
   std::stable_sort(ranked.begin(), ranked.end(),
@@ -562,7 +624,7 @@ v1::AccuracyReport EngineAnalysis::Report(int max_offenders,
   absl::flat_hash_map<int, int> tensor_of_entry;
   for (int i = 0; i < static_cast<int>(entries_.size()); ++i) {
     const Entry& en = entries_[i];
-    if (!en.seen) continue;
+    if (!en.sums.seen) continue;
     const auto& kd = e.metadata.kernels(en.kernel);
     const auto& p = kd.nodes(en.provenance);
     v1::TensorReport* t = rep.add_tensors();
@@ -578,10 +640,10 @@ v1::AccuracyReport EngineAnalysis::Report(int max_offenders,
     t->set_fusion(p.fusion());
     t->set_rule(p.rule());
     t->set_inside_fused_kernel(en.inside);
-    *t->mutable_accumulated() = en.accumulated.Finish();
-    *t->mutable_introduced() = en.introduced.Finish();
-    t->set_ref_max_abs(en.ref_max);
-    t->set_ref_exceeds_fp16(en.ref_max > 65504.0);
+    *t->mutable_accumulated() = en.sums.accumulated.Finish();
+    *t->mutable_introduced() = en.sums.introduced.Finish();
+    t->set_ref_max_abs(en.sums.ref_max);
+    t->set_ref_exceeds_fp16(en.sums.ref_max > 65504.0);
     t->set_is_graph_output(en.is_output);
     if (en.source < static_cast<int>(pattern_of_source.size())) {
       t->set_pattern(pattern_of_source[en.source]);
@@ -590,10 +652,10 @@ v1::AccuracyReport EngineAnalysis::Report(int max_offenders,
   bool pass = true;
   for (const ir::Value* v : e.graph->outputs()) {
     auto it = entry_of_.find(SourceTensorName(v->name));
-    if (it == entry_of_.end() || !entries_[it->second].seen) continue;
+    if (it == entry_of_.end() || !entries_[it->second].sums.seen) continue;
     v1::OutputVerdict* o = rep.add_outputs();
     o->set_tensor(v->name);
-    *o->mutable_error() = entries_[it->second].accumulated.Finish();
+    *o->mutable_error() = entries_[it->second].sums.accumulated.Finish();
     const auto& s = o->error();
     o->set_pass(s.nan_count() + s.inf_count() == 0 && s.fraction_outside() == 0);
     pass &= o->pass();
@@ -604,7 +666,7 @@ v1::AccuracyReport EngineAnalysis::Report(int max_offenders,
   for (const auto& [i, ti] : tensor_of_entry) {
     const auto& s = rep.tensors(ti).introduced();
     if (s.nan_count() + s.inf_count() == 0 && s.max_abs() == 0) continue;
-    ranked.push_back({Badness(s, entries_[i].ref_max, tol_.atol), ti});
+    ranked.push_back({Badness(s, entries_[i].sums.ref_max, tol_.atol), ti});
   }
   std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
     return a.first != b.first ? a.first > b.first : a.second < b.second;
@@ -638,7 +700,7 @@ v1::AccuracyReport EngineAnalysis::Report(int max_offenders,
                                "introduced error for them"));
   }
   int not_computed = 0;
-  for (const Entry& en : entries_) not_computed += en.seen ? 0 : 1;
+  for (const Entry& en : entries_) not_computed += en.sums.seen ? 0 : 1;
   if (not_computed > 0) {
     rep.add_notes(absl::StrCat(not_computed, " tensor(s) had no reference to compare with"));
   }

@@ -20,6 +20,7 @@
 // Errors accumulate over samples element by element (ErrorAccumulator).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,8 +47,20 @@ class EngineAnalysis {
       std::shared_ptr<const plan::Engine> engine, std::shared_ptr<const plan::Engine> reference,
       Tolerance tolerance);
 
+  /// Wall time of a sample's reference run (step 1) and engine runs (steps 2 and 3).
+  struct SampleTimes {
+    double reference_ms = 0, engine_ms = 0;
+  };
+
   /// Adds one sample (tensors in the engine's graph-input order).
   absl::Status AddSample(const std::vector<ir::Tensor>& inputs);
+
+  /// Adds samples, as many at a time as there are threads (each sample's kernels on one
+  /// thread), their results merged in sample order: the same report however many run at once.
+  /// `on_sample(i, times)`, when set, is called in sample order as each is merged. An error
+  /// names the sample ("sample i: ...").
+  absl::Status AddSamples(const std::vector<std::vector<ir::Tensor>>& samples,
+                          const std::function<void(size_t, const SampleTimes&)>& on_sample = {});
 
   /// The engine's outputs for the last sample (from the tapped run).
   const std::vector<ir::Tensor>& last_outputs() const { return last_outputs_; }
@@ -64,13 +77,16 @@ class EngineAnalysis {
 
   int samples() const { return samples_; }
 
-  /// Wall time of the last sample's reference run (step 1) and engine runs (steps 2 and 3).
-  struct SampleTimes {
-    double reference_ms = 0, engine_ms = 0;
-  };
   const SampleTimes& last_times() const { return last_times_; }
 
  private:
+  // What the comparisons of one tensor gathered: over one sample (Run::sums) or all (Entry).
+  struct Sums {
+    ErrorAccumulator accumulated, introduced;
+    double ref_max = 0;
+    bool seen = false;  // compared at least once
+    void Merge(const Sums& other);
+  };
   // One floating ONNX tensor the engine computes.
   struct Entry {
     std::string name;
@@ -79,9 +95,19 @@ class EngineAnalysis {
     int provenance = 0;  // index of the node in that kernel's provenance list
     bool inside = false;
     bool is_output = false;
-    ErrorAccumulator accumulated, introduced;
-    double ref_max = 0;
-    bool seen = false;  // compared at least once
+    Sums sums;
+  };
+  // One sample in flight: its own sessions (kernels keep state between runs), the reference
+  // values it holds, the taps of its running kernel, and what its comparisons gathered.
+  struct Run {
+    std::unique_ptr<runtime::Session> engine, reference;
+    absl::flat_hash_map<std::string, ir::Tensor> reference_values;
+    absl::flat_hash_map<int, ir::Tensor> taps;  // offered by kernel taps_kernel, by member
+    int taps_kernel = -1;
+    std::vector<Sums> sums;  // per entry
+    std::vector<ir::Tensor> outputs;
+    int kernels_without_reference_inputs = 0;
+    SampleTimes times;
   };
   // Inputs and outputs of one standalone kernel run.
   struct Io {
@@ -90,28 +116,33 @@ class EngineAnalysis {
   };
 
   EngineAnalysis() = default;
+  absl::Status AddRun();
   absl::Status Index();
+  // Steps 1 to 3 for one sample, into `run`; then what it gathered added to the entries.
+  absl::Status RunSample(Run& run, const std::vector<ir::Tensor>& inputs);
+  void MergeRun(Run& run);
   // Steps 2 and 3 for the engine kernel of `n`, just run with `ins` and `outs`.
-  absl::Status ObserveEngine(const ir::Node& n, const std::vector<const ir::Tensor*>& ins,
+  absl::Status ObserveEngine(Run& run, const ir::Node& n, const std::vector<const ir::Tensor*>& ins,
                              const std::vector<const ir::Tensor*>& outs);
   // Step 3 for engine kernel k.
-  absl::Status RunIntroduced(int k);
+  absl::Status RunIntroduced(Run& run, int k);
   // The reference value of ONNX tensor `name` (this sample's run, or a reference constant).
-  const ir::Tensor* Reference(const std::string& name) const;
+  const ir::Tensor* Reference(const Run& run, const std::string& name) const;
   // Compares `value` (any floating dtype) with the reference of entry `e`.
-  absl::Status Compare(int e, const ir::Tensor& value, bool introduced);
+  absl::Status Compare(Run& run, int e, const ir::Tensor& value, bool introduced);
   // Recomputes the tensors inside fused kernel `k` from its inputs and compares them.
-  absl::Status CompareInside(int k, const std::vector<const ir::Tensor*>& inputs, bool introduced);
+  absl::Status CompareInside(Run& run, int k, const std::vector<const ir::Tensor*>& inputs,
+                             bool introduced);
   // Runs `kernel` for `node` alone.
   static absl::Status RunAlone(kernels::Kernel& kernel, const ir::Node& node, Io& io,
                                const runtime::InteriorTap& tap);
   // The interior tap of both engine runs: a buffer for a tensor kernel `n` keeps inside, when
-  // it is one the report compares (kept in taps_ until CompareInside takes it).
-  float* Tap(const ir::Node& n, int member, int64_t count);
+  // it is one the report compares (kept in Run::taps until CompareInside takes it).
+  float* Tap(Run& run, const ir::Node& n, int member, int64_t count);
 
   std::shared_ptr<const plan::Engine> engine_, reference_;
   Tolerance tol_;
-  std::unique_ptr<runtime::Session> engine_session_, reference_session_;
+  std::vector<std::unique_ptr<Run>> runs_;
   absl::flat_hash_map<const ir::Node*, int> engine_index_;
   // Per engine kernel: (output slot, entry) of materialised outputs; member reference nodes
   // (reference order indices) when it hides tensors inside.
@@ -119,13 +150,10 @@ class EngineAnalysis {
   std::vector<std::vector<int>> members_of_;
   // Per engine kernel: entry of the tensor kept inside at each member position, or -1.
   std::vector<std::vector<int>> inside_at_;
-  absl::flat_hash_map<int, ir::Tensor> taps_;  // offered by kernel taps_kernel_, by member
-  int taps_kernel_ = -1;
   std::vector<Entry> entries_;
   absl::flat_hash_map<std::string, int> entry_of_;
   std::vector<DataType> effective_of_source_;  // per source node, kF32 when unknown
   absl::flat_hash_map<std::string, ir::Tensor> reference_constants_;
-  absl::flat_hash_map<std::string, ir::Tensor> reference_values_;  // this sample, in flight
   // Per engine kernel: the last reference kernel (order index) whose values it needs; the
   // reference values no later kernel needs. Per ONNX tensor: the last kernel needing it.
   std::vector<int> gate_;

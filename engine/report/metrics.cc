@@ -156,6 +156,21 @@ void ErrorAccumulator::AddBlocks(const float* ref, int64_t n, const Tolerance& t
   }
 }
 
+void ErrorAccumulator::Merge(const ErrorAccumulator& o) {
+  elements_ += o.elements_;
+  finite_ += o.finite_;
+  nan_ += o.nan_;
+  inf_ += o.inf_;
+  outside_ += o.outside_;
+  max_abs_ = std::max(max_abs_, o.max_abs_);
+  max_rel_ = std::max(max_rel_, o.max_rel_);
+  sum_abs_ += o.sum_abs_;
+  dot_ += o.dot_;
+  xx_ += o.xx_;
+  rr_ += o.rr_;
+  ee_ += o.ee_;
+}
+
 void ErrorAccumulator::AddOne(float xv, float rv, const Tolerance& tol) {
   const double r = rv;
   if (!std::isfinite(r)) return;

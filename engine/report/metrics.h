@@ -32,6 +32,8 @@ class ErrorAccumulator {
   /// of the tensor) against `ref` (f32, same element count). Large tensors are split over all
   /// threads; the sums are merged in a fixed order, so the result does not depend on how many.
   absl::Status AddTensor(const ir::Tensor& x, const ir::Tensor& ref, const Tolerance& tol);
+  /// Adds what `other` gathered (counts and sums added, maxima kept).
+  void Merge(const ErrorAccumulator& other);
   v1::ErrorStats Finish() const;
   int64_t elements() const { return elements_; }
 

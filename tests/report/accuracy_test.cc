@@ -18,6 +18,7 @@
 #include "engine/plan/engine_blob.h"
 #include "engine/report/analysis.h"
 #include "engine/report/metrics.h"
+#include "engine/report/sample_inputs.h"
 #include "engine/runtime/session.h"
 #include "engine/runtime/threads.h"
 #include "gmock/gmock.h"
@@ -277,6 +278,44 @@ TEST(AccuracyReportTest, TappedRunIsBitIdenticalToAnUntappedRun) {
           << policy << " output " << i;
     }
   }
+}
+
+// Samples run side by side (one per thread) give the report of samples added one by one, to
+// the bit: each sample's sums are merged in sample order whatever ran at once.
+TEST(AccuracyReportTest, SamplesSideBySideGiveTheReportOfOneByOne) {
+  auto built = builder::BuildEngineFromFile(ModelPath("ln_overflow_classifier"),
+                                            Policy("bf16-layernorm"), nullptr);
+  ASSERT_TRUE(built.ok()) << built.status();
+  auto engine = plan::LoadEngineFromBytes(std::make_shared<const std::string>(built->blob));
+  ASSERT_TRUE(engine.ok());
+  std::shared_ptr<const plan::Engine> e = *std::move(engine);
+  auto ref_built = builder::BuildEngineFromFile(ModelPath("ln_overflow_classifier"),
+                                                Policy("fp32", false), nullptr);
+  ASSERT_TRUE(ref_built.ok());
+  auto loaded = plan::LoadEngineFromBytes(std::make_shared<const std::string>(ref_built->blob));
+  ASSERT_TRUE(loaded.ok());
+  std::shared_ptr<const plan::Engine> ref = *std::move(loaded);
+  report::SampleOptions so;
+  so.seed = 3;
+  so.count = 5;  // two rounds of two and one alone on two threads
+  auto samples = report::GenerateSamples(*e->graph, so);
+  ASSERT_TRUE(samples.ok()) << samples.status();
+  const int before = runtime::Threads();
+  ASSERT_TRUE(runtime::SetThreads(2).ok());
+  auto together = report::EngineAnalysis::Create(e, ref, report::Tolerance{});
+  auto alone = report::EngineAnalysis::Create(e, ref, report::Tolerance{});
+  ASSERT_TRUE(together.ok() && alone.ok());
+  std::vector<size_t> order;
+  ASSERT_TRUE((*together)
+                  ->AddSamples(samples->sets, [&](size_t i, const auto&) { order.push_back(i); })
+                  .ok());
+  for (const auto& s : samples->sets) ASSERT_TRUE((*alone)->AddSample(s).ok());
+  ASSERT_TRUE(runtime::SetThreads(before).ok());
+  EXPECT_EQ(order, (std::vector<size_t>{0, 1, 2, 3, 4}));
+  v1::AccuracyReport a = (*together)->Report(), b = (*alone)->Report();
+  EXPECT_EQ(a.samples(), 5);
+  ASSERT_GT(a.tensors_size(), 10);
+  EXPECT_EQ(a.SerializeAsString(), b.SerializeAsString());
 }
 
 // Tensors inside fused kernels are reported, offered by the kernel (FusedMatMul's dot products)
