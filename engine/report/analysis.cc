@@ -396,17 +396,28 @@ absl::Status EngineAnalysis::RunSample(Run& r, const std::vector<ir::Tensor>& in
   return absl::OkStatus();
 }
 
-absl::Status EngineAnalysis::Compare(Run& run, int e, const ir::Tensor& value, bool introduced) {
+absl::Status EngineAnalysis::Compare(Run& run, int e, const ir::Tensor* accumulated,
+                                     const ir::Tensor* introduced) {
   const Entry& en = entries_[e];
   Sums& sums = run.sums[e];
   const ir::Tensor* ref = Reference(run, en.name);
-  if (!ref) return absl::OkStatus();
-  if (value.num_elements() != ref->num_elements()) {
-    return absl::InternalError(absl::StrCat("tensor '", en.name, "' has ",
-                                            ir::DimsToString(value.dims()), " in the engine but ",
-                                            ir::DimsToString(ref->dims()), " in the reference"));
+  if (!ref || (!accumulated && !introduced)) return absl::OkStatus();
+  for (const ir::Tensor* value : {accumulated, introduced}) {
+    if (value && value->num_elements() != ref->num_elements()) {
+      return absl::InternalError(
+          absl::StrCat("tensor '", en.name, "' has ", ir::DimsToString(value->dims()),
+                       " in the engine but ", ir::DimsToString(ref->dims()), " in the reference"));
+    }
   }
-  RETURN_IF_ERROR((introduced ? sums.introduced : sums.accumulated).AddTensor(value, *ref, tol_));
+  if (accumulated && introduced) {
+    // One pass over the reference for both.
+    RETURN_IF_ERROR(
+        sums.accumulated.AddTensorPair(*accumulated, sums.introduced, *introduced, *ref, tol_));
+  } else if (accumulated) {
+    RETURN_IF_ERROR(sums.accumulated.AddTensor(*accumulated, *ref, tol_));
+  } else {
+    RETURN_IF_ERROR(sums.introduced.AddTensor(*introduced, *ref, tol_));
+  }
   sums.seen = true;
   return absl::OkStatus();
 }
@@ -459,7 +470,7 @@ absl::Status EngineAnalysis::CompareInside(Run& run, int k,
   for (auto& [member, value] : taps) {
     const int e = inside_at_[k][member];
     ASSIGN_OR_RETURN(ir::Tensor v, RoundedF32(value, effective_of_source_[entries_[e].source]));
-    RETURN_IF_ERROR(Compare(run, e, v, introduced));
+    RETURN_IF_ERROR(Compare(run, e, introduced ? nullptr : &v, introduced ? &v : nullptr));
     local[entries_[e].name] = std::move(v);
   }
   // The kernel's own inputs by ONNX name, taken as f32 when a member reads them (a weight
@@ -518,7 +529,8 @@ absl::Status EngineAnalysis::CompareInside(Run& run, int k,
         ASSIGN_OR_RETURN(value, RoundedF32(value, effective_of_source_[s]));
         auto e = entry_of_.find(name);
         if (e != entry_of_.end() && entries_[e->second].kernel == k && entries_[e->second].inside) {
-          RETURN_IF_ERROR(Compare(run, e->second, value, introduced));
+          RETURN_IF_ERROR(Compare(run, e->second, introduced ? nullptr : &value,
+                                  introduced ? &value : nullptr));
         }
       }
       local[name] = std::move(value);
@@ -531,17 +543,23 @@ absl::Status EngineAnalysis::ObserveEngine(Run& run, const ir::Node& n,
                                            const std::vector<const ir::Tensor*>& ins,
                                            const std::vector<const ir::Tensor*>& outs) {
   const int k = engine_index_.at(&n);
-  for (auto [j, e] : outputs_of_[k]) {
-    if (outs[j]) RETURN_IF_ERROR(Compare(run, e, *outs[j], false));
-  }
+  // The tensors inside first: the run below offers its own.
   RETURN_IF_ERROR(CompareInside(run, k, ins, false));
-  // The same kernel alone on the reference inputs (step 3), in the same pass.
-  return RunIntroduced(run, k);
+  // The same kernel alone on the reference inputs (step 3), in the same pass; its outputs and
+  // these compared with the reference together.
+  return RunIntroduced(run, k, outs);
 }
 
-absl::Status EngineAnalysis::RunIntroduced(Run& run, int k) {
+absl::Status EngineAnalysis::RunIntroduced(Run& run, int k,
+                                           const std::vector<const ir::Tensor*>& tapped) {
   const plan::Engine& e = *engine_;
   if (outputs_of_[k].empty() && members_of_[k].empty()) return absl::OkStatus();
+  auto compare_tapped = [&]() -> absl::Status {
+    for (auto [j, ent] : outputs_of_[k]) {
+      if (tapped[j]) RETURN_IF_ERROR(Compare(run, ent, tapped[j], nullptr));
+    }
+    return absl::OkStatus();
+  };
   const ir::Node& n = *e.order[k];
   Io io;
   std::deque<ir::Tensor> converted;
@@ -564,7 +582,7 @@ absl::Status EngineAnalysis::RunIntroduced(Run& run, int k) {
     }
     if (!ref) {
       ++run.kernels_without_reference_inputs;
-      return absl::OkStatus();
+      return compare_tapped();
     }
     io.inputs.push_back(ref);
   }
@@ -573,7 +591,8 @@ absl::Status EngineAnalysis::RunIntroduced(Run& run, int k) {
   };
   RETURN_IF_ERROR(RunAlone(run.engine->kernel(k), n, io, tap));
   for (auto [j, ent] : outputs_of_[k]) {
-    if (io.outputs[j].defined()) RETURN_IF_ERROR(Compare(run, ent, io.outputs[j], true));
+    RETURN_IF_ERROR(
+        Compare(run, ent, tapped[j], io.outputs[j].defined() ? &io.outputs[j] : nullptr));
   }
   return CompareInside(run, k, io.inputs, true);
 }

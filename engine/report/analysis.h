@@ -124,12 +124,15 @@ class EngineAnalysis {
   // Steps 2 and 3 for the engine kernel of `n`, just run with `ins` and `outs`.
   absl::Status ObserveEngine(Run& run, const ir::Node& n, const std::vector<const ir::Tensor*>& ins,
                              const std::vector<const ir::Tensor*>& outs);
-  // Step 3 for engine kernel k.
-  absl::Status RunIntroduced(Run& run, int k);
+  // Step 3 for engine kernel k; its outputs compared together with `tapped`, the kernel's
+  // outputs in the tapped run.
+  absl::Status RunIntroduced(Run& run, int k, const std::vector<const ir::Tensor*>& tapped);
   // The reference value of ONNX tensor `name` (this sample's run, or a reference constant).
   const ir::Tensor* Reference(const Run& run, const std::string& name) const;
-  // Compares `value` (any floating dtype) with the reference of entry `e`.
-  absl::Status Compare(Run& run, int e, const ir::Tensor& value, bool introduced);
+  // Compares the tapped (`accumulated`) and/or standalone (`introduced`) value of entry `e`
+  // (any floating dtype; either may be null) with its reference.
+  absl::Status Compare(Run& run, int e, const ir::Tensor* accumulated,
+                       const ir::Tensor* introduced);
   // Recomputes the tensors inside fused kernel `k` from its inputs and compares them.
   absl::Status CompareInside(Run& run, int k, const std::vector<const ir::Tensor*>& inputs,
                              bool introduced);

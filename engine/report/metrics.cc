@@ -116,12 +116,14 @@ void ErrorAccumulator::Add(const float* x, const float* ref, int64_t n, const To
 }
 
 // The blocks' sums are computed in parallel, each from zero, and merged in block order, so the
-// result does not depend on the thread count.
+// result does not depend on the thread count. With `second`, its pairs (load2) are summed in the
+// same pass, each block of `ref` read once for both: the same numbers as two separate calls.
 void ErrorAccumulator::AddBlocks(const float* ref, int64_t n, const Tolerance& tol,
-                                 absl::FunctionRef<const float*(int64_t, int64_t, float*)> load) {
+                                 const Load& load, ErrorAccumulator* second, const Load* load2) {
   const int64_t blocks = (n + kBlock - 1) / kBlock;
-  std::vector<internal::BlockSums> sums(blocks);
-  std::vector<char> finite(blocks, 0);
+  const int ways = second ? 2 : 1;
+  std::vector<internal::BlockSums> sums(blocks * ways);
+  std::vector<char> finite(blocks * ways, 0);
   const float atol = static_cast<float>(tol.atol), rtol = static_cast<float>(tol.rtol);
 #pragma omp parallel if (blocks >= kParallelBlocks)
   {
@@ -129,30 +131,37 @@ void ErrorAccumulator::AddBlocks(const float* ref, int64_t n, const Tolerance& t
 #pragma omp for schedule(static)
     for (int64_t b = 0; b < blocks; ++b) {
       const int64_t begin = b * kBlock, m = std::min(kBlock, n - begin);
-      const float* x = load(begin, m, buf.data());
-      finite[b] = internal::AddFiniteBlock(x, ref + begin, m, atol, rtol, sums[b]) ? 1 : 0;
+      for (int w = 0; w < ways; ++w) {
+        const float* x = (w == 0 ? load : *load2)(begin, m, buf.data());
+        finite[b * ways + w] =
+            internal::AddFiniteBlock(x, ref + begin, m, atol, rtol, sums[b * ways + w]) ? 1 : 0;
+      }
     }
   }
-  std::vector<float> buf;
-  for (int64_t b = 0; b < blocks; ++b) {
-    const int64_t begin = b * kBlock, m = std::min(kBlock, n - begin);
-    if (!finite[b]) {
-      buf.resize(kBlock);
-      const float* x = load(begin, m, buf.data());
-      for (int64_t i = 0; i < m; ++i) AddOne(x[i], ref[begin + i], tol);
-      continue;
+  for (int w = 0; w < ways; ++w) {
+    ErrorAccumulator& acc = w == 0 ? *this : *second;
+    const Load& ld = w == 0 ? load : *load2;
+    std::vector<float> buf;
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t begin = b * kBlock, m = std::min(kBlock, n - begin);
+      if (!finite[b * ways + w]) {
+        buf.resize(kBlock);
+        const float* x = ld(begin, m, buf.data());
+        for (int64_t i = 0; i < m; ++i) acc.AddOne(x[i], ref[begin + i], tol);
+        continue;
+      }
+      const internal::BlockSums& s = sums[b * ways + w];
+      acc.elements_ += m;
+      acc.finite_ += m;
+      acc.outside_ += s.outside;
+      acc.max_abs_ = std::max<double>(acc.max_abs_, s.max_abs);
+      acc.max_rel_ = std::max<double>(acc.max_rel_, s.max_rel);
+      acc.sum_abs_ += s.sum_abs;
+      acc.dot_ += s.dot;
+      acc.xx_ += s.xx;
+      acc.rr_ += s.rr;
+      acc.ee_ += s.ee;
     }
-    const internal::BlockSums& s = sums[b];
-    elements_ += m;
-    finite_ += m;
-    outside_ += s.outside;
-    max_abs_ = std::max<double>(max_abs_, s.max_abs);
-    max_rel_ = std::max<double>(max_rel_, s.max_rel);
-    sum_abs_ += s.sum_abs;
-    dot_ += s.dot;
-    xx_ += s.xx;
-    rr_ += s.rr;
-    ee_ += s.ee;
   }
 }
 
@@ -210,6 +219,29 @@ absl::Status ErrorAccumulator::AddTensor(const ir::Tensor& x, const ir::Tensor& 
   }
   AddBlocks(ref.data<float>(), n, tol,
             [&x](int64_t begin, int64_t m, float* buf) { return FloatsOf(x, begin, m, buf); });
+  return absl::OkStatus();
+}
+
+absl::Status ErrorAccumulator::AddTensorPair(const ir::Tensor& x, ErrorAccumulator& second,
+                                             const ir::Tensor& x2, const ir::Tensor& ref,
+                                             const Tolerance& tol) {
+  const int64_t n = x.num_elements();
+  if (ref.dtype() != DataType::kF32 || ref.num_elements() != n || x2.num_elements() != n) {
+    return absl::InternalError("compared tensors differ in dtype or size");
+  }
+  for (const ir::Tensor* t : {&x, &x2}) {
+    if (!IsFloating(t->dtype())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot compare a ", DataTypeOnnxName(t->dtype()), " tensor as floats"));
+    }
+  }
+  const Load load2 = [&x2](int64_t begin, int64_t m, float* buf) {
+    return FloatsOf(x2, begin, m, buf);
+  };
+  AddBlocks(
+      ref.data<float>(), n, tol,
+      [&x](int64_t begin, int64_t m, float* buf) { return FloatsOf(x, begin, m, buf); }, &second,
+      &load2);
   return absl::OkStatus();
 }
 

@@ -3,8 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
-#include "absl/functional/function_ref.h"
 #include "absl/types/span.h"
 #include "engine/ir/tensor.h"
 #include "kiln/v1/report.pb.h"
@@ -32,6 +32,9 @@ class ErrorAccumulator {
   /// of the tensor) against `ref` (f32, same element count). Large tensors are split over all
   /// threads; the sums are merged in a fixed order, so the result does not depend on how many.
   absl::Status AddTensor(const ir::Tensor& x, const ir::Tensor& ref, const Tolerance& tol);
+  /// AddTensor(x, ref) here and AddTensor(x2, ref) into `second` in one pass over `ref`.
+  absl::Status AddTensorPair(const ir::Tensor& x, ErrorAccumulator& second, const ir::Tensor& x2,
+                             const ir::Tensor& ref, const Tolerance& tol);
   /// Adds what `other` gathered (counts and sums added, maxima kept).
   void Merge(const ErrorAccumulator& other);
   v1::ErrorStats Finish() const;
@@ -39,9 +42,11 @@ class ErrorAccumulator {
 
  private:
   void AddOne(float x, float ref, const Tolerance& tol);
-  // Adds the n pairs (load(begin, m, buf) -> x[begin, begin + m), into buf if it must convert).
-  void AddBlocks(const float* ref, int64_t n, const Tolerance& tol,
-                 absl::FunctionRef<const float*(int64_t, int64_t, float*)> load);
+  using Load = std::function<const float*(int64_t, int64_t, float*)>;
+  // Adds the n pairs (load(begin, m, buf) -> x[begin, begin + m), into buf if it must convert);
+  // with `second`, also its pairs (load2) into it.
+  void AddBlocks(const float* ref, int64_t n, const Tolerance& tol, const Load& load,
+                 ErrorAccumulator* second = nullptr, const Load* load2 = nullptr);
 
   int64_t elements_ = 0;
   int64_t finite_ = 0;

@@ -158,6 +158,31 @@ TEST(ErrorAccumulatorTest, LargeTensorsGiveTheSameStatsOnAnyThreadCount) {
   EXPECT_EQ(acc.Finish().SerializeAsString(), stats[0][1]);
 }
 
+// Two tensors compared in one pass over the reference give the stats of two separate passes.
+TEST(ErrorAccumulatorTest, PairedPassMatchesTwoPasses) {
+  const int64_t n = 100003;  // parallel blocks and a partial one
+  auto ref = ir::Tensor::Allocate(DataType::kF32, {n});
+  auto x = ir::Tensor::Allocate(DataType::kF32, {n});
+  ASSERT_TRUE(ref.ok() && x.ok());
+  for (int64_t i = 0; i < n; ++i) {
+    ref->data<float>()[i] = std::cos(0.01f * i) * 30;
+    x->data<float>()[i] = ref->data<float>()[i] + 1e-2f * std::sin(0.7f * i);
+  }
+  x->data<float>()[777] = NAN;  // one block the slow way
+  auto y = report::FromF32(*ref, DataType::kBF16);
+  ASSERT_TRUE(y.ok());
+  report::ErrorAccumulator a1, b1, a2, b2;
+  ASSERT_TRUE(a1.AddTensor(*x, *ref, report::Tolerance{}).ok());
+  ASSERT_TRUE(b1.AddTensor(*y, *ref, report::Tolerance{}).ok());
+  ASSERT_TRUE(a2.AddTensorPair(*x, b2, *y, *ref, report::Tolerance{}).ok());
+  EXPECT_EQ(a1.Finish().SerializeAsString(), a2.Finish().SerializeAsString());
+  EXPECT_EQ(b1.Finish().SerializeAsString(), b2.Finish().SerializeAsString());
+  EXPECT_EQ(a2.Finish().nan_count(), 1);
+  auto short_x = ir::Tensor::Allocate(DataType::kF32, {n - 1});
+  ASSERT_TRUE(short_x.ok());
+  EXPECT_FALSE(a2.AddTensorPair(*x, b2, *short_x, *ref, report::Tolerance{}).ok());
+}
+
 TEST(SourceTensorNameTest, StripsOnlyDtypeSuffixes) {
   EXPECT_EQ(report::SourceTensorName("x::f16"), "x");
   EXPECT_EQ(report::SourceTensorName("x::bf16::f32"), "x");
