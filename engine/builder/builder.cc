@@ -129,31 +129,33 @@ struct Compiled {
   std::vector<ir::Node*> packed_at_write;
 };
 
-// Stores the constant bf16 or fp32 B of each MatMul / FusedMatMul that runs on the AVX-512 GEMM
-// packed as that GEMM reads it (kernel.h, kPackedBAttr), so no run packs it again: packing a
-// weight's column strips out of row-major memory was ~16% of a BERT-base bf16 run and ~20% of
-// an fp32 GEMM at its shapes. Only a B read by that node alone; a bf16 one only when free of
-// subnormal values (it then always takes the dot-product path, whose numbers packing does not
-// change; fp32 kernels read packed and unpacked B alike). An fp32 weight, shared with the
-// import (and so with the report's reference), is packed only as the blob is written
+// Stores the constant bf16, fp16 or fp32 B of each MatMul / FusedMatMul that runs on the AVX-512
+// GEMM packed as that GEMM reads it (kernel.h, kPackedBAttr), so no run gathers a weight's
+// column strips out of row-major memory again: that was ~16% of a BERT-base bf16 run and ~20%
+// of an fp32 GEMM at its shapes (an fp16 strip is still widened to fp32 per run, but from
+// contiguous memory). Only a B read by that node alone; a bf16 one only when free of subnormal
+// values (it then always takes the dot-product path, whose numbers packing does not change;
+// fp32 and fp16 B feed the fp32 kernels, packed or not, the same values). An fp32 weight, shared
+// with the import (and so with the report's reference), is packed only as the blob is written
 // (`encodings`): the graph keeps it plain, and the node's kPackedBAttr is taken off again for
-// runs in memory (UnpackedInMemory). Returns the CPU features the packed engine requires.
+// runs in memory. Returns the CPU features the packed engine requires.
 absl::StatusOr<uint64_t> PackWeights(const std::vector<ir::Node*>& live,
                                      const std::vector<const kernels::KernelDef*>& defs, bool f32,
                                      std::map<int, plan::WeightEncoding>& encodings,
                                      std::vector<ir::Node*>& packed_at_write, BuildSummary& sum,
                                      spdlog::logger& logger) {
   uint64_t required = 0;
-  int fp32 = 0;
+  int fp32 = 0, fp16 = 0;
   for (ir::Node* n : live) {
     if (n->op != ir::OpType::kMatMul && n->op != ir::OpType::kFusedMatMul) continue;
     const kernels::KernelDef* def = defs[n->id];
     ir::Value* b = n->inputs.size() > 1 ? n->inputs[1] : nullptr;
     const DataType t = b ? b->dtype : DataType::kUndefined;
     if (!def || def->isa != kernels::Isa::kAvx512 || !b || !b->constant ||
-        (t != DataType::kBF16 && t != DataType::kF32) || n->inputs[0] == nullptr ||
-        n->inputs[0]->dtype != t || b->constant->rank() != 2 || b->consumers.size() != 1 ||
-        b->is_graph_output || b->is_graph_input || (t == DataType::kF32 && !f32)) {
+        (t != DataType::kBF16 && t != DataType::kF32 && t != DataType::kF16) ||
+        n->inputs[0] == nullptr || n->inputs[0]->dtype != t || b->constant->rank() != 2 ||
+        b->consumers.size() != 1 || b->is_graph_output || b->is_graph_input ||
+        (t == DataType::kF32 && !f32)) {
       continue;
     }
     const ir::Tensor& w = *b->constant;
@@ -175,9 +177,16 @@ absl::StatusOr<uint64_t> PackWeights(const std::vector<ir::Node*>& live,
       packed_at_write.push_back(n);
       ++fp32;
     } else {
-      const int64_t strip = kernels::cpu::avx512::PackedBStripElems(k);
+      const bool half = t == DataType::kF16;
+      const int64_t strip = half ? kernels::cpu::avx512::PackedBStripElemsF32(k)
+                                 : kernels::cpu::avx512::PackedBStripElems(k);
       ASSIGN_OR_RETURN(ir::Tensor packed, ir::Tensor::AllocateUninitialized(t, {strips, strip}));
-      kernels::cpu::avx512::PackBBf16(w.data<uint16_t>(), k, nn, packed.data<uint16_t>());
+      if (half) {
+        kernels::cpu::avx512::PackBHalf(w.data<uint16_t>(), k, nn, packed.data<uint16_t>());
+        ++fp16;
+      } else {
+        kernels::cpu::avx512::PackBBf16(w.data<uint16_t>(), k, nn, packed.data<uint16_t>());
+      }
       b->constant = std::move(packed);
       b->shape = ir::Shape::Of({strips, strip});
     }
@@ -186,8 +195,9 @@ absl::StatusOr<uint64_t> PackWeights(const std::vector<ir::Node*>& live,
     ++sum.packed_weights;
   }
   if (sum.packed_weights > 0) {
-    logger.info("weights: {} GEMM weight(s) stored packed for the AVX-512 GEMM ({} bf16, {} fp32)",
-                sum.packed_weights, sum.packed_weights - fp32, fp32);
+    logger.info(
+        "weights: {} GEMM weight(s) stored packed for the AVX-512 GEMM ({} bf16, {} fp16, {} fp32)",
+        sum.packed_weights, sum.packed_weights - fp32 - fp16, fp16, fp32);
   }
   return required;
 }

@@ -601,47 +601,54 @@ TEST(Avx512GemmBf16, PackedWeightGivesTheSameBits) {
   }
 }
 
-// An fp32 weight the build stored packed (PackBF32) gives the same bits as the plain weight, with
-// and without a FusedMatMul bias, and the reference kernel refuses it.
+// An fp32 or fp16 weight the build stored packed (PackBF32, PackBHalf) gives the same bits as the
+// plain weight, with and without a FusedMatMul bias, and the reference kernel refuses it.
 TEST(Avx512GemmF32, PackedWeightGivesTheSameBits) {
   SKIP_WITHOUT(kAvx512);
   std::mt19937 gen(9);
-  for (const Shape& s : Shapes()) {
-    if (s.k == 0) continue;
-    std::vector<float> av, bv, cv;
-    ir::Tensor a = RandomTensor(DataType::kF32, {s.m, s.k}, gen, &av);
-    ir::Tensor b = RandomTensor(DataType::kF32, {s.k, s.n}, gen, &bv);
-    ir::Tensor bias = RandomTensor(DataType::kF32, {s.n}, gen, &cv);
-    const int64_t strips = (s.n + 63) / 64;
-    auto packed = ir::Tensor::Allocate(DataType::kF32,
-                                       {strips, kernels::cpu::avx512::PackedBStripElemsF32(s.k)});
-    ASSERT_TRUE(packed.ok());
-    kernels::cpu::avx512::PackBF32(b.data<float>(), s.k, s.n, packed->data<float>());
-    for (bool fused : {false, true}) {
-      NodeSpec plain;
-      plain.op = fused ? OpType::kFusedMatMul : OpType::kMatMul;
-      plain.inputs = {a, b};
-      if (fused) {
-        plain.inputs.push_back(bias);
-        plain.output_dtypes = {DataType::kF32};  // typed, so the AVX-512 kernel takes it
+  for (DataType t : {DataType::kF32, DataType::kF16}) {
+    for (const Shape& s : Shapes()) {
+      if (s.k == 0) continue;
+      std::vector<float> av, bv, cv;
+      ir::Tensor a = RandomTensor(t, {s.m, s.k}, gen, &av);
+      ir::Tensor b = RandomTensor(t, {s.k, s.n}, gen, &bv);
+      ir::Tensor bias = RandomTensor(t, {s.n}, gen, &cv);
+      const int64_t strips = (s.n + 63) / 64;
+      auto packed =
+          ir::Tensor::Allocate(t, {strips, kernels::cpu::avx512::PackedBStripElemsF32(s.k)});
+      ASSERT_TRUE(packed.ok());
+      if (t == DataType::kF32) {
+        kernels::cpu::avx512::PackBF32(b.data<float>(), s.k, s.n, packed->data<float>());
+      } else {
+        kernels::cpu::avx512::PackBHalf(b.data<uint16_t>(), s.k, s.n, packed->data<uint16_t>());
       }
-      NodeSpec pk = plain;
-      pk.inputs[1] = *packed;
-      pk.attrs = {{kernels::kPackedBAttr, ir::Attribute::Ints({s.k, s.n})}};
-      const ir::Tensor want = RunNodeOk0(plain), got = RunNodeOk0(pk);
-      ASSERT_EQ(want.byte_size(), got.byte_size());
-      EXPECT_EQ(std::memcmp(want.raw_data(), got.raw_data(), want.byte_size()), 0)
-          << "(m,n,k)=" << s.m << "," << s.n << "," << s.k << " fused " << fused;
-    }
-    if (s.m == 1 && s.n == 1 && s.k == 1) {
-      NodeSpec pk;
-      pk.op = OpType::kMatMul;
-      pk.inputs = {a, *packed};
-      pk.attrs = {{kernels::kPackedBAttr, ir::Attribute::Ints({s.k, s.n})}};
-      pk.cpu_features = 0;
-      auto ref = RunNode(pk);
-      ASSERT_FALSE(ref.ok());
-      EXPECT_THAT(ref.status().message(), ::testing::HasSubstr("packed"));
+      for (bool fused : {false, true}) {
+        NodeSpec plain;
+        plain.op = fused ? OpType::kFusedMatMul : OpType::kMatMul;
+        plain.inputs = {a, b};
+        if (fused) {
+          plain.inputs.push_back(bias);
+          plain.output_dtypes = {t};  // typed, so the AVX-512 kernel takes it
+        }
+        NodeSpec pk = plain;
+        pk.inputs[1] = *packed;
+        pk.attrs = {{kernels::kPackedBAttr, ir::Attribute::Ints({s.k, s.n})}};
+        const ir::Tensor want = RunNodeOk0(plain), got = RunNodeOk0(pk);
+        ASSERT_EQ(want.byte_size(), got.byte_size());
+        EXPECT_EQ(std::memcmp(want.raw_data(), got.raw_data(), want.byte_size()), 0)
+            << DataTypeOnnxName(t) << " (m,n,k)=" << s.m << "," << s.n << "," << s.k << " fused "
+            << fused;
+      }
+      if (s.m == 1 && s.n == 1 && s.k == 1) {
+        NodeSpec pk;
+        pk.op = OpType::kMatMul;
+        pk.inputs = {a, *packed};
+        pk.attrs = {{kernels::kPackedBAttr, ir::Attribute::Ints({s.k, s.n})}};
+        pk.cpu_features = 0;
+        auto ref = RunNode(pk);
+        ASSERT_FALSE(ref.ok());
+        EXPECT_THAT(ref.status().message(), ::testing::HasSubstr("packed"));
+      }
     }
   }
 }

@@ -161,12 +161,12 @@ TEST(PrecisionE2eTest, AuthoredMixedPrecisionRunsAsAuthoredUnderEveryPolicy) {
   EXPECT_THAT(std::string(obey.status().message()), HasSubstr("/pow"));
 }
 
-// bf16 and fp32 GEMM weights stored packed at build time (the default where the CPU has the
+// bf16, fp16 and fp32 GEMM weights stored packed at build time (the default where the CPU has the
 // features) change no output bit, and the engine records the CPU features it then needs.
 TEST(PrecisionE2eTest, PackedWeightsChangeNoOutputBit) {
   if ((DetectCpuFeatures() & kCpuAvx512Bf16) == 0) GTEST_SKIP() << "no AVX512_BF16";
   for (const char* model : {"bert_layernorm_op", "vit_tiny"}) {
-    for (const char* policy : {"bf16", "fp32"}) {
+    for (const char* policy : {"bf16", "fp16", "fp32"}) {
       SCOPED_TRACE(policy);
       builder::BuildOptions plain = Policy(policy);
       plain.pack_weights = false;

@@ -58,6 +58,8 @@ struct GemmArgs {
   const uint16_t* b_packed = nullptr;
   /// fp32 only: B already packed by PackBF32 (64-byte aligned), as b_packed for bf16.
   const float* b_packed_f32 = nullptr;
+  /// fp16 only: B already packed by PackBHalf, as b_packed for bf16.
+  const uint16_t* b_packed_f16 = nullptr;
 };
 
 /// bf16 values of one strip (64 columns) of a packed B with `k` rows.
@@ -74,6 +76,11 @@ int64_t PackedBStripElemsF32(int64_t k);
 /// PackedBStripElemsF32(k) values ([k][64], zero padded past n), the layout the fp32 kernels read.
 /// `out` needs no alignment; GemmArgs::b_packed_f32 does (64 bytes).
 void PackBF32(const float* b, int64_t k, int64_t n, float* out);
+
+/// Packs fp16 B [k, n] (row-major) for GemmArgs::b_packed_f16: ceil(n / 64) strips of
+/// PackedBStripElemsF32(k) fp16 values ([k][64], zero padded past n). Each run widens a strip to
+/// fp32 (exactly) with contiguous loads instead of gathering its rows from the whole matrix.
+void PackBHalf(const uint16_t* b, int64_t k, int64_t n, uint16_t* out);
 
 /// Runs the GEMM with OpenMP over the available threads. Needs the kAvx512 CPU features, and
 /// kCpuAvx512Bf16 for GemmType::kBF16.

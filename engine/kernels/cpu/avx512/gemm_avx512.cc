@@ -491,6 +491,18 @@ void PackBF32(const float* b, int64_t k, int64_t n, float* out) {
   }
 }
 
+void PackBHalf(const uint16_t* b, int64_t k, int64_t n, uint16_t* out) {
+  const int64_t strip = PackedBStripElemsF32(k);
+  for (int64_t s = 0; s * kNr < n; ++s) {
+    const int64_t j0 = s * kNr, nc = Min(kNr, n - j0);
+    for (int64_t kk = 0; kk < k; ++kk) {
+      uint16_t* row = out + s * strip + kk * kNr;
+      std::memcpy(row, b + kk * n + j0, nc * sizeof(uint16_t));
+      std::memset(row + nc, 0, (kNr - nc) * sizeof(uint16_t));
+    }
+  }
+}
+
 int64_t PackedBStripElems(int64_t k) { return CeilDiv(k, kAmxK) * (kAmxK / 2) * kNr * 2; }
 
 void PackBBf16(const uint16_t* b, int64_t k, int64_t n, uint16_t* out) {
@@ -577,6 +589,14 @@ void GemmAvx512(const GemmArgs& g) {
         UnpackBStripF32(packed, g.k, bpack.as<float>());
       } else if (g.b_packed_f32 != nullptr) {
         bp32 = g.b_packed_f32 + s * PackedBStripElemsF32(g.k);
+      } else if (g.b_packed_f16 != nullptr) {
+        const uint16_t* src = g.b_packed_f16 + s * PackedBStripElemsF32(g.k);
+        float* dst = bpack.as<float>();
+        for (int64_t i = 0; i < g.k * kNr; i += 16) {
+          _mm512_store_ps(
+              dst + i,
+              HalfToFloat16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
+        }
       } else {
         PackBStripF32(g, b, j0, bpack.as<float>());
       }

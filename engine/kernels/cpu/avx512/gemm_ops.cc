@@ -160,12 +160,13 @@ absl::StatusOr<ir::Tensor*> MatMulCore(const ir::Node& node, KernelContext& ctx,
   // A weight the build packed (PackWeights in the builder): B's logical [K, N] is recorded.
   const std::vector<int64_t> packed = node.GetInts(kPackedBAttr);
   if (!packed.empty()) {
-    const bool f32 = b->dtype() == DataType::kF32;
+    // fp32 and fp16 strips hold [K][64] values, bf16 ones [K/2][64][2] pairs.
+    const bool bf16 = b->dtype() == DataType::kBF16;
     if (packed.size() != 2 || packed[0] <= 0 || packed[1] <= 0 ||
-        (!f32 && b->dtype() != DataType::kBF16) ||
+        (!bf16 && b->dtype() != DataType::kF32 && b->dtype() != DataType::kF16) ||
         b->num_elements() !=
             (packed[1] + 63) / 64 *
-                (f32 ? PackedBStripElemsF32(packed[0]) : PackedBStripElems(packed[0]))) {
+                (bf16 ? PackedBStripElems(packed[0]) : PackedBStripElemsF32(packed[0]))) {
       return InvalidNode(node, "packed B of ", b->num_elements(), " values does not match ",
                          kPackedBAttr, " ", ir::DimsToString(packed));
     }
@@ -233,6 +234,8 @@ absl::StatusOr<ir::Tensor*> MatMulCore(const ir::Node& node, KernelContext& ctx,
   if (fused) g.acc = ctx.interior(0, y->num_elements());
   if (!packed.empty() && b->dtype() == DataType::kF32) {
     g.b_packed_f32 = b->data<float>();
+  } else if (!packed.empty() && b->dtype() == DataType::kF16) {
+    g.b_packed_f16 = b->data<uint16_t>();
   } else if (!packed.empty()) {
     // Packed only when free of subnormals, so B never bars the dot path.
     g.b_packed = b->data<uint16_t>();
