@@ -454,86 +454,120 @@ absl::Status EngineAnalysis::RunAlone(kernels::Kernel& kernel, const ir::Node& n
   return absl::OkStatus();
 }
 
-absl::Status EngineAnalysis::CompareInside(Run& run, int k,
-                                           const std::vector<const ir::Tensor*>& inputs,
-                                           bool introduced) {
-  absl::flat_hash_map<int, ir::Tensor> taps;
-  if (run.taps_kernel == k) taps = std::move(run.taps);
-  run.taps.clear();
-  run.taps_kernel = -1;
+absl::Status EngineAnalysis::CompareInside(Run& run, int k, Inside* tapped, Inside* alone) {
   if (members_of_[k].empty()) return absl::OkStatus();
   const plan::Engine& r = *reference_;
   const ir::Node& fused = *engine_->order[k];
-  // Node-based: members' input pointers into it stay valid as it grows.
-  absl::node_hash_map<std::string, ir::Tensor> local;
+  Inside* paths[2] = {tapped, alone};
   // What the kernel offered from inside, each rounded to its node's effective precision.
-  for (auto& [member, value] : taps) {
+  std::vector<int> offered;
+  for (Inside* in : paths) {
+    if (!in) continue;
+    for (const auto& [member, value] : in->taps) {
+      if (std::find(offered.begin(), offered.end(), member) == offered.end()) {
+        offered.push_back(member);
+      }
+    }
+  }
+  std::sort(offered.begin(), offered.end());
+  for (int member : offered) {
     const int e = inside_at_[k][member];
-    ASSIGN_OR_RETURN(ir::Tensor v, RoundedF32(value, effective_of_source_[entries_[e].source]));
-    RETURN_IF_ERROR(Compare(run, e, introduced ? nullptr : &v, introduced ? &v : nullptr));
-    local[entries_[e].name] = std::move(v);
+    const ir::Tensor* v[2] = {nullptr, nullptr};
+    for (int p = 0; p < 2; ++p) {
+      if (!paths[p]) continue;
+      auto it = paths[p]->taps.find(member);
+      if (it == paths[p]->taps.end()) continue;
+      ir::Tensor t = std::move(it->second);
+      RETURN_IF_ERROR(RoundF32InPlace(t, effective_of_source_[entries_[e].source]));
+      v[p] = &(paths[p]->local[entries_[e].name] = std::move(t));
+    }
+    RETURN_IF_ERROR(Compare(run, e, v[0], v[1]));
   }
-  // The kernel's own inputs by ONNX name, taken as f32 when a member reads them (a weight
-  // only the offered MatMul reads is never converted).
-  absl::flat_hash_map<std::string, const ir::Tensor*> given;
-  for (int i = 0; i < fused.num_inputs() && i < static_cast<int>(inputs.size()); ++i) {
-    if (fused.inputs[i] && inputs[i]) given[SourceTensorName(fused.inputs[i]->name)] = inputs[i];
+  for (Inside* in : paths) {
+    if (!in) continue;
+    // The kernel's own inputs by ONNX name, taken as f32 when a member reads them (a weight
+    // only the offered MatMul reads is never converted).
+    for (int i = 0; i < fused.num_inputs() && i < static_cast<int>(in->inputs.size()); ++i) {
+      if (fused.inputs[i] && in->inputs[i]) {
+        in->given[SourceTensorName(fused.inputs[i]->name)] = in->inputs[i];
+      }
+    }
   }
-  std::deque<ir::Tensor> converted;
+  // Every member recomputed by its reference kernel in each run's terms, the two results
+  // compared with the reference together.
   for (int m : members_of_[k]) {
     const ir::Node& n = *r.order[m];
-    bool offered = true;  // every output already taken from the kernel
-    for (const ir::Value* v : n.outputs) {
-      offered &= !v || local.contains(SourceTensorName(v->name));
-    }
-    if (offered) continue;
-    Io io;
-    for (const ir::Value* u : n.inputs) {
-      if (!u) {
-        io.inputs.push_back(nullptr);
-        continue;
+    Io io[2];
+    bool ran[2] = {false, false};
+    for (int p = 0; p < 2; ++p) {
+      Inside* in = paths[p];
+      if (!in || in->stopped) continue;
+      bool taken = true;  // every output already taken from the kernel
+      for (const ir::Value* v : n.outputs) {
+        taken &= !v || in->local.contains(SourceTensorName(v->name));
       }
-      const ir::Tensor* t = nullptr;
-      const std::string name = SourceTensorName(u->name);
-      auto it = local.find(name);
-      if (it == local.end()) {
-        auto g = given.find(name);
-        if (g != given.end()) {
-          const ir::Tensor& gt = *g->second;
-          ASSIGN_OR_RETURN(ir::Tensor f,
-                           IsFloating(gt.dtype()) ? ToF32(gt) : absl::StatusOr<ir::Tensor>(gt));
-          it = local.emplace(name, std::move(f)).first;
+      if (taken) continue;
+      for (const ir::Value* u : n.inputs) {
+        if (!u) {
+          io[p].inputs.push_back(nullptr);
+          continue;
         }
+        const ir::Tensor* t = nullptr;
+        const std::string name = SourceTensorName(u->name);
+        auto it = in->local.find(name);
+        if (it == in->local.end()) {
+          auto g = in->given.find(name);
+          if (g != in->given.end()) {
+            const ir::Tensor& gt = *g->second;
+            ASSIGN_OR_RETURN(ir::Tensor f,
+                             IsFloating(gt.dtype()) ? ToF32(gt) : absl::StatusOr<ir::Tensor>(gt));
+            it = in->local.emplace(name, std::move(f)).first;
+          }
+        }
+        if (it != in->local.end()) {
+          t = &it->second;
+        } else if (u->constant) {
+          t = &*u->constant;
+        } else {
+          in->stopped = true;  // an input from outside the kernel: nothing more to recompute
+          break;
+        }
+        if (IsFloating(u->dtype) && t->dtype() != u->dtype) {
+          ASSIGN_OR_RETURN(ir::Tensor c, Converted(*t, u->dtype));
+          in->converted.push_back(std::move(c));
+          t = &in->converted.back();
+        }
+        io[p].inputs.push_back(t);
       }
-      if (it != local.end()) {
-        t = &it->second;
-      } else if (u->constant) {
-        t = &*u->constant;
-      } else {
-        return absl::OkStatus();  // an input from outside the kernel: nothing to recompute
-      }
-      if (IsFloating(u->dtype) && t->dtype() != u->dtype) {
-        ASSIGN_OR_RETURN(ir::Tensor c, Converted(*t, u->dtype));
-        converted.push_back(std::move(c));
-        t = &converted.back();
-      }
-      io.inputs.push_back(t);
+      if (in->stopped) continue;
+      RETURN_IF_ERROR(RunAlone(run.reference->kernel(m), n, io[p], nullptr));
+      ran[p] = true;
     }
-    RETURN_IF_ERROR(RunAlone(run.reference->kernel(m), n, io, nullptr));
-    int s = r.metadata.kernels(m).nodes(0).node_index();
+    if (!ran[0] && !ran[1]) continue;
+    const int s = r.metadata.kernels(m).nodes(0).node_index();
     for (int j = 0; j < n.num_outputs(); ++j) {
-      if (!n.outputs[j] || !io.outputs[j].defined()) continue;
-      std::string name = SourceTensorName(n.outputs[j]->name);
-      ir::Tensor value = io.outputs[j];
-      if (IsFloating(value.dtype())) {
-        ASSIGN_OR_RETURN(value, RoundedF32(value, effective_of_source_[s]));
-        auto e = entry_of_.find(name);
-        if (e != entry_of_.end() && entries_[e->second].kernel == k && entries_[e->second].inside) {
-          RETURN_IF_ERROR(Compare(run, e->second, introduced ? nullptr : &value,
-                                  introduced ? &value : nullptr));
+      if (!n.outputs[j]) continue;
+      const std::string name = SourceTensorName(n.outputs[j]->name);
+      const ir::Tensor* v[2] = {nullptr, nullptr};
+      bool floating = false;
+      for (int p = 0; p < 2; ++p) {
+        if (!ran[p] || !io[p].outputs[j].defined()) continue;
+        ir::Tensor value = std::move(io[p].outputs[j]);  // the kernel's own fresh buffer
+        if (IsFloating(value.dtype())) {
+          floating = true;
+          if (value.dtype() == DataType::kF32) {
+            RETURN_IF_ERROR(RoundF32InPlace(value, effective_of_source_[s]));
+          } else {
+            ASSIGN_OR_RETURN(value, RoundedF32(value, effective_of_source_[s]));
+          }
         }
+        v[p] = &(paths[p]->local[name] = std::move(value));
       }
-      local[name] = std::move(value);
+      auto e = entry_of_.find(name);
+      if (floating && e != entry_of_.end() && entries_[e->second].kernel == k &&
+          entries_[e->second].inside) {
+        RETURN_IF_ERROR(Compare(run, e->second, v[0], v[1]));
+      }
     }
   }
   return absl::OkStatus();
@@ -543,22 +577,28 @@ absl::Status EngineAnalysis::ObserveEngine(Run& run, const ir::Node& n,
                                            const std::vector<const ir::Tensor*>& ins,
                                            const std::vector<const ir::Tensor*>& outs) {
   const int k = engine_index_.at(&n);
-  // The tensors inside first: the run below offers its own.
-  RETURN_IF_ERROR(CompareInside(run, k, ins, false));
-  // The same kernel alone on the reference inputs (step 3), in the same pass; its outputs and
-  // these compared with the reference together.
-  return RunIntroduced(run, k, outs);
+  // What this run offered from inside, taken before the standalone run offers its own.
+  Inside tapped;
+  tapped.inputs = ins;
+  if (run.taps_kernel == k) tapped.taps = std::move(run.taps);
+  run.taps.clear();
+  run.taps_kernel = -1;
+  // The same kernel alone on the reference inputs (step 3), in the same pass; the two runs'
+  // tensors compared with the reference together.
+  return RunIntroduced(run, k, outs, tapped);
 }
 
 absl::Status EngineAnalysis::RunIntroduced(Run& run, int k,
-                                           const std::vector<const ir::Tensor*>& tapped) {
+                                           const std::vector<const ir::Tensor*>& outs,
+                                           Inside& tapped) {
   const plan::Engine& e = *engine_;
   if (outputs_of_[k].empty() && members_of_[k].empty()) return absl::OkStatus();
+  // Without a standalone run: the tapped run's tensors alone.
   auto compare_tapped = [&]() -> absl::Status {
     for (auto [j, ent] : outputs_of_[k]) {
-      if (tapped[j]) RETURN_IF_ERROR(Compare(run, ent, tapped[j], nullptr));
+      if (outs[j]) RETURN_IF_ERROR(Compare(run, ent, outs[j], nullptr));
     }
-    return absl::OkStatus();
+    return CompareInside(run, k, &tapped, nullptr);
   };
   const ir::Node& n = *e.order[k];
   Io io;
@@ -591,10 +631,14 @@ absl::Status EngineAnalysis::RunIntroduced(Run& run, int k,
   };
   RETURN_IF_ERROR(RunAlone(run.engine->kernel(k), n, io, tap));
   for (auto [j, ent] : outputs_of_[k]) {
-    RETURN_IF_ERROR(
-        Compare(run, ent, tapped[j], io.outputs[j].defined() ? &io.outputs[j] : nullptr));
+    RETURN_IF_ERROR(Compare(run, ent, outs[j], io.outputs[j].defined() ? &io.outputs[j] : nullptr));
   }
-  return CompareInside(run, k, io.inputs, true);
+  Inside alone;
+  alone.inputs = io.inputs;
+  if (run.taps_kernel == k) alone.taps = std::move(run.taps);
+  run.taps.clear();
+  run.taps_kernel = -1;
+  return CompareInside(run, k, &tapped, &alone);
 }
 
 namespace {

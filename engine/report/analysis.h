@@ -20,12 +20,14 @@
 // Errors accumulate over samples element by element (ErrorAccumulator).
 #pragma once
 
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/status/statusor.h"
 #include "engine/kernels/kernel.h"
 #include "engine/plan/engine_blob.h"
@@ -124,18 +126,31 @@ class EngineAnalysis {
   // Steps 2 and 3 for the engine kernel of `n`, just run with `ins` and `outs`.
   absl::Status ObserveEngine(Run& run, const ir::Node& n, const std::vector<const ir::Tensor*>& ins,
                              const std::vector<const ir::Tensor*>& outs);
-  // Step 3 for engine kernel k; its outputs compared together with `tapped`, the kernel's
-  // outputs in the tapped run.
-  absl::Status RunIntroduced(Run& run, int k, const std::vector<const ir::Tensor*>& tapped);
+  // One of the two runs of a fused kernel whose inside tensors are compared: the tapped run (the
+  // engine's own inputs) or the standalone one (the reference inputs). What the kernel offered
+  // (taps), the kernel's inputs by ONNX name (given) and the members recomputed so far (local).
+  struct Inside {
+    std::vector<const ir::Tensor*> inputs;
+    absl::flat_hash_map<int, ir::Tensor> taps;
+    absl::node_hash_map<std::string, ir::Tensor> local;  // node-based: pointers stay valid
+    absl::flat_hash_map<std::string, const ir::Tensor*> given;
+    std::deque<ir::Tensor> converted;
+    bool stopped = false;  // a member needs an input from outside the kernel
+  };
+  // Step 3 for engine kernel k; its outputs compared together with `outs`, the kernel's outputs
+  // in the tapped run, and its inside tensors together with those of `tapped`.
+  absl::Status RunIntroduced(Run& run, int k, const std::vector<const ir::Tensor*>& outs,
+                             Inside& tapped);
   // The reference value of ONNX tensor `name` (this sample's run, or a reference constant).
   const ir::Tensor* Reference(const Run& run, const std::string& name) const;
   // Compares the tapped (`accumulated`) and/or standalone (`introduced`) value of entry `e`
   // (any floating dtype; either may be null) with its reference.
   absl::Status Compare(Run& run, int e, const ir::Tensor* accumulated,
                        const ir::Tensor* introduced);
-  // Recomputes the tensors inside fused kernel `k` from its inputs and compares them.
-  absl::Status CompareInside(Run& run, int k, const std::vector<const ir::Tensor*>& inputs,
-                             bool introduced);
+  // The tensors inside fused kernel `k`, offered by it or recomputed from its inputs by the
+  // reference kernels of its members, in the terms of either run (either may be null), each
+  // rounded to its node's effective precision and compared with the reference, both together.
+  absl::Status CompareInside(Run& run, int k, Inside* tapped, Inside* alone);
   // Runs `kernel` for `node` alone.
   static absl::Status RunAlone(kernels::Kernel& kernel, const ir::Node& node, Io& io,
                                const runtime::InteriorTap& tap);

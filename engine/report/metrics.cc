@@ -303,6 +303,25 @@ absl::StatusOr<ir::Tensor> FromF32(const ir::Tensor& t, DataType dtype) {
   return RoundedTo(t, dtype, /*keep_f32=*/false);
 }
 
+absl::Status RoundF32InPlace(ir::Tensor& t, DataType dtype) {
+  if (t.dtype() != DataType::kF32) {
+    return absl::InternalError("rounding in place needs an f32 tensor");
+  }
+  if (dtype != DataType::kF16 && dtype != DataType::kBF16) return absl::OkStatus();  // exact
+  const bool half = dtype == DataType::kF16;
+  float* x = t.data<float>();
+  const int64_t n = t.num_elements();
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (blocks >= kParallelBlocks)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t begin = b * kBlock, m = std::min(kBlock, n - begin);
+    uint16_t narrow[kBlock];
+    Narrow(x + begin, half, narrow, m);
+    Widen(narrow, half, x + begin, m);
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ir::Tensor> RoundedF32(const ir::Tensor& t, DataType dtype) {
   if (t.dtype() == dtype) return ToF32(t);  // already representable
   ASSIGN_OR_RETURN(ir::Tensor f, ToF32(t));

@@ -64,6 +64,10 @@ absl::StatusOr<ir::Tensor> ToF32(const ir::Tensor& t);
 /// `t` (f32) converted to floating `dtype` (round to nearest even), or `t` itself when f32.
 absl::StatusOr<ir::Tensor> FromF32(const ir::Tensor& t, DataType dtype);
 
+/// `t` (f32, its buffer the caller's alone) rounded to floating `dtype` in place: RoundedF32
+/// without a copy.
+absl::Status RoundF32InPlace(ir::Tensor& t, DataType dtype);
+
 /// `t` (any floating dtype) rounded to floating `dtype` and held as f32: the values a kernel
 /// at that precision holds. Large tensors are converted by all threads.
 absl::StatusOr<ir::Tensor> RoundedF32(const ir::Tensor& t, DataType dtype);
