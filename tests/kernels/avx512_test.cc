@@ -6,12 +6,14 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "engine/common/cpu_features.h"
 #include "engine/common/half.h"
 #include "engine/kernels/cpu/avx512/convert.h"
 #include "engine/kernels/cpu/avx512/gemm.h"
+#include "engine/kernels/cpu/avx512/math.h"
 #include "engine/kernels/registry.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -240,6 +242,105 @@ TEST(Avx512Erf, HalfTypesRoundTheFloatErfOnce) {
           << DataTypeOnnxName(t) << " erf(" << v << ") = " << g << ", want " << w;
     }
   }
+}
+
+// ---------------------------------------------------------------- Exp and Softmax
+
+TEST(Avx512Exp, WithinFourUlpOfExactForNormalResults) {
+  SKIP_WITHOUT(kAvx512);
+  std::vector<float> x;
+  for (float v : Fp32Sample()) {
+    if (v > -87.0f && v < 88.0f) x.push_back(v);  // normal results, no overflow
+  }
+  for (float v : {0.0f, -0.0f, 1.0f, -1.0f, 0.5f, 10.0f, -10.0f, 88.0f, -87.0f}) x.push_back(v);
+  std::vector<float> y(x.size());
+  kernels::cpu::avx512::ExpF32(x.data(), y.data(), static_cast<int64_t>(x.size()));
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float exact = static_cast<float>(std::exp(static_cast<double>(x[i])));
+    // glibc's bound for its vector expf; 3 measured (math.h).
+    ASSERT_LE(UlpDistance(y[i], exact), 4) << "exp(" << x[i] << ") = " << y[i];
+  }
+  const float special[3] = {-INFINITY, INFINITY, NAN};
+  float out[3];
+  kernels::cpu::avx512::ExpF32(special, out, 3);
+  EXPECT_EQ(out[0], 0.0f);
+  EXPECT_EQ(out[1], INFINITY);
+  EXPECT_TRUE(std::isnan(out[2]));
+}
+
+// Softmax over the last axis against the reference kernel: the same arithmetic but the vector
+// exp (4 ulp) and the sum's order (16 lanes; an n-term fp32 sum's rounding differs by at most
+// n * 2^-24 relative, 130 terms: 7.7e-6): 2e-5 relative covers both with margin; 16-bit outputs
+// may then round to a neighbour: one ulp of the type more.
+TEST(Avx512Softmax, MatchesReferenceOnRowsOfEveryLength) {
+  SKIP_WITHOUT(kAvx512Bf16);
+  std::mt19937 gen(11);
+  std::uniform_real_distribution<float> dist(-8, 8);
+  const std::vector<std::vector<int64_t>> shapes = {{3, 1},  {2, 7},      {4, 16},
+                                                    {3, 17}, {2, 3, 128}, {2, 12, 130}};
+  for (DataType t : {DataType::kF32, DataType::kF16, DataType::kBF16}) {
+    for (const auto& dims : shapes) {
+      std::vector<float> v(ir::NumElementsOf(dims));
+      for (float& e : v) e = dist(gen);
+      if (v.size() > 20) v[5] = NAN;  // its row is NaN everywhere, in both
+      // MakeHalf / MakeBf16 round each value once (NaN stays NaN).
+      ir::Tensor x = t == DataType::kF32   ? MakeFloat(dims, v)
+                     : t == DataType::kF16 ? MakeHalf(dims, v)
+                                           : MakeBf16(dims, v);
+      NodeSpec spec;
+      spec.op = OpType::kSoftmax;
+      spec.since_version = 13;
+      spec.inputs = {x};
+      spec.output_dtypes = {t};
+      ir::Tensor fast = RunNodeOk0(spec);
+      spec.cpu_features = 0;
+      ir::Tensor ref = RunNodeOk0(spec);
+      const std::vector<float> a = ToFloats(fast), b = ToFloats(ref);
+      ASSERT_EQ(a.size(), b.size());
+      const double type_ulp = t == DataType::kF32 ? 0 : t == DataType::kF16 ? 0x1p-10 : 0x1p-7;
+      for (size_t i = 0; i < a.size(); ++i) {
+        if (std::isnan(b[i])) {
+          EXPECT_TRUE(std::isnan(a[i])) << i;
+          continue;
+        }
+        EXPECT_LE(std::fabs(a[i] - b[i]), (2e-5 + type_ulp) * std::fabs(b[i]) + 1e-30)
+            << DataTypeOnnxName(t) << " " << ir::DimsToString(dims) << " element " << i;
+      }
+    }
+  }
+}
+
+TEST(Avx512Softmax, TakesTheLastAxisOnlyAndOldOpsetsWhole) {
+  SKIP_WITHOUT(kAvx512Bf16);
+  ir::Graph g;
+  auto x = g.AddValue("x");
+  ASSERT_TRUE(x.ok());
+  (*x)->dtype = DataType::kF32;
+  (*x)->shape = ir::Shape::Of({2, 3, 4});
+  for (auto [version, axis, isa] : {std::tuple{13, int64_t{-1}, Isa::kAvx512},
+                                    {13, int64_t{2}, Isa::kAvx512},
+                                    {13, int64_t{1}, Isa::kRef},
+                                    {11, int64_t{1}, Isa::kAvx512}}) {
+    ir::Node* n = g.AddNode(OpType::kSoftmax, "s");
+    n->since_version = version;
+    n->inputs = {*x};
+    n->attrs["axis"] = IntAttr(axis);
+    auto def = kernels::Registry::Default().Find(*n, DetectCpuFeatures());
+    ASSERT_TRUE(def.ok()) << def.status();
+    EXPECT_EQ((*def)->isa, isa) << "opset " << version << " axis " << axis;
+  }
+  // Opset 11 flattens from the axis on: [2, 12] rows, as the reference.
+  std::vector<float> v(24);
+  for (int i = 0; i < 24; ++i) v[i] = 0.25f * i - 3;
+  NodeSpec spec;
+  spec.op = OpType::kSoftmax;
+  spec.since_version = 11;
+  spec.attrs = {{"axis", IntAttr(1)}};
+  spec.inputs = {MakeFloat({2, 3, 4}, v)};
+  const std::vector<float> a = ToFloats(RunNodeOk0(spec));
+  spec.cpu_features = 0;
+  const std::vector<float> b = ToFloats(RunNodeOk0(spec));
+  for (int i = 0; i < 24; ++i) EXPECT_NEAR(a[i], b[i], 2e-5 * b[i]) << i;  // as above
 }
 
 // ---------------------------------------------------------------- GEMM

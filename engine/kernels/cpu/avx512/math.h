@@ -1,5 +1,5 @@
-// Vectorised elementary functions on float arrays. Defined in math_avx512.cc; call only when the
-// CPU has kAvx512 features.
+// Vectorised elementary functions on float arrays (glibc's libmvec). Defined in math_avx512.cc;
+// call only when the CPU has kAvx512 features.
 #pragma once
 
 #include <cstdint>
@@ -10,5 +10,9 @@ namespace kiln::kernels::cpu::avx512 {
 /// where |erf| < 0.99999, within 2^-22 absolute nearer +-1 (it saturates up to 4 ulp early) and
 /// for subnormal x (as the test measures); NaN stays NaN, +-Inf gives +-1. `y` may be `x`.
 void ErfF32(const float* x, float* y, int64_t n);
+
+/// y[i] = exp(x[i]) for i < n by libmvec's expf: within 3 ulp of the exact value for normal
+/// results (measured on every 5th fp32 pattern in (-87, 88); the test checks 4). `y` may be `x`.
+void ExpF32(const float* x, float* y, int64_t n);
 
 }  // namespace kiln::kernels::cpu::avx512

@@ -13,7 +13,7 @@ namespace kiln::kernels::cpu::avx512 {
 
 void RegisterCast(Registry& r);     // cast.cc: Cast between float, float16 and bfloat16
 void RegisterGemmOps(Registry& r);  // gemm_ops.cc: Gemm, MatMul on float, float16, bfloat16
-void RegisterUnary(Registry& r);    // unary_ops.cc: Erf on float, float16, bfloat16
+void RegisterUnary(Registry& r);    // unary_ops.cc: Erf, Softmax on float, float16, bfloat16
 
 /// Registers every AVX-512 kernel.
 inline void RegisterAvx512(Registry& r) {
