@@ -7,7 +7,8 @@
 //   kiln_bench [--benchmark_filter=...] [--benchmark_format=json]
 //
 // Benchmark names: MatMul/<dtype>/<isa>/<shape name> (BERT-base shapes),
-// Gemm/<dtype>/<M>x<K>x<N> (large shapes), FmaPeak/threads:<N>. Kernels use OMP_NUM_THREADS
+// Gemm/<dtype>/<M>x<K>x<N> (large shapes; GemmPacked/... with B a weight packed as the build
+// stores it), FmaPeak/threads:<N>. Kernels use OMP_NUM_THREADS
 // threads (default one per core); FmaPeak runs 1 .. cores threads whatever OMP_NUM_THREADS says.
 #include <benchmark/benchmark.h>
 #include <omp.h>
@@ -21,6 +22,8 @@
 #include "engine/common/cpu_features.h"
 #include "engine/common/half.h"
 #include "engine/ir/graph.h"
+#include "engine/kernels/cpu/avx512/gemm.h"
+#include "engine/kernels/kernel.h"
 #include "engine/kernels/registry.h"
 
 namespace kiln::bench {
@@ -75,7 +78,9 @@ constexpr Shape kShapes[] = {
     {"attn_context_12x128x128x64", 12, 128, 128, 64},
 };
 
-void RunMatMul(benchmark::State& state, DataType t, uint64_t features, Shape s) {
+// `packed`: B is a weight stored as the build stores it for the AVX-512 GEMM (builder
+// PackWeights: kPackedBAttr), the way an engine runs every constant fp32 and bf16 weight.
+void RunMatMul(benchmark::State& state, DataType t, uint64_t features, Shape s, bool packed) {
   ir::Graph g;
   ir::Node* n = g.AddNode(ir::OpType::kMatMul, "bench");
   std::vector<int64_t> ad = {s.m, s.k}, bd = {s.k, s.n};
@@ -94,8 +99,22 @@ void RunMatMul(benchmark::State& state, DataType t, uint64_t features, Shape s) 
     state.SkipWithError(std::string(def.status().message()).c_str());
     return;
   }
+  ir::Tensor b = RandomTensor(t, bd, 2);
+  if (packed) {
+    namespace x = kernels::cpu::avx512;
+    const bool f32 = t == DataType::kF32;
+    const int64_t strip = f32 ? x::PackedBStripElemsF32(s.k) : x::PackedBStripElems(s.k);
+    ir::Tensor p = *ir::Tensor::Allocate(t, {(s.n + 63) / 64, strip});
+    if (f32) {
+      x::PackBF32(b.data<float>(), s.k, s.n, p.data<float>());
+    } else {
+      x::PackBBf16(b.data<uint16_t>(), s.k, s.n, p.data<uint16_t>());
+    }
+    b = std::move(p);
+    n->attrs[kernels::kPackedBAttr] = ir::Attribute::Ints({s.k, s.n});
+  }
   auto kernel = (*def)->factory(*n);
-  BenchContext ctx({RandomTensor(t, ad, 1), RandomTensor(t, bd, 2)});
+  BenchContext ctx({RandomTensor(t, ad, 1), std::move(b)});
   for (auto _ : state) {
     absl::Status st = (*kernel)->Run(ctx);
     if (!st.ok()) {
@@ -139,11 +158,15 @@ void RegisterAll() {
   }
   for (DataType t : {DataType::kF32, DataType::kBF16}) {
     for (const Shape& s : kLargeShapes) {
-      const std::string name = absl::StrCat("Gemm/", DataTypeOnnxName(t), "/", s.name);
-      benchmark::RegisterBenchmark(name.c_str(), RunMatMul, t, cpu, s)
-          ->Unit(benchmark::kMillisecond)
-          ->UseRealTime()
-          ->MinTime(0.3);
+      for (bool packed : {false, true}) {
+        if (packed && !(cpu & kCpuAvx512F)) continue;
+        const std::string name =
+            absl::StrCat(packed ? "GemmPacked/" : "Gemm/", DataTypeOnnxName(t), "/", s.name);
+        benchmark::RegisterBenchmark(name.c_str(), RunMatMul, t, cpu, s, packed)
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime()
+            ->MinTime(0.3);
+      }
     }
   }
   for (DataType t : {DataType::kF32, DataType::kBF16, DataType::kF16}) {
@@ -151,7 +174,7 @@ void RegisterAll() {
       for (bool fast : {true, false}) {
         const std::string name =
             absl::StrCat("MatMul/", DataTypeOnnxName(t), "/", fast ? "best" : "ref", "/", s.name);
-        benchmark::RegisterBenchmark(name.c_str(), RunMatMul, t, fast ? cpu : 0, s)
+        benchmark::RegisterBenchmark(name.c_str(), RunMatMul, t, fast ? cpu : 0, s, false)
             ->Unit(benchmark::kMillisecond)
             ->UseRealTime()
             ->MinTime(0.3);

@@ -362,12 +362,12 @@ def run_gemm(args, threads, notes):
     exe = os.path.join(args.build_dir, "bench", "kiln_bench")
     print("\nGEMM: Kiln's fastest MatMul kernel on this CPU (kiln_bench, best of "
           f"{args.repetitions}) against the fp32 peak of an AVX-512 FMA loop; % of fp32 peak")
-    hdr = (f"{'shape MxKxN':16} {'thr':>3} {'peak GF/s':>9} {'fp32 GF/s':>9} {'%peak':>6} "
+    hdr = (f"{'shape MxKxN':16} {'B':6} {'thr':>3} {'peak GF/s':>9} {'fp32 GF/s':>9} {'%peak':>6} "
            f"{'bf16 GF/s':>9} {'%peak':>6} {'bf16/fp32':>9}")
     print(hdr)
     print("-" * len(hdr))
     for t in threads:
-        r = subprocess.run([exe, f"--benchmark_filter=^Gemm/|^FmaPeak/threads:{t}/",
+        r = subprocess.run([exe, f"--benchmark_filter=^Gemm|^FmaPeak/threads:{t}/",
                             "--benchmark_format=json",
                             f"--benchmark_repetitions={args.repetitions}"],
                            capture_output=True, text=True, env=dict(os.environ,
@@ -385,14 +385,18 @@ def run_gemm(args, threads, notes):
         if peak is None:
             notes.append(f"gemm threads {t}: no FMA peak (CPU without AVX-512F)")
         pct = lambda v: f"{100 * v / peak:6.1f}" if peak else f"{'-':>6}"
+        # B "plain": an activation, packed on every call; "weight": a constant packed at build
+        # time, as engines run their weights.
         for shape in sorted({k.split("/")[2] for k in best if k.startswith("Gemm/")},
                             key=lambda s: [int(d) for d in s.split("x")]):
-            f32, bf16 = best.get(f"Gemm/float/{shape}"), best.get(f"Gemm/bfloat16/{shape}")
-            if not f32 or not bf16:
-                notes.append(f"gemm {shape} threads {t}: a dtype did not run")
-                continue
-            print(f"{shape:16} {t:3} {peak or 0:9.1f} {f32:9.1f} {pct(f32)} {bf16:9.1f} {pct(bf16)} "
-                  f"{bf16 / f32:9.2f}")
+            for kind, prefix in (("plain", "Gemm"), ("weight", "GemmPacked")):
+                f32 = best.get(f"{prefix}/float/{shape}")
+                bf16 = best.get(f"{prefix}/bfloat16/{shape}")
+                if not f32 or not bf16:
+                    notes.append(f"gemm {shape} ({kind} B) threads {t}: a dtype did not run")
+                    continue
+                print(f"{shape:16} {kind:6} {t:3} {peak or 0:9.1f} {f32:9.1f} {pct(f32)} "
+                      f"{bf16:9.1f} {pct(bf16)} {bf16 / f32:9.2f}")
 
 
 def main():
