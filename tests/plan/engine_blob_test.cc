@@ -18,6 +18,7 @@
 #include "engine/builder/builder.h"
 #include "engine/common/cpu_features.h"
 #include "engine/common/sha256.h"
+#include "engine/common/status.h"
 #include "engine/import/onnx_importer.h"
 #include "engine/runtime/session.h"
 #include "gmock/gmock.h"
@@ -178,18 +179,31 @@ TEST(EngineBlobRoundTrip, LoadRebuildsTheGraph) {
   EXPECT_EQ(e.metadata.kernels(1).nodes(0).node_name(), "relu");
 }
 
-TEST(EngineBlobRoundTrip, BuildLoadAndRun) {
-  auto built = builder::BuildEngine(SerializeModel(AddReluMulModel()), {}, nullptr);
-  ASSERT_TRUE(built.ok()) << built.status();
-  auto engine = Load(built->blob);
-  ASSERT_TRUE(engine.ok()) << engine.status();
-  auto session = runtime::Session::Create(std::shared_ptr<const Engine>(std::move(*engine)));
-  ASSERT_TRUE(session.ok()) << session.status();
-  auto x = ir::Tensor::Allocate(DataType::kF32, {2, 3});
-  ASSERT_TRUE(x.ok());
+// The AddReluMul model built, loaded and ready to run, and an input for it.
+struct AddReluMulSession {
+  std::unique_ptr<runtime::Session> session;
+  ir::Tensor x;
+};
+
+absl::StatusOr<AddReluMulSession> MakeAddReluMulSession() {
+  ASSIGN_OR_RETURN(auto built,
+                   builder::BuildEngine(SerializeModel(AddReluMulModel()), {}, nullptr));
+  ASSIGN_OR_RETURN(auto engine, Load(built.blob));
+  AddReluMulSession s;
+  ASSIGN_OR_RETURN(s.session,
+                   runtime::Session::Create(std::shared_ptr<const Engine>(std::move(engine))));
+  ASSIGN_OR_RETURN(s.x, ir::Tensor::Allocate(DataType::kF32, {2, 3}));
   const float xs[6] = {-3, 5, -1, 10, -9, 7};
-  std::memcpy(x->raw_data(), xs, sizeof(xs));
-  auto out = (*session)->Run({*x});
+  std::memcpy(s.x.raw_data(), xs, sizeof(xs));
+  return s;
+}
+
+TEST(EngineBlobRoundTrip, BuildLoadAndRun) {
+  auto made = MakeAddReluMulSession();
+  ASSERT_TRUE(made.ok()) << made.status();
+  runtime::Session* session = made->session.get();
+  const ir::Tensor& x = made->x;
+  auto out = session->Run({x});
   ASSERT_TRUE(out.ok()) << out.status();
   ASSERT_EQ(out->size(), 1u);
   const ir::Tensor& y = (*out)[0];
@@ -200,19 +214,13 @@ TEST(EngineBlobRoundTrip, BuildLoadAndRun) {
 }
 
 TEST(EngineBlobRoundTrip, SteppedRunMatchesRunAndStopsAtTheEnd) {
-  auto built = builder::BuildEngine(SerializeModel(AddReluMulModel()), {}, nullptr);
-  ASSERT_TRUE(built.ok()) << built.status();
-  auto engine = Load(built->blob);
-  ASSERT_TRUE(engine.ok()) << engine.status();
-  auto session = runtime::Session::Create(std::shared_ptr<const Engine>(std::move(*engine)));
-  ASSERT_TRUE(session.ok()) << session.status();
-  auto x = ir::Tensor::Allocate(DataType::kF32, {2, 3});
-  ASSERT_TRUE(x.ok());
-  const float xs[6] = {-3, 5, -1, 10, -9, 7};
-  std::memcpy(x->raw_data(), xs, sizeof(xs));
-  auto whole = (*session)->Run({*x});
+  auto made = MakeAddReluMulSession();
+  ASSERT_TRUE(made.ok()) << made.status();
+  runtime::Session* session = made->session.get();
+  const ir::Tensor& x = made->x;
+  auto whole = session->Run({x});
   ASSERT_TRUE(whole.ok()) << whole.status();
-  auto run = (*session)->Start({*x});
+  auto run = session->Start({x});
   ASSERT_TRUE(run.ok()) << run.status();
   runtime::Execution& r = **run;
   EXPECT_EQ((*run)->Outputs().status().code(), absl::StatusCode::kFailedPrecondition);
@@ -224,7 +232,7 @@ TEST(EngineBlobRoundTrip, SteppedRunMatchesRunAndStopsAtTheEnd) {
         r.Step([&](const ir::Node& n, const auto&, const auto&) { seen.push_back(n.name); }).ok());
     ++steps;
   }
-  EXPECT_EQ(steps, (*session)->engine().order.size());
+  EXPECT_EQ(steps, session->engine().order.size());
   EXPECT_EQ(seen.size(), steps);
   EXPECT_EQ(r.Step().code(), absl::StatusCode::kFailedPrecondition);
   auto out = r.Outputs();
@@ -235,7 +243,7 @@ TEST(EngineBlobRoundTrip, SteppedRunMatchesRunAndStopsAtTheEnd) {
   // Inputs are checked as Run checks them.
   auto wrong = ir::Tensor::Allocate(DataType::kF32, {3, 2});
   ASSERT_TRUE(wrong.ok());
-  EXPECT_EQ((*session)->Start({*wrong}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(session->Start({*wrong}).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 // ---- Corruption --------------------------------------------------------------------------
