@@ -45,11 +45,11 @@ struct BuildOptions {
   /// No blob: BuildResult::engine is the compiled engine in memory (weights shared with the
   /// import), for builds that are only run (the accuracy report's policy search).
   bool in_memory = false;
-  /// Store each constant bf16 and fp32 GEMM weight packed as the AVX-512 GEMM reads it (the
-  /// engine then requires that CPU's features). Off: weights as authored (an engine any CPU can
-  /// run).
+  /// Store each constant bf16, fp16 and fp32 GEMM weight packed as the AVX-512 GEMM reads it
+  /// (the engine then requires that CPU's features). Off: weights as authored (an engine any CPU
+  /// can run).
   bool pack_weights = true;
-  /// With pack_weights, fp32 weights too.
+  /// With pack_weights, fp32 weights too (packed as the blob is written; never in memory).
   bool pack_f32_weights = true;
 };
 

@@ -88,11 +88,11 @@ absl::Status SoftmaxRun(const ir::Node& node, KernelContext& ctx) {
       for (int64_t i = 0; i < n; ++i) v[i] -= mx;  // exp cannot overflow; cancels in the ratio
       ExpF32(v, v, n);
       float lanes[16] = {};
-      int64_t i = 0;
-      for (; i + 16 <= n; i += 16) {
-        for (int l = 0; l < 16; ++l) lanes[l] += v[i + l];
+      int64_t j = 0;
+      for (; j + 16 <= n; j += 16) {
+        for (int l = 0; l < 16; ++l) lanes[l] += v[j + l];
       }
-      for (; i < n; ++i) lanes[i % 16] += v[i];
+      for (; j < n; ++j) lanes[j % 16] += v[j];
       float sum = 0;
       for (float l : lanes) sum += l;
       for (int64_t i = 0; i < n; ++i) v[i] /= sum;
