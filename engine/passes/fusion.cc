@@ -158,6 +158,13 @@ class Fuser {
     ir::Node* add = SoleConsumer(mm->outputs[0]);
     if (!add || add->op != ir::OpType::kAdd || add->num_inputs() != 2) return absl::OkStatus();
     ir::Value* bias = add->inputs[0] == mm->outputs[0] ? add->inputs[1] : add->inputs[0];
+    // Exporters that share equal weights pass them through Identity nodes (PyTorch gives every
+    // zero bias as Identity(one zero tensor)): the constant behind them is the bias.
+    while (bias && !bias->constant && bias->producer &&
+           bias->producer->op == ir::OpType::kIdentity && !removed_[bias->producer->id] &&
+           bias->producer->num_inputs() == 1) {
+      bias = bias->producer->inputs[0];
+    }
     if (!bias || !bias->constant || bias->constant->rank() != 1) return absl::OkStatus();
     std::vector<ir::Node*> members = {mm, add};
     ir::Value* out = add->outputs[0];

@@ -136,6 +136,20 @@ onnx::ModelProto MatMulBiasRelu() {
   return m;
 }
 
+// y = Relu(Identity(b) + MatMul(x, w)): the bias first and through an Identity, as PyTorch
+// exports shared (equal) biases.
+onnx::ModelProto MatMulIdentityBiasRelu() {
+  onnx::ModelProto m = NewModel({kRows, kCols}, {kRows, 32});
+  auto* g = m.mutable_graph();
+  AddFloatInitializer(g, "w", {kCols, 32}, Ramp(kCols * 32, 0.2f, 0.0f));
+  AddFloatInitializer(g, "b", {32}, Ramp(32, 0.5f, 0.1f));
+  AddOnnxNode(g, "Identity", {"b"}, {"b_shared"}, "/fc/Identity");
+  AddOnnxNode(g, "MatMul", {"x", "w"}, {"mm"}, "/fc/MatMul");
+  AddOnnxNode(g, "Add", {"b_shared", "mm"}, {"z"}, "/fc/Add");
+  AddOnnxNode(g, "Relu", {"z"}, {"y"}, "/fc/Relu");
+  return m;
+}
+
 // y = Relu(Conv(x)).
 onnx::ModelProto ConvRelu() {
   onnx::ModelProto m = NewModel({1, 3, 8, 8}, {1, 4, 6, 6});
@@ -260,6 +274,8 @@ INSTANTIATE_TEST_SUITE_P(
                       FusionCase{"conv_batchnorm", ConvBatchNorm, "conv+batchnorm"},
                       FusionCase{"conv_relu", ConvRelu, "conv+Relu"},
                       FusionCase{"matmul_bias_relu", MatMulBiasRelu, "matmul+bias+Relu"},
+                      FusionCase{"matmul_identity_bias_relu", MatMulIdentityBiasRelu,
+                                 "matmul+bias+Relu"},
                       FusionCase{"add_layernorm", ResidualAddLayerNorm, "add+layernorm"},
                       FusionCase{"attention", Attention, "attention"}),
     [](const auto& info) { return std::string(info.param.name); });

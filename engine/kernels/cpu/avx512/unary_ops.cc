@@ -1,6 +1,6 @@
 // Erf and Softmax on float, float16 and bfloat16 through the vectorised erf and exp of math.h.
 // Erf: the reference Erf's values (erf in fp32, one rounding to the output type) within the
-// bound of the vector erf (math.h: 2 ulp below |erf| 0.99999). Softmax over the last axis: the
+// bound of the vector erf (math.h: 2 ulp below |erf| 0.99999). Softmax along any axis: the
 // reference's arithmetic in fp32 (max, exp of the shifted values, their sum, one division each)
 // with the vector exp and the sum in 16 lanes, then one rounding to the output type.
 #include <algorithm>
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/common/cpu_features.h"
+#include "engine/common/half.h"
 #include "engine/kernels/cpu/avx512/convert.h"
 #include "engine/kernels/cpu/avx512/math.h"
 #include "engine/kernels/cpu/avx512/register.h"
@@ -46,30 +47,22 @@ absl::Status ErfRun(const ir::Node& node, KernelContext& ctx) {
   return absl::OkStatus();
 }
 
-// Softmax over contiguous rows: opset < 13 folds every dim from `axis` on into the row; later
-// opsets reduce one axis, here only the last one (the reference kernel takes the others).
-bool SoftmaxSupports(const ir::Node& node) {
-  if (node.since_version < 13) return true;
-  const ir::Value* x = node.input(0);
-  if (!x || !x->shape.rank_known) return false;
-  const int64_t axis = node.GetInt("axis", -1);
-  return axis == -1 || axis == x->shape.rank() - 1;
-}
-
+// Softmax along `axis`: opset < 13 folds every dim from `axis` on into one row; later opsets
+// reduce that axis alone. A row is contiguous when the axis is the last one (the common case);
+// otherwise its elements are `inner` apart and gathered into the row buffer.
 absl::Status SoftmaxRun(const ir::Node& node, KernelContext& ctx) {
   ASSIGN_OR_RETURN(const ir::Tensor* x, ref::RequireInput(node, ctx, 0));
   const DataType t = x->dtype();
   if (x->rank() == 0) return ref::InvalidNode(node, "input must have rank >= 1");
-  ASSIGN_OR_RETURN(
-      int axis,
-      ref::NormalizeAxis(node, node.GetInt("axis", node.since_version < 13 ? 1 : -1), x->rank()));
-  if (node.since_version >= 13 && axis != x->rank() - 1) {
-    return absl::InternalError(node.Label() + " fast Softmax selected for an inner axis");
+  const bool coerce_2d = node.since_version < 13;
+  ASSIGN_OR_RETURN(int axis,
+                   ref::NormalizeAxis(node, node.GetInt("axis", coerce_2d ? 1 : -1), x->rank()));
+  int64_t outer = 1, n = 1, inner = 1;
+  for (int d = 0; d < x->rank(); ++d) {
+    (d < axis ? outer : d == axis || coerce_2d ? n : inner) *= x->dim(d);
   }
-  int64_t n = 1;
-  for (int d = axis; d < x->rank(); ++d) n *= x->dim(d);
-  const int64_t rows = n == 0 ? 0 : x->num_elements() / n;
   ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, t, x->dims()));
+  const int64_t rows = outer * inner;
   const bool parallel = rows > 1 && rows * n >= (int64_t{1} << 15);
 #pragma omp parallel if (parallel)
   {
@@ -77,11 +70,19 @@ absl::Status SoftmaxRun(const ir::Node& node, KernelContext& ctx) {
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       float* v = buf.data();
-      if (t == DataType::kF32) {
-        std::memcpy(v, x->data<float>() + r * n, n * sizeof(float));
-      } else {
-        const uint16_t* src = x->data<uint16_t>() + r * n;
+      const int64_t base = (r / inner) * n * inner + r % inner;  // element k at base + k * inner
+      if (inner == 1 && t == DataType::kF32) {
+        std::memcpy(v, x->data<float>() + base, n * sizeof(float));
+      } else if (inner == 1) {
+        const uint16_t* src = x->data<uint16_t>() + base;
         t == DataType::kF16 ? HalfToFloat(src, v, n) : Bf16ToFloat(src, v, n);
+      } else {
+        for (int64_t k = 0; k < n; ++k) {
+          const int64_t e = base + k * inner;
+          v[k] = t == DataType::kF32   ? x->data<float>()[e]
+                 : t == DataType::kF16 ? HalfBitsToFloat(x->data<uint16_t>()[e])
+                                       : BFloat16BitsToFloat(x->data<uint16_t>()[e]);
+        }
       }
       float mx = -std::numeric_limits<float>::infinity();
       for (int64_t i = 0; i < n; ++i) mx = v[i] > mx ? v[i] : mx;
@@ -96,11 +97,21 @@ absl::Status SoftmaxRun(const ir::Node& node, KernelContext& ctx) {
       float sum = 0;
       for (float l : lanes) sum += l;
       for (int64_t i = 0; i < n; ++i) v[i] /= sum;
-      if (t == DataType::kF32) {
-        std::memcpy(y->data<float>() + r * n, v, n * sizeof(float));
-      } else {
-        uint16_t* dst = y->data<uint16_t>() + r * n;
+      if (inner == 1 && t == DataType::kF32) {
+        std::memcpy(y->data<float>() + base, v, n * sizeof(float));
+      } else if (inner == 1) {
+        uint16_t* dst = y->data<uint16_t>() + base;
         t == DataType::kF16 ? FloatToHalf(v, dst, n) : FloatToBf16(v, dst, n);
+      } else {
+        for (int64_t k = 0; k < n; ++k) {
+          const int64_t e = base + k * inner;
+          if (t == DataType::kF32) {
+            y->data<float>()[e] = v[k];
+          } else {
+            y->data<uint16_t>()[e] =
+                t == DataType::kF16 ? FloatToHalfBits(v[k]) : FloatToBFloat16Bits(v[k]);
+          }
+        }
       }
     }
   }
@@ -121,7 +132,6 @@ void RegisterUnary(Registry& r) {
   KernelDef softmax = def;
   softmax.op = ir::OpType::kSoftmax;
   softmax.factory = &FunctionKernel<SoftmaxRun>::Create;
-  softmax.supports = &SoftmaxSupports;
   r.Add(softmax);
 }
 
