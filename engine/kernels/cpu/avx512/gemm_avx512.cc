@@ -224,6 +224,10 @@ static void KernelF32(int64_t k, const float* ap, const float* bp, float* out) {
   }
   for (int64_t kk = 0; kk < k; ++kk) {
     const float* b = bp + kk * kNr;
+    // 16 rows (4 KB) ahead: a packed weight's strip streams from memory on the first row tile
+    // (later tiles find it in L2, where the request is cheap); measured 7% off BERT-base fp32.
+    _mm_prefetch(reinterpret_cast<const char*>(b + 16 * kNr), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(b + 16 * kNr + 32), _MM_HINT_T0);
     const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
     const __m512 b2 = _mm512_load_ps(b + 32), b3 = _mm512_load_ps(b + 48);
     const float* a = ap + kk * kMr;
@@ -593,6 +597,8 @@ void GemmAvx512(const GemmArgs& g) {
         const uint16_t* src = g.b_packed_f16 + s * PackedBStripElemsF32(g.k);
         float* dst = bpack.as<float>();
         for (int64_t i = 0; i < g.k * kNr; i += 16) {
+          // The strip streams from memory once: ask for it a few KB ahead of the loads.
+          if (i % 32 == 0) _mm_prefetch(reinterpret_cast<const char*>(src + i + 2048), _MM_HINT_T0);
           _mm512_store_ps(
               dst + i,
               HalfToFloat16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
