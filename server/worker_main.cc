@@ -178,10 +178,7 @@ absl::Status Work(const v1::BuildSpec& spec, bool test_hooks, spdlog::logger& lo
   bool accuracy_pass = true;
   if (want_report) {
     SendStage("report", 0.85);
-    // The engine the build kept in memory (keep_reference), the blob's own; the blob is written.
-    std::string().swap(built.blob);
-    std::shared_ptr<const plan::Engine> engine = std::move(built.engine);
-    if (!engine) return absl::InternalError("the build kept no engine for the report");
+    ASSIGN_OR_RETURN(std::shared_ptr<const plan::Engine> engine, builder::TakeKeptEngine(built));
     ASSIGN_OR_RETURN(report::Samples samples, LoadSamples(spec, *engine));
     builder::ReportOptions ro;
     if (spec.atol() > 0) ro.tolerance.atol = spec.atol();

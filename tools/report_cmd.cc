@@ -131,10 +131,7 @@ absl::Status CheckReportFlags(const Args& args) {
 absl::Status RunReport(const Args& args, const std::string& model_path,
                        const builder::BuildOptions& options, builder::BuildResult& built,
                        std::shared_ptr<spdlog::logger> logger) {
-  // The engine the build kept in memory (keep_reference), the blob's own; the blob is written.
-  std::string().swap(built.blob);
-  std::shared_ptr<const plan::Engine> engine = std::move(built.engine);
-  if (!engine) return absl::InternalError("the build kept no engine for the report");
+  ASSIGN_OR_RETURN(std::shared_ptr<const plan::Engine> engine, builder::TakeKeptEngine(built));
   std::shared_ptr<const plan::Engine> reference = std::move(built.reference);
   ASSIGN_OR_RETURN(report::Samples samples, SamplesFor(args, *engine->graph));
   builder::ReportOptions ro;

@@ -192,6 +192,13 @@ absl::StatusOr<double> MedianLatencyMs(std::shared_ptr<const plan::Engine> engin
   return ms.empty() ? 0.0 : ms[ms.size() / 2];
 }
 
+absl::StatusOr<std::shared_ptr<const plan::Engine>> TakeKeptEngine(BuildResult& built) {
+  std::string().swap(built.blob);
+  std::shared_ptr<const plan::Engine> engine = std::move(built.engine);
+  if (!engine) return absl::InternalError("the build kept no engine for the report");
+  return engine;
+}
+
 absl::StatusOr<v1::AccuracyReport> BuildAccuracyReport(
     std::string model_bytes, const BuildOptions& options, const BuildResult& built,
     std::shared_ptr<const plan::Engine> engine, std::shared_ptr<const plan::Engine> reference,

@@ -44,6 +44,10 @@ struct ReportOptions {
   std::function<void()> on_samples_done;
 };
 
+/// The engine a build with keep_reference kept in memory (the blob's own), taken out of `built`
+/// with the blob freed: call once the blob is written.
+absl::StatusOr<std::shared_ptr<const plan::Engine>> TakeKeptEngine(BuildResult& built);
+
 /// Builds the report of `engine`, which `BuildEngine(model_bytes, options)` produced as `built`,
 /// over `samples` (each in graph-input order). `reference` is the build's kept reference
 /// (BuildOptions::keep_reference, moved out of `built` so the search can free it), or null to

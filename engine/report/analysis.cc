@@ -279,7 +279,6 @@ void EngineAnalysis::MergeRun(Run& run) {
   for (size_t e = 0; e < entries_.size(); ++e) entries_[e].sums.Merge(run.sums[e]);
   kernels_without_reference_inputs_ += run.kernels_without_reference_inputs;
   last_outputs_ = std::move(run.outputs);
-  last_times_ = run.times;
   ++samples_;
 }
 

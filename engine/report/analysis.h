@@ -79,8 +79,6 @@ class EngineAnalysis {
 
   int samples() const { return samples_; }
 
-  const SampleTimes& last_times() const { return last_times_; }
-
  private:
   // What the comparisons of one tensor gathered: over one sample (Run::sums) or all (Entry).
   struct Sums {
@@ -179,7 +177,6 @@ class EngineAnalysis {
   absl::flat_hash_map<std::string, int> last_need_;
   std::vector<ir::Tensor> last_outputs_;
   int samples_ = 0;
-  SampleTimes last_times_;
   int kernels_without_reference_inputs_ = 0;
 };
 

@@ -73,42 +73,6 @@ const float* FloatsOf(const ir::Tensor& x, int64_t begin, int64_t m, float* buf)
   }
 }
 
-// `t` (f32) rounded to floating `dtype` (to nearest even): stored as `dtype`, or with
-// `keep_f32` as the f32 values of the rounded numbers.
-absl::StatusOr<ir::Tensor> RoundedTo(const ir::Tensor& t, DataType dtype, bool keep_f32) {
-  if (dtype == DataType::kF32) return t;
-  if (dtype != DataType::kF16 && dtype != DataType::kBF16 && dtype != DataType::kF64) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot convert floats to ", DataTypeOnnxName(dtype)));
-  }
-  ASSIGN_OR_RETURN(ir::Tensor out,
-                   ir::Tensor::AllocateUninitialized(keep_f32 ? DataType::kF32 : dtype, t.dims()));
-  const float* x = t.data<float>();
-  const int64_t n = t.num_elements();
-  const bool parallel = n >= kParallelBlocks * kBlock;
-  if (dtype == DataType::kF64) {
-    double* o = out.data<double>();
-    if (keep_f32) return t;
-#pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t i = 0; i < n; ++i) o[i] = x[i];
-    return out;
-  }
-  const bool half = dtype == DataType::kF16;
-  const int64_t blocks = (n + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t b = 0; b < blocks; ++b) {
-    const int64_t begin = b * kBlock, m = std::min(kBlock, n - begin);
-    if (keep_f32) {
-      uint16_t narrow[kBlock];
-      Narrow(x + begin, half, narrow, m);
-      Widen(narrow, half, out.data<float>() + begin, m);
-    } else {
-      Narrow(x + begin, half, out.data<uint16_t>() + begin, m);
-    }
-  }
-  return out;
-}
-
 }  // namespace
 
 void ErrorAccumulator::Add(const float* x, const float* ref, int64_t n, const Tolerance& tol) {
@@ -300,7 +264,29 @@ absl::StatusOr<ir::Tensor> ToF32(const ir::Tensor& t) {
 }
 
 absl::StatusOr<ir::Tensor> FromF32(const ir::Tensor& t, DataType dtype) {
-  return RoundedTo(t, dtype, /*keep_f32=*/false);
+  if (dtype == DataType::kF32) return t;
+  if (dtype != DataType::kF16 && dtype != DataType::kBF16 && dtype != DataType::kF64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot convert floats to ", DataTypeOnnxName(dtype)));
+  }
+  ASSIGN_OR_RETURN(ir::Tensor out, ir::Tensor::AllocateUninitialized(dtype, t.dims()));
+  const float* x = t.data<float>();
+  const int64_t n = t.num_elements();
+  const bool parallel = n >= kParallelBlocks * kBlock;
+  if (dtype == DataType::kF64) {
+    double* o = out.data<double>();
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t i = 0; i < n; ++i) o[i] = x[i];
+    return out;
+  }
+  const bool half = dtype == DataType::kF16;
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t begin = b * kBlock, m = std::min(kBlock, n - begin);
+    Narrow(x + begin, half, out.data<uint16_t>() + begin, m);
+  }
+  return out;
 }
 
 absl::Status RoundF32InPlace(ir::Tensor& t, DataType dtype) {
@@ -323,9 +309,16 @@ absl::Status RoundF32InPlace(ir::Tensor& t, DataType dtype) {
 }
 
 absl::StatusOr<ir::Tensor> RoundedF32(const ir::Tensor& t, DataType dtype) {
-  if (t.dtype() == dtype) return ToF32(t);  // already representable
+  if (!IsFloating(dtype)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot convert floats to ", DataTypeOnnxName(dtype)));
+  }
   ASSIGN_OR_RETURN(ir::Tensor f, ToF32(t));
-  return RoundedTo(f, dtype, /*keep_f32=*/true);
+  // Already representable: the dtype itself, or fp32 and fp64, which hold every fp32 value.
+  if (t.dtype() == dtype || (dtype != DataType::kF16 && dtype != DataType::kBF16)) return f;
+  if (f.raw_data() == t.raw_data()) f = f.Clone();  // rounded in a buffer of its own
+  RETURN_IF_ERROR(RoundF32InPlace(f, dtype));
+  return f;
 }
 
 }  // namespace kiln::report

@@ -479,13 +479,23 @@ bool GemmUsesAmx() { return AmxUsable(); }
 
 int64_t PackedBStripElemsF32(int64_t k) { return k * kNr; }
 
-void PackBF32(const float* b, int64_t k, int64_t n, float* out) {
+namespace {
+
+// The arguments a strip packer reads for a row-major [k, n] B of `type`.
+GemmArgs RowMajorB(GemmType type, int64_t k, int64_t n) {
   GemmArgs g;
-  g.type = GemmType::kF32;
+  g.type = type;
   g.k = k;
   g.n = n;
   g.b_rs = n;
   g.b_cs = 1;
+  return g;
+}
+
+}  // namespace
+
+void PackBF32(const float* b, int64_t k, int64_t n, float* out) {
+  const GemmArgs g = RowMajorB(GemmType::kF32, k, n);
   // Through an aligned strip buffer: `out` may be any address (a weight inside a blob).
   const int64_t strip = PackedBStripElemsF32(k);
   Buffer tmp(strip * 4);
@@ -510,12 +520,7 @@ void PackBHalf(const uint16_t* b, int64_t k, int64_t n, uint16_t* out) {
 int64_t PackedBStripElems(int64_t k) { return CeilDiv(k, kAmxK) * (kAmxK / 2) * kNr * 2; }
 
 void PackBBf16(const uint16_t* b, int64_t k, int64_t n, uint16_t* out) {
-  GemmArgs g;
-  g.type = GemmType::kBF16;
-  g.k = k;
-  g.n = n;
-  g.b_rs = n;
-  g.b_cs = 1;
+  const GemmArgs g = RowMajorB(GemmType::kBF16, k, n);
   const int64_t strip = PackedBStripElems(k), filled = CeilDiv(k, 2) * kNr * 2;
   for (int64_t s = 0; s * kNr < n; ++s) {
     PackBStripBf16(g, b, s * kNr, out + s * strip);
