@@ -60,11 +60,6 @@ absl::Status KilnServer::Start() {
   // Model chunks are at most 1 MiB; a sample set is one message of at most --max-sample-bytes.
   builder.SetMaxReceiveMessageSize(
       static_cast<int>(std::max<int64_t>(config_.max_sample_bytes, kMaxChunkBytes) + (64 << 10)));
-  // gRPC sizes each connection's read buffers by its recent traffic (up to 4 MiB per read) and
-  // buffers stay referenced after a burst: heaptrack after 50 concurrent builds showed 1.8 to
-  // 3.2 MB of read slices live on an idle server, the bulk of the RSS a burst left behind.
-  // 16 KiB reads (a 1 MiB chunk in 64 reads) bound what each retained slice costs.
-  builder.AddChannelArgument(GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE, 16 << 10);
   server_ = builder.BuildAndStart();
   if (!server_ || port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", config_.listen));
