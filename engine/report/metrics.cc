@@ -73,6 +73,11 @@ const float* FloatsOf(const ir::Tensor& x, int64_t begin, int64_t m, float* buf)
   }
 }
 
+// Reads x's blocks as floats (FloatsOf), for AddBlocks.
+std::function<const float*(int64_t, int64_t, float*)> LoadOf(const ir::Tensor& x) {
+  return [&x](int64_t begin, int64_t m, float* buf) { return FloatsOf(x, begin, m, buf); };
+}
+
 }  // namespace
 
 void ErrorAccumulator::Add(const float* x, const float* ref, int64_t n, const Tolerance& tol) {
@@ -171,41 +176,36 @@ void ErrorAccumulator::AddOne(float xv, float rv, const Tolerance& tol) {
   ee_ += e * e;
 }
 
-absl::Status ErrorAccumulator::AddTensor(const ir::Tensor& x, const ir::Tensor& ref,
-                                         const Tolerance& tol) {
-  const int64_t n = x.num_elements();
-  if (ref.dtype() != DataType::kF32 || ref.num_elements() != n) {
+namespace {
+
+// Why `x` cannot be compared with `ref` (f32, as many elements), or OK.
+absl::Status CheckComparable(const ir::Tensor& x, const ir::Tensor& ref) {
+  if (ref.dtype() != DataType::kF32 || ref.num_elements() != x.num_elements()) {
     return absl::InternalError("compared tensors differ in dtype or size");
   }
   if (!IsFloating(x.dtype())) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot compare a ", DataTypeOnnxName(x.dtype()), " tensor as floats"));
   }
-  AddBlocks(ref.data<float>(), n, tol,
-            [&x](int64_t begin, int64_t m, float* buf) { return FloatsOf(x, begin, m, buf); });
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ErrorAccumulator::AddTensor(const ir::Tensor& x, const ir::Tensor& ref,
+                                         const Tolerance& tol) {
+  RETURN_IF_ERROR(CheckComparable(x, ref));
+  AddBlocks(ref.data<float>(), ref.num_elements(), tol, LoadOf(x));
   return absl::OkStatus();
 }
 
 absl::Status ErrorAccumulator::AddTensorPair(const ir::Tensor& x, ErrorAccumulator& second,
                                              const ir::Tensor& x2, const ir::Tensor& ref,
                                              const Tolerance& tol) {
-  const int64_t n = x.num_elements();
-  if (ref.dtype() != DataType::kF32 || ref.num_elements() != n || x2.num_elements() != n) {
-    return absl::InternalError("compared tensors differ in dtype or size");
-  }
-  for (const ir::Tensor* t : {&x, &x2}) {
-    if (!IsFloating(t->dtype())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("cannot compare a ", DataTypeOnnxName(t->dtype()), " tensor as floats"));
-    }
-  }
-  const Load load2 = [&x2](int64_t begin, int64_t m, float* buf) {
-    return FloatsOf(x2, begin, m, buf);
-  };
-  AddBlocks(
-      ref.data<float>(), n, tol,
-      [&x](int64_t begin, int64_t m, float* buf) { return FloatsOf(x, begin, m, buf); }, &second,
-      &load2);
+  RETURN_IF_ERROR(CheckComparable(x, ref));
+  RETURN_IF_ERROR(CheckComparable(x2, ref));
+  const Load load2 = LoadOf(x2);
+  AddBlocks(ref.data<float>(), ref.num_elements(), tol, LoadOf(x), &second, &load2);
   return absl::OkStatus();
 }
 
