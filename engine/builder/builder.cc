@@ -14,6 +14,7 @@
 #include "engine/import/shape_inference.h"
 #include "engine/kernels/cpu/avx512/gemm.h"
 #include "engine/kernels/registry.h"
+#include "engine/passes/layout.h"
 #include "engine/passes/precision_lowering.h"
 #include "engine/plan/engine_blob.h"
 #include "engine/precision/patterns.h"
@@ -88,7 +89,9 @@ std::vector<v1::NodeProvenance> Provenance(const ir::Node& n,
     const ir::Value* v = n.outputs.empty() ? nullptr : n.outputs[0];
     auto prec = v ? precision::PrecisionOfDataType(v->dtype) : std::nullopt;
     if (prec) p.set_effective_precision(precision::PrecisionName(*prec));
-    p.set_rule("inserted by precision lowering (conversion at a precision boundary)");
+    p.set_rule(n.op == ir::OpType::kTranspose
+                   ? "inserted by the layout pass (into or out of channels-last, NHWC)"
+                   : "inserted by precision lowering (conversion at a precision boundary)");
     p.set_fusion(how);
     out.push_back(std::move(p));
     return out;
@@ -367,11 +370,42 @@ absl::StatusOr<Compiled> Compile(ir::Graph& g, const precision::Policy& policy,
     RETURN_IF_ERROR(import::InferTypesAndShapes(g, live));
   }
 
+  if (options.channels_last) {
+    // Convolutions the oneDNN kernel runs keep their activations NHWC; an engine so built
+    // needs that kernel (the reference convolution is NCHW only).
+    auto onednn = [&](const ir::Node& n) {
+      return defs[n.id] != nullptr && defs[n.id]->isa == kernels::Isa::kDnnl;
+    };
+    ASSIGN_OR_RETURN(passes::LayoutResult layout,
+                     passes::KeepChannelsLast(g, live, onednn, logger));
+    if (layout.convolutions > 0) {
+      defs.resize(g.nodes().size(), nullptr);
+      removed.resize(g.nodes().size(), false);
+      for (ir::Node* n : live) {
+        if (n->GetInt(kernels::kChannelsLastAttr, 0) != 0) {
+          c_required_features |=
+              kernels::IsaCpuFeatures(defs[n->id]->isa) | defs[n->id]->cpu_features;
+        }
+      }
+      for (ir::Node* t : layout.inserted) {
+        ASSIGN_OR_RETURN(defs[t->id], reg.Find(*t));
+      }
+      ASSIGN_OR_RETURN(order, g.TopologicalOrder());
+      live.clear();
+      for (ir::Node* n : order) {
+        if (!removed[n->id]) live.push_back(n);
+      }
+      sum.layout_convolutions = layout.convolutions;
+      sum.layout_transposes = layout.transposes;
+    }
+  }
+
   if (options.pack_weights) {
     // No blob in memory: nothing to pack an fp32 weight into.
-    ASSIGN_OR_RETURN(c_required_features,
+    ASSIGN_OR_RETURN(const uint64_t packed_features,
                      PackWeights(live, defs, options.pack_f32_weights && !options.in_memory,
                                  encodings, packed_at_write, sum, *logger));
+    c_required_features |= packed_features;
   }
 
   runtime::MemoryPlan mp = runtime::PlanMemory(g, live);
@@ -608,6 +642,11 @@ std::string SummaryText(const BuildSummary& s) {
       s.strong_typing ? "strong" : "weak", s.nodes_fp32, s.nodes_fp16, s.nodes_bf16,
       s.dtype_changes, s.inserted_conversions, s.converted_weights, s.fusions,
       s.fusion_refusals.size());
+  if (s.layout_convolutions > 0) {
+    absl::StrAppend(&out, "  layout: ", s.layout_convolutions,
+                    " convolution(s) channels-last (NHWC), ", s.layout_transposes,
+                    " transpose(s) inserted\n");
+  }
   for (const std::string& w : s.warnings) absl::StrAppend(&out, "  warning: ", w, "\n");
   for (const std::string& r : s.fusion_refusals) {
     absl::StrAppend(&out, "  fusion refused: ", r, "\n");
@@ -621,6 +660,7 @@ BuildOptions ReferenceBuildOptions(const BuildOptions& options) {
   r.typing = precision::Typing::kWeak;
   r.constraints = precision::Constraints::kPrefer;
   r.fusion.enabled = false;
+  r.channels_last = false;  // node by node on the ONNX tensors themselves
   // The reference shares its weights with the import (Graph::Clone): packed copies would hold a
   // second fp32 copy of every GEMM weight for the whole report.
   r.pack_f32_weights = false;

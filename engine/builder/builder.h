@@ -51,6 +51,9 @@ struct BuildOptions {
   bool pack_weights = true;
   /// With pack_weights, fp32 weights too (packed as the blob is written; never in memory).
   bool pack_f32_weights = true;
+  /// Keep activations channels-last (NHWC) between the convolutions the oneDNN kernel runs
+  /// (passes/layout.h). The numbers are the same either way; off: every tensor NCHW.
+  bool channels_last = true;
 };
 
 /// What a build did, for logs, `kiln build` and tests.
@@ -69,7 +72,9 @@ struct BuildSummary {
   int dtype_changes = 0;
   int inserted_conversions = 0;
   int converted_weights = 0;
-  int packed_weights = 0;  // GEMM weights stored packed (BuildOptions::pack_weights)
+  int packed_weights = 0;       // GEMM weights stored packed (BuildOptions::pack_weights)
+  int layout_convolutions = 0;  // convolutions running channels-last (BuildOptions::channels_last)
+  int layout_transposes = 0;    // transposes the layout pass inserted
   std::vector<std::string> warnings;
   int fusions = 0;
   std::vector<std::string> fusion_refusals;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/common/half.h"
+#include "engine/common/status.h"
 
 namespace kiln::ir {
 
@@ -80,6 +81,54 @@ Tensor Tensor::Reshaped(std::vector<int64_t> dims) const {
   Tensor t = *this;
   t.dims_ = std::move(dims);
   return t;
+}
+
+namespace {
+
+// out[a][c][b] = in[a][b][c] for `a` outer blocks of a [b, c] matrix of `Elem`s.
+template <typename Elem>
+void SwapInner(const Elem* in, Elem* out, int64_t a, int64_t b, int64_t c) {
+  for (int64_t i = 0; i < a; ++i) {
+    const Elem* src = in + i * b * c;
+    Elem* dst = out + i * b * c;
+    for (int64_t y = 0; y < b; ++y) {
+      for (int64_t x = 0; x < c; ++x) dst[x * b + y] = src[y * c + x];
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> ChannelsLastCopy(const Tensor& t, bool to_channels_last) {
+  if (t.rank() != 4) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a layout change needs a rank-4 tensor, got ", DimsToString(t.dims())));
+  }
+  const std::vector<int64_t>& d = t.dims();
+  // NCHW -> NHWC swaps C with H*W inside each batch item; NHWC -> NCHW swaps H*W with C.
+  const int64_t b = to_channels_last ? d[1] : d[1] * d[2];
+  const int64_t c = to_channels_last ? d[2] * d[3] : d[3];
+  std::vector<int64_t> dims = to_channels_last ? std::vector<int64_t>{d[0], d[2], d[3], d[1]}
+                                               : std::vector<int64_t>{d[0], d[3], d[1], d[2]};
+  ASSIGN_OR_RETURN(Tensor out, Tensor::AllocateUninitialized(t.dtype(), std::move(dims)));
+  switch (DataTypeSize(t.dtype())) {
+    case 1:
+      SwapInner(t.data<uint8_t>(), out.data<uint8_t>(), d[0], b, c);
+      break;
+    case 2:
+      SwapInner(t.data<uint16_t>(), out.data<uint16_t>(), d[0], b, c);
+      break;
+    case 4:
+      SwapInner(t.data<uint32_t>(), out.data<uint32_t>(), d[0], b, c);
+      break;
+    case 8:
+      SwapInner(t.data<uint64_t>(), out.data<uint64_t>(), d[0], b, c);
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("a layout change of ", DataTypeName(t.dtype()), " is not supported"));
+  }
+  return out;
 }
 
 double ElementAsDouble(const Tensor& t, int64_t i) {

@@ -67,6 +67,10 @@ class Tensor {
   std::shared_ptr<void> storage_;
 };
 
+/// A copy of rank-4 `t` with its axes permuted NCHW -> NHWC (`to_channels_last`) or NHWC ->
+/// NCHW: the layout change of passes/layout.h. Any fixed-size dtype.
+absl::StatusOr<Tensor> ChannelsLastCopy(const Tensor& t, bool to_channels_last);
+
 /// Reads element `i` of a numeric tensor as double (any dtype but string).
 double ElementAsDouble(const Tensor& t, int64_t i);
 

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/common/status.h"
+#include "engine/kernels/kernel.h"
 
 namespace kiln::report {
 namespace {
@@ -79,19 +80,62 @@ std::string Sci(double v) { return absl::StrFormat("%.3g", v); }
 
 }  // namespace
 
-std::string SourceTensorName(const std::string& value_name) {
+namespace {
+
+// The `::` suffixes a pass appends to an ONNX tensor's name: a dtype (precision lowering) or
+// the channels-last marker (the layout pass). Calls `f` with each, last first, and returns the
+// name without them.
+template <typename F>
+std::string StripPassSuffixes(const std::string& value_name, F&& f) {
   std::string n = value_name;
   for (;;) {
     size_t p = n.rfind("::");
     if (p == std::string::npos) return n;
     std::string suffix = n.substr(p + 2);
-    bool is_dtype = false;
+    bool known = suffix == kernels::kChannelsLastSuffix;
     for (DataType t : {DataType::kF32, DataType::kF16, DataType::kBF16, DataType::kF64}) {
-      is_dtype |= suffix == DataTypeName(t);
+      known |= suffix == DataTypeName(t);
     }
-    if (!is_dtype) return n;
+    if (!known) return n;
+    f(suffix);
     n.resize(p);
   }
+}
+
+// Whether engine value `name` holds its ONNX tensor channels-last (NHWC).
+bool ChannelsLastValue(const std::string& value_name) {
+  bool nhwc = false;
+  StripPassSuffixes(value_name,
+                    [&](const std::string& s) { nhwc |= s == kernels::kChannelsLastSuffix; });
+  return nhwc;
+}
+
+// `t`, the tensor of engine value `v`, in its ONNX tensor's layout: itself, or an NCHW copy of a
+// channels-last value kept in `keep`.
+absl::StatusOr<const ir::Tensor*> InSourceLayout(const ir::Value* v, const ir::Tensor* t,
+                                                 std::deque<ir::Tensor>& keep) {
+  if (!v || !t || !ChannelsLastValue(v->name)) return t;
+  ASSIGN_OR_RETURN(ir::Tensor c, ir::ChannelsLastCopy(*t, /*to_channels_last=*/false));
+  keep.push_back(std::move(c));
+  return &keep.back();
+}
+
+// The tensors of `values` in their ONNX tensors' layout (InSourceLayout of each).
+absl::StatusOr<std::vector<const ir::Tensor*>> AllInSourceLayout(
+    const std::vector<ir::Value*>& values, const std::vector<const ir::Tensor*>& tensors,
+    std::deque<ir::Tensor>& keep) {
+  std::vector<const ir::Tensor*> out(tensors.size(), nullptr);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    ASSIGN_OR_RETURN(out[i],
+                     InSourceLayout(i < values.size() ? values[i] : nullptr, tensors[i], keep));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string SourceTensorName(const std::string& value_name) {
+  return StripPassSuffixes(value_name, [](const std::string&) {});
 }
 
 absl::StatusOr<std::unique_ptr<EngineAnalysis>> EngineAnalysis::Create(
@@ -365,9 +409,16 @@ absl::Status EngineAnalysis::RunSample(Run& r, const std::vector<ir::Tensor>& in
       auto it = entry_of_.find(name);
       const bool needed = last_need_.contains(name);
       if (it == entry_of_.end() && !needed) continue;
-      // Without an arena the tensor's buffer is its own: keep it (f32 as is, others converted).
-      auto copy =
-          IsFloating(outs[j]->dtype()) ? ToF32(*outs[j]) : absl::StatusOr<ir::Tensor>(*outs[j]);
+      // Without an arena the tensor's buffer is its own: keep it (f32 as is, others converted),
+      // in its ONNX layout (`kiln compare` may give a channels-last engine as the reference).
+      std::deque<ir::Tensor> nchw;
+      auto source = InSourceLayout(n.outputs[j], outs[j], nchw);
+      if (!source.ok()) {
+        failed = source.status();
+        return;
+      }
+      const ir::Tensor& t = **source;
+      auto copy = IsFloating(t.dtype()) ? ToF32(t) : absl::StatusOr<ir::Tensor>(t);
       if (!copy.ok()) {
         failed = copy.status();
         return;
@@ -576,15 +627,21 @@ absl::Status EngineAnalysis::ObserveEngine(Run& run, const ir::Node& n,
                                            const std::vector<const ir::Tensor*>& ins,
                                            const std::vector<const ir::Tensor*>& outs) {
   const int k = engine_index_.at(&n);
+  // Channels-last tensors compared and recomputed from in their ONNX layout (NCHW copies).
+  std::deque<ir::Tensor> nchw;
+  ASSIGN_OR_RETURN(std::vector<const ir::Tensor*> source_ins,
+                   AllInSourceLayout(n.inputs, ins, nchw));
+  ASSIGN_OR_RETURN(std::vector<const ir::Tensor*> source_outs,
+                   AllInSourceLayout(n.outputs, outs, nchw));
   // What this run offered from inside, taken before the standalone run offers its own.
   Inside tapped;
-  tapped.inputs = ins;
+  tapped.inputs = source_ins;
   if (run.taps_kernel == k) tapped.taps = std::move(run.taps);
   run.taps.clear();
   run.taps_kernel = -1;
   // The same kernel alone on the reference inputs (step 3), in the same pass; the two runs'
   // tensors compared with the reference together.
-  return RunIntroduced(run, k, outs, tapped);
+  return RunIntroduced(run, k, source_outs, tapped);
 }
 
 absl::Status EngineAnalysis::RunIntroduced(Run& run, int k,
@@ -602,13 +659,18 @@ absl::Status EngineAnalysis::RunIntroduced(Run& run, int k,
   const ir::Node& n = *e.order[k];
   Io io;
   std::deque<ir::Tensor> converted;
+  // The inputs in their ONNX layout, which the members are recomputed from (io.inputs holds a
+  // channels-last input as the kernel reads it).
+  std::vector<const ir::Tensor*> source_inputs;
   for (const ir::Value* v : n.inputs) {
     if (!v) {
       io.inputs.push_back(nullptr);
+      source_inputs.push_back(nullptr);
       continue;
     }
     if (v->constant) {
       io.inputs.push_back(&*v->constant);
+      source_inputs.push_back(&*v->constant);
       continue;
     }
     const ir::Tensor* ref = Reference(run, SourceTensorName(v->name));
@@ -623,6 +685,12 @@ absl::Status EngineAnalysis::RunIntroduced(Run& run, int k,
       ++run.kernels_without_reference_inputs;
       return compare_tapped();
     }
+    source_inputs.push_back(ref);
+    if (ChannelsLastValue(v->name)) {
+      ASSIGN_OR_RETURN(ir::Tensor c, ir::ChannelsLastCopy(*ref, /*to_channels_last=*/true));
+      converted.push_back(std::move(c));
+      ref = &converted.back();
+    }
     io.inputs.push_back(ref);
   }
   auto tap = [this, &run](const ir::Node& node, int member, int64_t count) {
@@ -630,10 +698,13 @@ absl::Status EngineAnalysis::RunIntroduced(Run& run, int k,
   };
   RETURN_IF_ERROR(RunAlone(run.engine->kernel(k), n, io, tap));
   for (auto [j, ent] : outputs_of_[k]) {
-    RETURN_IF_ERROR(Compare(run, ent, outs[j], io.outputs[j].defined() ? &io.outputs[j] : nullptr));
+    ASSIGN_OR_RETURN(const ir::Tensor* alone_out,
+                     InSourceLayout(n.outputs[j],
+                                    io.outputs[j].defined() ? &io.outputs[j] : nullptr, converted));
+    RETURN_IF_ERROR(Compare(run, ent, outs[j], alone_out));
   }
   Inside alone;
-  alone.inputs = io.inputs;
+  alone.inputs = source_inputs;
   if (run.taps_kernel == k) alone.taps = std::move(run.taps);
   run.taps.clear();
   run.taps_kernel = -1;

@@ -38,7 +38,8 @@
 namespace kiln::report {
 
 /// The ONNX tensor name of an engine value: its name without the `::f16`-style suffixes that
-/// precision lowering gives retyped and converted values.
+/// precision lowering gives retyped and converted values, and the `::nhwc` of a value the layout
+/// pass keeps channels-last (the report compares such a value transposed back to NCHW).
 std::string SourceTensorName(const std::string& value_name);
 
 /// Compares one engine with the fp32 reference engine of the same model, sample by sample.

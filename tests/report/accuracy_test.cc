@@ -183,8 +183,11 @@ TEST(ErrorAccumulatorTest, PairedPassMatchesTwoPasses) {
   EXPECT_FALSE(a2.AddTensorPair(*x, b2, *short_x, *ref, report::Tolerance{}).ok());
 }
 
-TEST(SourceTensorNameTest, StripsOnlyDtypeSuffixes) {
+TEST(SourceTensorNameTest, StripsOnlyDtypeAndLayoutSuffixes) {
   EXPECT_EQ(report::SourceTensorName("x::f16"), "x");
+  EXPECT_EQ(report::SourceTensorName("x::nhwc"), "x");
+  EXPECT_EQ(report::SourceTensorName("x::bf16::nhwc"), "x");
+  EXPECT_EQ(report::SourceTensorName("x::nchw"), "x::nchw");
   EXPECT_EQ(report::SourceTensorName("x::bf16::f32"), "x");
   EXPECT_EQ(report::SourceTensorName("onnx::Conv_78"), "onnx::Conv_78");
   EXPECT_EQ(report::SourceTensorName("onnx::Conv_78::f16"), "onnx::Conv_78");

@@ -16,8 +16,13 @@
 // reordered into it and Y back on each run. On ResNet-50 those reorders cost about half the
 // convolution time and the blocked convolutions are several times faster than oneDNN's
 // im2col + GEMM convolution, what it runs on NCHW X and Y for most shapes.
+//
+// Channels-last (kChannelsLastAttr, set by passes/layout.h): X and Y are NHWC tensors and the
+// primitive reads and writes them as they are, with no reorder; the reference kernel, when it
+// runs instead, gets NCHW copies.
 #include <omp.h>
 
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -96,18 +101,73 @@ absl::StatusOr<dn::engine*> CpuEngine() {
   return engine;
 }
 
+// A channels-last node's context as the NCHW kernel code reads it: X with its NCHW dims over
+// the same NHWC bytes (only the shape checks and the primitive's descriptors read the dims), and
+// output 0 allocated with the NHWC dims of the NCHW dims asked for.
+class ChannelsLastView final : public KernelContext {
+ public:
+  explicit ChannelsLastView(KernelContext& ctx) : ctx_(ctx) {
+    const ir::Tensor* x = ctx.input(0);
+    if (x != nullptr && x->rank() == 4) {
+      const auto& d = x->dims();
+      x_ = x->Reshaped({d[0], d[3], d[1], d[2]});
+    }
+  }
+  int num_inputs() const override { return ctx_.num_inputs(); }
+  const ir::Tensor* input(int i) const override {
+    return i == 0 && x_.defined() ? &x_ : ctx_.input(i);
+  }
+  int num_outputs() const override { return ctx_.num_outputs(); }
+  absl::StatusOr<ir::Tensor*> output(int i, DataType dtype, std::vector<int64_t> dims) override {
+    if (i == 0 && dims.size() == 4) dims = {dims[0], dims[2], dims[3], dims[1]};
+    return ctx_.output(i, dtype, std::move(dims));
+  }
+  bool output_requested(int i) const override { return ctx_.output_requested(i); }
+
+ private:
+  KernelContext& ctx_;
+  ir::Tensor x_;
+};
+
+// A context over NCHW copies, for the reference kernel of a channels-last node: input 0
+// replaced, output 0 kept here.
+class NchwCopyContext final : public KernelContext {
+ public:
+  NchwCopyContext(KernelContext& ctx, const ir::Tensor* x) : ctx_(ctx), x_(x) {}
+  int num_inputs() const override { return ctx_.num_inputs(); }
+  const ir::Tensor* input(int i) const override { return i == 0 ? x_ : ctx_.input(i); }
+  int num_outputs() const override { return 1; }
+  absl::StatusOr<ir::Tensor*> output(int i, DataType dtype, std::vector<int64_t> dims) override {
+    if (i != 0) return absl::InternalError("a convolution has one output");
+    ASSIGN_OR_RETURN(y_, ir::Tensor::AllocateUninitialized(dtype, std::move(dims)));
+    return &y_;
+  }
+  bool output_requested(int i) const override { return i == 0; }
+  const ir::Tensor& y() const { return y_; }
+
+ private:
+  KernelContext& ctx_;
+  const ir::Tensor* x_;
+  ir::Tensor y_;
+};
+
 // 2-D Conv / FusedConv = act(Conv(X, W) + B) through one oneDNN convolution.
 class ConvKernel final : public Kernel {
  public:
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const ir::Node& node) {
-    ASSIGN_OR_RETURN(ref::nn::ConvAttrs attrs, ref::nn::ReadConvAttrs(node));
+    ASSIGN_OR_RETURN(ref::nn::ConvAttrs attrs,
+                     ref::nn::ReadConvAttrs(node, /*channels_last_ok=*/true));
     ASSIGN_OR_RETURN(Activation act, ref::ReadActivation(node, ConvActivations()));
+    auto k = std::unique_ptr<ConvKernel>(new ConvKernel(node, std::move(attrs), act));
+    k->channels_last_ = node.GetInt(kChannelsLastAttr, 0) != 0;
     // The reference kernel of the node runs what oneDNN may not: empty tensors, bf16
-    // subnormals, shapes no oneDNN implementation takes.
-    ASSIGN_OR_RETURN(const KernelDef* ref_def, Registry::Default().Find(node, 0));
-    ASSIGN_OR_RETURN(std::unique_ptr<Kernel> reference, ref_def->factory(node));
-    return std::unique_ptr<Kernel>(
-        new ConvKernel(node, std::move(attrs), act, std::move(reference)));
+    // subnormals, shapes no oneDNN implementation takes. It is an NCHW kernel: a channels-last
+    // node's is made from an NCHW copy of the node (kept here, as kernels keep their node).
+    k->nchw_node_ = node;
+    k->nchw_node_.attrs.erase(kChannelsLastAttr);
+    ASSIGN_OR_RETURN(const KernelDef* ref_def, Registry::Default().Find(k->nchw_node_, 0));
+    ASSIGN_OR_RETURN(k->reference_, ref_def->factory(k->nchw_node_));
+    return std::unique_ptr<Kernel>(std::move(k));
   }
 
   // X, W, B and Y of one dtype, W a 4-D constant (not an overridable graph input), and an
@@ -126,16 +186,27 @@ class ConvKernel final : public Kernel {
   }
 
   absl::Status Run(KernelContext& ctx) override {
+    if (!channels_last_) return RunOn(ctx);
+    if (ctx.input(0) == nullptr || ctx.input(0)->rank() != 4) {
+      return ref::InvalidNode(node_, "a channels-last convolution needs a rank-4 X");
+    }
+    ChannelsLastView view(ctx);
+    return RunOn(view);
+  }
+
+ private:
+  // The run on NCHW dims (`ctx` may be a ChannelsLastView over NHWC tensors).
+  absl::Status RunOn(KernelContext& ctx) {
     ASSIGN_OR_RETURN(const ref::nn::ConvSetup s, ref::nn::SetupConv(node_, attrs_, ctx, true));
     const ir::Tensor& x = *s.in.x;
     const ir::Tensor& w = *s.in.w;
     const DataType dt = x.dtype();
     if (x.num_elements() == 0 || ir::NumElementsOf(s.out_dims) == 0 ||
         (dt == DataType::kBF16 && (!WeightsAllowed(w) || !BF16Allowed(x)))) {
-      return reference_->Run(ctx);
+      return RunReference(ctx, s);
     }
     ASSIGN_OR_RETURN(const Plan* plan, GetPlan(s));
-    if (plan == nullptr) return reference_->Run(ctx);
+    if (plan == nullptr) return RunReference(ctx, s);
     ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, dt, s.out_dims));
     const int64_t n = y->num_elements();
     // Without the activation as a post-op, the primitive writes the fp32 sums: into Y when Y is
@@ -190,7 +261,24 @@ class ConvKernel final : public Kernel {
     return absl::OkStatus();
   }
 
- private:
+  // The reference kernel; a channels-last node's on NCHW copies of X and Y.
+  absl::Status RunReference(KernelContext& ctx, const ref::nn::ConvSetup& s) {
+    if (!channels_last_) return reference_->Run(ctx);
+    ASSIGN_OR_RETURN(ir::Tensor x, ir::ChannelsLastCopy(s.in.x->Reshaped(NhwcDims(s.in.x->dims())),
+                                                        /*to_channels_last=*/false));
+    NchwCopyContext nchw(ctx, &x);
+    RETURN_IF_ERROR(reference_->Run(nchw));
+    ASSIGN_OR_RETURN(ir::Tensor y, ir::ChannelsLastCopy(nchw.y(), /*to_channels_last=*/true));
+    // `ctx` asks for the NHWC dims of the NCHW dims given.
+    ASSIGN_OR_RETURN(ir::Tensor * out, ctx.output(0, nchw.y().dtype(), nchw.y().dims()));
+    std::memcpy(out->raw_data(), y.raw_data(), y.byte_size());
+    return absl::OkStatus();
+  }
+
+  static std::vector<int64_t> NhwcDims(const std::vector<int64_t>& d) {
+    return {d[0], d[2], d[3], d[1]};
+  }
+
   // A primitive for one input shape and thread count (oneDNN fixes its work split when it
   // creates the primitive), with W in the primitive's layout.
   struct Plan {
@@ -207,9 +295,8 @@ class ConvKernel final : public Kernel {
     dn::reorder to_blocked, from_blocked;
   };
 
-  ConvKernel(const ir::Node& node, ref::nn::ConvAttrs attrs, Activation act,
-             std::unique_ptr<Kernel> reference)
-      : node_(node), attrs_(std::move(attrs)), act_(act), reference_(std::move(reference)) {}
+  ConvKernel(const ir::Node& node, ref::nn::ConvAttrs attrs, Activation act)
+      : node_(node), attrs_(std::move(attrs)), act_(act) {}
 
   static bool BF16Allowed(const ir::Tensor& t) {
     return avx512::Bf16DotPathAllowed(t.data<uint16_t>(), t.num_elements());
@@ -263,8 +350,9 @@ class ConvKernel final : public Kernel {
     dn::primitive_attr attr;
     attr.set_post_ops(ops);
 
-    p.src = dn::memory::desc(s.in.x->dims(), dt, Tag::nchw);
-    p.dst = dn::memory::desc(s.out_dims, p.post_op ? dt : f32, Tag::nchw);
+    const Tag layout = channels_last_ ? Tag::nhwc : Tag::nchw;
+    p.src = dn::memory::desc(s.in.x->dims(), dt, layout);
+    p.dst = dn::memory::desc(s.out_dims, p.post_op ? dt : f32, layout);
     p.bias = dn::memory::desc({s.m}, f32, Tag::a);
     // Grouped weights are [g, M/g, C/g, kh, kw] in oneDNN, the same bytes as ONNX's W.
     dn::memory::dims w_dims = w.dims();
@@ -279,8 +367,12 @@ class ConvKernel final : public Kernel {
     for (int64_t d : win.dilations) dilations.push_back(d - 1);
     const dn::memory::dims pad_l(win.pad_begin.begin(), win.pad_begin.end());
     const dn::memory::dims pad_r(win.pad_end.begin(), win.pad_end.end());
-    const dn::memory::desc src_any(s.in.x->dims(), dt, Tag::any);
-    const dn::memory::desc dst_any(s.out_dims, p.dst.data_type(), Tag::any);
+    // Channels-last tensors are taken as they are (oneDNN's NHWC convolutions are as fast as
+    // its blocked ones); NCHW ones in whatever layout the primitive prefers.
+    const dn::memory::desc src_any =
+        channels_last_ ? p.src : dn::memory::desc(s.in.x->dims(), dt, Tag::any);
+    const dn::memory::desc dst_any =
+        channels_last_ ? p.dst : dn::memory::desc(s.out_dims, p.dst.data_type(), Tag::any);
     const auto desc =
         s.in.b ? dn::convolution_forward::desc(dn::prop_kind::forward_inference,
                                                dn::algorithm::convolution_direct, src_any, w_any,
@@ -325,11 +417,13 @@ class ConvKernel final : public Kernel {
   const ir::Node& node_;
   ref::nn::ConvAttrs attrs_;
   Activation act_;
+  ir::Node nchw_node_;
   std::unique_ptr<Kernel> reference_;
   std::optional<Plan> plan_;
   std::vector<float> scratch_, bias_;
   const void* scanned_w_ = nullptr;
   bool w_allowed_ = false;
+  bool channels_last_ = false;
 };
 
 }  // namespace

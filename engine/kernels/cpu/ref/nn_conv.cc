@@ -314,7 +314,11 @@ class ConvTransposeKernel final : public ConvKernelBase<ConvTransposeKernel> {
 
 }  // namespace
 
-absl::StatusOr<ConvAttrs> ReadConvAttrs(const ir::Node& node) {
+absl::StatusOr<ConvAttrs> ReadConvAttrs(const ir::Node& node, bool channels_last_ok) {
+  if (!channels_last_ok && node.GetInt(kChannelsLastAttr, 0) != 0) {
+    return InvalidNode(node, "runs channels-last (", kChannelsLastAttr,
+                       "), which only the oneDNN convolution kernel takes");
+  }
   ConvAttrs a;
   ASSIGN_OR_RETURN(a.window, ReadWindowAttrs(node));
   a.group = node.GetInt("group", 1);

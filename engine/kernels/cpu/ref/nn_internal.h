@@ -158,7 +158,9 @@ struct ConvAttrs {
   WindowAttrs window;
   int64_t group = 1;
 };
-absl::StatusOr<ConvAttrs> ReadConvAttrs(const ir::Node& node);
+/// Fails on a channels-last node (kChannelsLastAttr) unless `channels_last_ok` (the oneDNN
+/// kernel, which takes NHWC X and Y).
+absl::StatusOr<ConvAttrs> ReadConvAttrs(const ir::Node& node, bool channels_last_ok = false);
 
 /// X, W and the optional B of a Conv or ConvTranspose run.
 struct ConvOperands {

@@ -1,0 +1,193 @@
+#include "engine/passes/layout.h"
+
+#include <algorithm>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "engine/common/status.h"
+#include "engine/kernels/kernel.h"
+
+namespace kiln::passes {
+namespace {
+
+// NCHW -> NHWC and back.
+const std::vector<int64_t> kToNhwc = {0, 2, 3, 1};
+const std::vector<int64_t> kToNchw = {0, 3, 1, 2};
+
+bool KnownRank4(const ir::Value* v) { return v && v->shape.rank_known && v->shape.rank() == 4; }
+
+ir::Shape Permuted(const ir::Shape& s, const std::vector<int64_t>& perm) {
+  ir::Shape out = s;
+  for (size_t i = 0; i < perm.size(); ++i) out.dims[i] = s.dims[perm[i]];
+  return out;
+}
+
+bool IsScalarConstant(const ir::Value* v) {
+  return v->constant && v->constant->num_elements() == 1;
+}
+
+// Elementwise ops whose arithmetic does not depend on the layout of same-shaped inputs.
+bool LayoutFreeElementwise(ir::OpType op) {
+  switch (op) {
+    case ir::OpType::kAdd:
+    case ir::OpType::kSum:
+    case ir::OpType::kMul:
+    case ir::OpType::kSub:
+    case ir::OpType::kRelu:
+    case ir::OpType::kClip:
+    case ir::OpType::kLeakyRelu:
+    case ir::OpType::kSigmoid:
+    case ir::OpType::kHardSwish:
+    case ir::OpType::kTanh:
+      return true;
+    default:
+      return false;
+  }
+}
+
+class ChannelsLast {
+ public:
+  ChannelsLast(ir::Graph& g, const std::vector<ir::Node*>& live,
+               const std::function<bool(const ir::Node&)>& conv_ok)
+      : g_(g), live_(live), conv_ok_(conv_ok) {
+    for (ir::Node* n : live) live_set_.insert(n);
+  }
+
+  absl::StatusOr<LayoutResult> Run() {
+    // Which nodes run NHWC, in execution order: a convolution when the kernel takes it; an
+    // elementwise node when every activation input is already NHWC.
+    for (ir::Node* n : live_) {
+      if (IsConv(*n)) {
+        if (!conv_ok_(*n) || !KnownRank4(n->inputs[0]) || !KnownRank4(n->outputs[0])) continue;
+        nhwc_nodes_.insert(n);
+        nhwc_values_.insert(n->outputs[0]);
+        ++result_.convolutions;
+      } else if (ElementwiseOnNhwc(*n)) {
+        nhwc_nodes_.insert(n);
+        nhwc_values_.insert(n->outputs[0]);
+        ++result_.elementwise;
+      }
+    }
+    if (nhwc_nodes_.empty()) return std::move(result_);
+    // Rewrite: outputs first (every NHWC value gets its NHWC twin), then inputs.
+    for (ir::Node* n : live_) {
+      if (!nhwc_nodes_.contains(n)) continue;
+      ir::Value* v = n->outputs[0];
+      ASSIGN_OR_RETURN(ir::Value * w,
+                       g_.AddValue(absl::StrCat(v->name, "::", kernels::kChannelsLastSuffix)));
+      w->dtype = v->dtype;
+      w->shape = Permuted(v->shape, kToNhwc);
+      n->outputs[0] = w;
+      twin_[v] = w;
+      if (IsConv(*n)) n->attrs[kernels::kChannelsLastAttr] = ir::Attribute::Int(1);
+    }
+    for (ir::Node* n : live_) {
+      if (!nhwc_nodes_.contains(n)) continue;
+      const int layout_inputs = IsConv(*n) ? 1 : n->num_inputs();
+      for (int i = 0; i < layout_inputs; ++i) {
+        ir::Value* v = n->inputs[i];
+        if (!v || IsScalarConstant(v)) continue;
+        auto it = twin_.find(v);
+        if (it != twin_.end()) {
+          n->inputs[i] = it->second;
+        } else {
+          ASSIGN_OR_RETURN(n->inputs[i], ToNhwc(v));
+        }
+      }
+    }
+    // Values produced NHWC that something still reads as NCHW (or a graph output): one
+    // transpose back, producing the value under its own name.
+    for (auto& [v, w] : twin_) {
+      bool nchw_reader = v->is_graph_output;
+      for (ir::Node* c : v->consumers) {
+        if (!live_set_.contains(c)) continue;
+        for (const ir::Value* in : c->inputs) nchw_reader |= in == v;
+      }
+      if (!nchw_reader) continue;
+      AddTranspose(w, v, kToNchw);
+    }
+    g_.RebuildEdges();
+    return std::move(result_);
+  }
+
+ private:
+  static bool IsConv(const ir::Node& n) {
+    return n.op == ir::OpType::kConv || n.op == ir::OpType::kFusedConv;
+  }
+
+  // Every non-constant input an NHWC value of the output's static shape (scalar constants
+  // broadcast the same in any layout).
+  bool ElementwiseOnNhwc(const ir::Node& n) const {
+    if (!LayoutFreeElementwise(n.op) || n.num_outputs() != 1 || !KnownRank4(n.outputs[0]) ||
+        !n.outputs[0]->shape.is_static()) {
+      return false;
+    }
+    const int activations = n.op == ir::OpType::kAdd || n.op == ir::OpType::kSum ||
+                                    n.op == ir::OpType::kMul || n.op == ir::OpType::kSub
+                                ? n.num_inputs()
+                                : 1;
+    bool any = false;
+    for (int i = 0; i < n.num_inputs(); ++i) {
+      const ir::Value* v = n.inputs[i];
+      if (!v) continue;
+      if (i >= activations || IsScalarConstant(v)) {
+        if (!v->constant && i < activations) return false;
+        continue;
+      }
+      if (!nhwc_values_.contains(v) || !(v->shape.dims == n.outputs[0]->shape.dims)) return false;
+      any = true;
+    }
+    return any;
+  }
+
+  // The NHWC twin of NCHW value `v`: one inserted transpose shared by every reader.
+  absl::StatusOr<ir::Value*> ToNhwc(ir::Value* v) {
+    auto it = to_nhwc_.find(v);
+    if (it != to_nhwc_.end()) return it->second;
+    ASSIGN_OR_RETURN(ir::Value * w,
+                     g_.AddValue(absl::StrCat(v->name, "::", kernels::kChannelsLastSuffix)));
+    w->dtype = v->dtype;
+    w->shape = Permuted(v->shape, kToNhwc);
+    AddTranspose(v, w, kToNhwc);
+    to_nhwc_[v] = w;
+    return w;
+  }
+
+  void AddTranspose(ir::Value* from, ir::Value* to, const std::vector<int64_t>& perm) {
+    ir::Node* t = g_.AddNode(ir::OpType::kTranspose, absl::StrCat(to->name, "/Transpose"));
+    t->since_version = 21;
+    t->attrs["perm"] = ir::Attribute::Ints(perm);
+    t->inputs = {from};
+    t->outputs = {to};
+    result_.inserted.push_back(t);
+    ++result_.transposes;
+  }
+
+  ir::Graph& g_;
+  const std::vector<ir::Node*>& live_;
+  const std::function<bool(const ir::Node&)>& conv_ok_;
+  absl::flat_hash_set<const ir::Node*> live_set_;
+  absl::flat_hash_set<const ir::Node*> nhwc_nodes_;
+  absl::flat_hash_set<const ir::Value*> nhwc_values_;    // NCHW values computed NHWC
+  absl::flat_hash_map<ir::Value*, ir::Value*> twin_;     // such a value -> its NHWC value
+  absl::flat_hash_map<ir::Value*, ir::Value*> to_nhwc_;  // NCHW value -> transposed copy
+  LayoutResult result_;
+};
+
+}  // namespace
+
+absl::StatusOr<LayoutResult> KeepChannelsLast(
+    ir::Graph& graph, const std::vector<ir::Node*>& live,
+    const std::function<bool(const ir::Node&)>& channels_last_conv, spdlog::logger* logger) {
+  ASSIGN_OR_RETURN(LayoutResult r, ChannelsLast(graph, live, channels_last_conv).Run());
+  if (logger && r.convolutions > 0) {
+    logger->info(
+        "layout: {} convolution(s) and {} elementwise node(s) run channels-last (NHWC), {} "
+        "transpose(s) inserted",
+        r.convolutions, r.elementwise, r.transposes);
+  }
+  return r;
+}
+
+}  // namespace kiln::passes

@@ -1,0 +1,47 @@
+// Channels-last layout between convolutions (DESIGN.md §4).
+//
+// oneDNN's fast convolutions read and write NHWC (or blocked) tensors; ONNX tensors are NCHW. A
+// convolution on NCHW tensors reorders its input and its output on every run, which costs as
+// much as the convolution itself on ResNet- and MobileNet-style networks. This pass keeps the
+// activations NHWC from one convolution to the next:
+//
+//   - every convolution the caller accepts (`channels_last_conv`: the oneDNN kernel takes it)
+//     reads X and writes Y as NHWC tensors ([N, H, W, C], the node gets kChannelsLastAttr);
+//   - an elementwise node whose activation inputs are all NHWC values of one static shape
+//     (Add, Sum, Mul, Sub; Relu, Clip, LeakyRelu, Sigmoid, HardSwish, Tanh on input 0) runs on
+//     them as they are: elementwise arithmetic does not depend on the layout;
+//   - an NCHW value read in NHWC gets one inserted Transpose (perm 0,2,3,1), shared by every
+//     such reader; an NHWC value read by anything else, or a graph output, gets one inserted
+//     Transpose back (perm 0,3,1,2) producing the value under its ONNX name.
+//
+// An NHWC value is named `<ONNX name>::nhwc` (report::SourceTensorName strips the suffix, and
+// the accuracy report transposes it back before comparing). Numbers do not change: a transpose
+// moves values, and the convolution sums the same products (in an order oneDNN chooses, as
+// before). Inserted transposes have no source node, like inserted conversions.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/ir/graph.h"
+#include "spdlog/logger.h"
+
+namespace kiln::passes {
+
+/// What the layout pass did.
+struct LayoutResult {
+  int convolutions = 0;             // convolutions running NHWC
+  int elementwise = 0;              // elementwise nodes running on NHWC values
+  int transposes = 0;               // transposes inserted (into and out of NHWC)
+  std::vector<ir::Node*> inserted;  // the inserted Transpose nodes
+};
+
+/// Rewrites `live` (the graph's live nodes in execution order; nodes outside it are ignored as
+/// readers) and returns what changed; the caller re-orders the graph afterwards. Values whose
+/// shape is not a known rank-4 shape are left as they are.
+absl::StatusOr<LayoutResult> KeepChannelsLast(
+    ir::Graph& graph, const std::vector<ir::Node*>& live,
+    const std::function<bool(const ir::Node&)>& channels_last_conv, spdlog::logger* logger);
+
+}  // namespace kiln::passes

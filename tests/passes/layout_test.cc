@@ -1,0 +1,259 @@
+// The channels-last layout pass (passes/layout.h): convolutions and the elementwise nodes between
+// them run on NHWC tensors, transposes are inserted only where an NCHW reader needs one, the
+// engine computes what the NCHW engine computes, and the accuracy report and `kiln compare` see
+// every ONNX tensor in its own layout.
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "engine/builder/builder.h"
+#include "engine/common/cpu_features.h"
+#include "engine/kernels/kernel.h"
+#include "engine/kernels/registry.h"
+#include "engine/plan/engine_blob.h"
+#include "engine/report/analysis.h"
+#include "engine/runtime/session.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/onnx_models.h"
+
+namespace kiln::testing {
+namespace {
+
+constexpr int64_t kC = 8, kH = 10, kW = 10;
+
+std::vector<float> Wave(int64_t n, float scale, float phase) {
+  std::vector<float> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = scale * std::sin(0.61f * i + phase);
+  return v;
+}
+
+void Ints(onnx::NodeProto* n, const std::string& name, const std::vector<int64_t>& v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INTS);
+  for (int64_t x : v) a->add_ints(x);
+}
+
+void Int(onnx::NodeProto* n, const std::string& name, int64_t v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INT);
+  a->set_i(v);
+}
+
+onnx::NodeProto* Conv(onnx::GraphProto* g, const std::string& name, const std::string& x,
+                      int64_t cin, int64_t cout, int64_t k, const std::string& y) {
+  AddFloatInitializer(g, name + ".w", {cout, cin, k, k},
+                      Wave(cout * cin * k * k, 1.0f / std::sqrt(float(cin * k * k)), 0.3f));
+  AddFloatInitializer(g, name + ".b", {cout}, Wave(cout, 0.1f, 1.0f));
+  auto* n = AddOnnxNode(g, "Conv", {x, name + ".w", name + ".b"}, {y}, name);
+  Ints(n, "pads", {k / 2, k / 2, k / 2, k / 2});
+  return n;
+}
+
+// x [1, 8, 10, 10] -> a residual block (Conv+Relu, Conv, Add, Relu), a branch concatenated on
+// channels, a MaxPool (an NCHW reader), a last Conv; the first block's sum is also an output.
+onnx::ModelProto ResidualNet() {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(17);
+  auto* g = m.mutable_graph();
+  g->set_name("layout_test");
+  AddTensorValueInfo(g->mutable_input(), "x", {1, kC, kH, kW});
+  Conv(g, "/stem", "x", kC, kC, 3, "s");
+  Conv(g, "/block/conv1", "s", kC, kC, 3, "c1");
+  AddOnnxNode(g, "Relu", {"c1"}, {"r1"}, "/block/relu1");
+  Conv(g, "/block/conv2", "r1", kC, kC, 1, "c2");
+  AddOnnxNode(g, "Add", {"c2", "s"}, {"sum"}, "/block/add");
+  AddOnnxNode(g, "Relu", {"sum"}, {"r2"}, "/block/relu2");
+  Conv(g, "/branch", "r2", kC, kC, 3, "b");
+  Int(AddOnnxNode(g, "Concat", {"r2", "b"}, {"cat"}, "/concat"), "axis", 1);
+  auto* pool = AddOnnxNode(g, "MaxPool", {"cat"}, {"p"}, "/pool");
+  Ints(pool, "kernel_shape", {2, 2});
+  Ints(pool, "strides", {2, 2});
+  Conv(g, "/head", "p", 2 * kC, 4, 3, "y");
+  AddTensorValueInfo(g->mutable_output(), "y", {1, 4, kH / 2, kW / 2});
+  AddTensorValueInfo(g->mutable_output(), "sum", {1, kC, kH, kW});
+  return m;
+}
+
+struct Built {
+  builder::BuildResult result;
+  std::shared_ptr<const plan::Engine> engine;
+};
+
+Built Build(const std::string& policy, bool channels_last, bool fusion = true) {
+  builder::BuildOptions o;
+  o.policy = policy;
+  o.channels_last = channels_last;
+  o.fusion.enabled = fusion;
+  auto r = builder::BuildEngine(SerializeModel(ResidualNet()), o, nullptr);
+  EXPECT_TRUE(r.ok()) << r.status();
+  if (!r.ok()) return {};
+  Built b{*std::move(r), nullptr};
+  auto e = plan::LoadEngineFromBytes(std::make_shared<const std::string>(b.result.blob));
+  EXPECT_TRUE(e.ok()) << e.status();
+  if (e.ok()) b.engine = *std::move(e);
+  return b;
+}
+
+std::vector<ir::Tensor> Input() {
+  auto t = ir::Tensor::Allocate(DataType::kF32, {1, kC, kH, kW});
+  std::vector<float> v = Wave(kC * kH * kW, 1.0f, 0.0f);
+  std::copy(v.begin(), v.end(), t->data<float>());
+  return {*std::move(t)};
+}
+
+std::vector<ir::Tensor> RunOutputs(const std::shared_ptr<const plan::Engine>& e) {
+  auto s = runtime::Session::Create(e);
+  EXPECT_TRUE(s.ok()) << s.status();
+  auto out = (*s)->Run(Input());
+  EXPECT_TRUE(out.ok()) << out.status();
+  return out.ok() ? *std::move(out) : std::vector<ir::Tensor>{};
+}
+
+bool OneDnnConvolutions(const std::string& policy) {
+  // fp32 convolutions always run on oneDNN; bf16 ones need AVX512_BF16 (the kernel's features).
+  return policy == "fp32" || (DetectCpuFeatures() & kCpuAvx512Bf16) != 0;
+}
+
+TEST(ChannelsLastTest, ConvolutionsAndTheElementwiseNodesBetweenThemRunNhwc) {
+  Built b = Build("fp32", true);
+  ASSERT_NE(b.engine, nullptr);
+  // Five convolutions; the residual Add and the Relu after it (the first Relu is fused).
+  EXPECT_EQ(b.result.summary.layout_convolutions, 5);
+  int transposes = 0, nhwc_convs = 0;
+  for (const ir::Node* n : b.engine->order) {
+    if (n->op == ir::OpType::kTranspose) {
+      ++transposes;
+      EXPECT_TRUE(n->sources.empty()) << n->name;
+    }
+    if (n->GetInt(kernels::kChannelsLastAttr, 0) != 0) ++nhwc_convs;
+  }
+  EXPECT_EQ(nhwc_convs, 5);
+  // In: x. Out: the graph output `sum`, the two Concat inputs, the head's output `y`. In
+  // again: the MaxPool's output. Nothing between two NHWC nodes.
+  EXPECT_EQ(transposes, 6);
+  EXPECT_EQ(b.result.summary.layout_transposes, 6);
+  // Graph outputs keep their names, NCHW dims and order.
+  ASSERT_EQ(b.engine->graph->outputs().size(), 2u);
+  EXPECT_EQ(b.engine->graph->outputs()[0]->name, "y");
+  EXPECT_EQ(b.engine->graph->outputs()[1]->name, "sum");
+  std::vector<ir::Tensor> out = RunOutputs(b.engine);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].dims(), (std::vector<int64_t>{1, 4, kH / 2, kW / 2}));
+  EXPECT_EQ(out[1].dims(), (std::vector<int64_t>{1, kC, kH, kW}));
+}
+
+// The NHWC engine computes what the NCHW engine computes: the same products summed in fp32, in
+// the order oneDNN picks for each layout, so the outputs agree to the fp32 rounding of sums of
+// at most 16 * 9 = 144 terms (relative 144 * 2^-24 < 1e-5 of the largest term; 1e-5 of the
+// output range is a bound with room for the five layers).
+TEST(ChannelsLastTest, SameOutputsAsTheNchwEngine) {
+  for (const char* policy : {"fp32", "bf16"}) {
+    Built nhwc = Build(policy, true), nchw = Build(policy, false);
+    ASSERT_NE(nhwc.engine, nullptr);
+    ASSERT_NE(nchw.engine, nullptr);
+    EXPECT_EQ(nchw.result.summary.layout_convolutions, 0);
+    if (!OneDnnConvolutions(policy)) {
+      EXPECT_EQ(nhwc.result.summary.layout_convolutions, 0) << policy;
+      continue;
+    }
+    std::vector<ir::Tensor> a = RunOutputs(nhwc.engine), b = RunOutputs(nchw.engine);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t o = 0; o < a.size(); ++o) {
+      ASSERT_EQ(a[o].dims(), b[o].dims());
+      ASSERT_EQ(a[o].dtype(), DataType::kF32);
+      const float* x = a[o].data<float>();
+      const float* y = b[o].data<float>();
+      float range = 0, diff = 0;
+      for (int64_t i = 0; i < a[o].num_elements(); ++i) {
+        range = std::max(range, std::fabs(y[i]));
+        diff = std::max(diff, std::fabs(x[i] - y[i]));
+      }
+      EXPECT_GT(range, 0.1f);
+      // bf16 policy: the same bound in the fp32 sums; each bf16 rounding of a value that lands
+      // on a tie differently may flip one bf16 ulp (2^-8 relative) downstream.
+      const float bound = std::string(policy) == "fp32" ? 1e-5f * range : 2e-2f * range;
+      EXPECT_LE(diff, bound) << policy << " output " << o;
+    }
+  }
+}
+
+// The accuracy report of a channels-last engine compares every ONNX tensor in its own layout:
+// the fp32 engine's report lists the same tensors as the NCHW engine's, each within fp32
+// rounding of the reference (a tensor compared in the wrong layout would be off by its range).
+TEST(ChannelsLastTest, ReportComparesEveryTensorInItsOnnxLayout) {
+  Built nhwc = Build("fp32", true), nchw = Build("fp32", false);
+  Built ref = Build("fp32", false, /*fusion=*/false);
+  ASSERT_NE(nhwc.engine, nullptr);
+  ASSERT_NE(nchw.engine, nullptr);
+  ASSERT_NE(ref.engine, nullptr);
+  v1::AccuracyReport reports[2];
+  for (int i = 0; i < 2; ++i) {
+    auto a = report::EngineAnalysis::Create(i == 0 ? nhwc.engine : nchw.engine, ref.engine,
+                                            report::Tolerance{});
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_TRUE((*a)->AddSample(Input()).ok());
+    reports[i] = (*a)->Report();
+  }
+  const v1::AccuracyReport& a = reports[0];
+  const v1::AccuracyReport& b = reports[1];
+  ASSERT_EQ(a.tensors_size(), b.tensors_size());
+  EXPECT_GE(a.tensors_size(), 10);
+  for (int i = 0; i < a.tensors_size(); ++i) {
+    const v1::TensorReport& t = a.tensors(i);
+    EXPECT_EQ(t.tensor(), b.tensors(i).tensor());
+    EXPECT_FALSE(absl::StrContains(t.tensor(), "::")) << t.tensor();
+    EXPECT_GT(t.accumulated().elements(), 0) << t.tensor();
+    // Sums of at most 144 fp32 products through five layers (see above).
+    const double bound = 1e-5 * std::max(1.0, t.ref_max_abs());
+    EXPECT_LE(t.accumulated().max_abs(), bound) << t.tensor();
+    EXPECT_LE(t.introduced().max_abs(), bound) << t.tensor();
+  }
+  EXPECT_TRUE(a.pass());
+}
+
+// `kiln compare` with a channels-last engine on either side: the NHWC engine's tensors are read
+// back in NCHW whether it is compared or the reference.
+TEST(ChannelsLastTest, CompareReadsAChannelsLastReference) {
+  Built nhwc = Build("fp32", true), nchw = Build("fp32", false);
+  ASSERT_NE(nhwc.engine, nullptr);
+  ASSERT_NE(nchw.engine, nullptr);
+  auto a = report::EngineAnalysis::Create(nchw.engine, nhwc.engine, report::Tolerance{});
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE((*a)->AddSample(Input()).ok());
+  v1::AccuracyReport r = (*a)->Report();
+  int convs = 0;
+  for (const auto& t : r.tensors()) {
+    convs += t.op_type() == "Conv";
+    EXPECT_LE(t.accumulated().max_abs(), 1e-5 * std::max(1.0, t.ref_max_abs())) << t.tensor();
+  }
+  EXPECT_GE(convs, 1);
+  EXPECT_TRUE(r.pass());
+}
+
+TEST(ChannelsLastTest, ReferenceConvolutionRefusesAChannelsLastNode) {
+  onnx::ModelProto m = ResidualNet();
+  auto built = builder::BuildEngine(SerializeModel(m), builder::BuildOptions{}, nullptr);
+  ASSERT_TRUE(built.ok()) << built.status();
+  auto e = plan::LoadEngineFromBytes(std::make_shared<const std::string>(built->blob));
+  ASSERT_TRUE(e.ok());
+  for (const ir::Node* n : (*e)->order) {
+    if (n->GetInt(kernels::kChannelsLastAttr, 0) == 0) continue;
+    auto ref = kernels::Registry::Default().Find(*n, 0);
+    ASSERT_TRUE(ref.ok());
+    auto k = (*ref)->factory(*n);
+    ASSERT_FALSE(k.ok());
+    EXPECT_THAT(std::string(k.status().message()), ::testing::HasSubstr("channels-last"));
+    return;
+  }
+  FAIL() << "no channels-last convolution";
+}
+
+}  // namespace
+}  // namespace kiln::testing
