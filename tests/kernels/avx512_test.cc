@@ -162,6 +162,78 @@ TEST(Avx512Cast, EveryPairMatchesReferenceKernel) {
   }
 }
 
+// ---------------------------------------------------------------- same-shape elementwise
+
+// The kernel Find picks for `op` on `inputs` values of `dtype` and static `dims`, output alike.
+const kernels::KernelDef* PickShaped(OpType op, DataType dtype, const std::vector<int64_t>& dims,
+                                     int inputs, const std::vector<int64_t>& last_dims = {}) {
+  static ir::Graph* g = new ir::Graph();
+  ir::Node* n = g->AddNode(op, "pick");
+  for (int i = 0; i <= inputs; ++i) {
+    auto v = g->AddValue("v" + std::to_string(g->values().size()));
+    EXPECT_TRUE(v.ok());
+    (*v)->dtype = dtype;
+    (*v)->shape = ir::Shape::Of(i == inputs - 1 && !last_dims.empty() ? last_dims : dims);
+    (i < inputs ? n->inputs : n->outputs).push_back(*v);
+  }
+  auto def = kernels::Registry::Default().Find(*n, kAvx512Bf16);
+  EXPECT_TRUE(def.ok()) << def.status();
+  return def.ok() ? *def : nullptr;
+}
+
+TEST(Avx512Elementwise, OnlyInputsOfTheOutputShapeTakeTheFastKernel) {
+  EXPECT_EQ(PickShaped(OpType::kAdd, DataType::kF32, {2, 8}, 2)->isa, Isa::kAvx512);
+  EXPECT_EQ(PickShaped(OpType::kAdd, DataType::kF32, {2, 8}, 2, {8})->isa, Isa::kRef);
+  EXPECT_EQ(PickShaped(OpType::kSum, DataType::kBF16, {3, 5}, 4)->isa, Isa::kAvx512);
+  EXPECT_EQ(PickShaped(OpType::kRelu, DataType::kF16, {7}, 1)->isa, Isa::kAvx512);
+  EXPECT_EQ(PickShaped(OpType::kAdd, DataType::kF64, {2, 8}, 2)->isa, Isa::kRef);
+  EXPECT_EQ(PickShaped(OpType::kDiv, DataType::kF32, {2, 8}, 2)->isa, Isa::kRef);
+}
+
+// Add, Sub, Mul, Sum (two and three inputs) and Relu without broadcasting: the reference's bits,
+// special values included (NaN, +-Inf, +-0, subnormals and values that round on output), on
+// lengths around the 16-lane tail and above the parallel threshold.
+TEST(Avx512Elementwise, SameShapeOpsMatchTheReferenceBitForBit) {
+  SKIP_WITHOUT(kAvx512Bf16);
+  std::mt19937 gen(5);
+  std::uniform_real_distribution<float> dist(-4, 4);
+  const std::vector<float> special = {NAN,    INFINITY, -INFINITY, 0.0f,  -0.0f,
+                                      1e-40f, -3e-39f,  65504.0f,  1e-8f, 3.0f + 0x1p-20f};
+  struct Case {
+    OpType op;
+    int inputs;
+  };
+  const Case cases[] = {{OpType::kAdd, 2}, {OpType::kSub, 2}, {OpType::kMul, 2},
+                        {OpType::kSum, 2}, {OpType::kSum, 3}, {OpType::kRelu, 1}};
+  for (DataType t : {DataType::kF32, DataType::kF16, DataType::kBF16}) {
+    for (int64_t n : {int64_t{1}, int64_t{15}, int64_t{17}, int64_t{70001}}) {
+      for (const Case& c : cases) {
+        NodeSpec spec;
+        spec.op = c.op;
+        spec.since_version = 14;
+        for (int k = 0; k < c.inputs; ++k) {
+          std::vector<float> v(n);
+          for (float& e : v) e = dist(gen) * (k == 0 ? 1.0f : 0.37f);
+          for (size_t j = 0; j < special.size() && j < v.size(); ++j) {
+            v[(j * 7 + k * 3) % v.size()] = special[(j + k) % special.size()];
+          }
+          spec.inputs.push_back(t == DataType::kF32   ? MakeFloat({n}, v)
+                                : t == DataType::kF16 ? MakeHalf({n}, v)
+                                                      : MakeBf16({n}, v));
+        }
+        spec.output_dtypes = {t};
+        ASSERT_EQ(PickShaped(c.op, t, {n}, c.inputs)->isa, Isa::kAvx512);
+        ir::Tensor a = RunNodeOk0(spec);
+        spec.cpu_features = 0;
+        ir::Tensor b = RunNodeOk0(spec);
+        ASSERT_EQ(a.byte_size(), b.byte_size());
+        EXPECT_EQ(std::memcmp(a.raw_data(), b.raw_data(), a.byte_size()), 0)
+            << ir::OpName(c.op) << "/" << c.inputs << " " << DataTypeOnnxName(t) << " n=" << n;
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------- Erf
 
 // Distance in units in the last place between two finite floats of the same sign.

@@ -11,15 +11,17 @@
 
 namespace kiln::kernels::cpu::avx512 {
 
-void RegisterCast(Registry& r);     // cast.cc: Cast between float, float16 and bfloat16
-void RegisterGemmOps(Registry& r);  // gemm_ops.cc: Gemm, MatMul on float, float16, bfloat16
-void RegisterUnary(Registry& r);    // unary_ops.cc: Erf, Softmax on float, float16, bfloat16
+void RegisterCast(Registry& r);         // cast.cc: Cast between float, float16 and bfloat16
+void RegisterGemmOps(Registry& r);      // gemm_ops.cc: Gemm, MatMul on float, float16, bfloat16
+void RegisterUnary(Registry& r);        // unary_ops.cc: Erf, Softmax on float, float16, bfloat16
+void RegisterElementwise(Registry& r);  // elementwise_ops.cc: same-shape Add, Sub, Mul, Sum, Relu
 
 /// Registers every AVX-512 kernel.
 inline void RegisterAvx512(Registry& r) {
   RegisterCast(r);
   RegisterGemmOps(r);
   RegisterUnary(r);
+  RegisterElementwise(r);
 }
 
 }  // namespace kiln::kernels::cpu::avx512
