@@ -371,29 +371,34 @@ absl::StatusOr<Compiled> Compile(ir::Graph& g, const precision::Policy& policy,
   }
 
   if (options.channels_last) {
-    // Convolutions the oneDNN kernel runs keep their activations NHWC; an engine so built
-    // needs that kernel (the reference convolution is NCHW only).
-    auto onednn = [&](const ir::Node& n) {
-      return defs[n.id] != nullptr && defs[n.id]->isa == kernels::Isa::kDnnl;
+    // Convolutions (and the pools between them) keep their activations NHWC where a kernel
+    // takes them so; an engine so built needs that kernel (the reference ones are NCHW only).
+    auto channels_last_kernel = [&](const ir::Node& n) {
+      ir::Node copy = n;
+      copy.attrs[kernels::kChannelsLastAttr] = ir::Attribute::Int(1);
+      auto def = reg.Find(copy);
+      return def.ok() && (*def)->isa != kernels::Isa::kRef;
     };
     ASSIGN_OR_RETURN(passes::LayoutResult layout,
-                     passes::KeepChannelsLast(g, live, onednn, logger));
+                     passes::KeepChannelsLast(g, live, channels_last_kernel, logger));
     if (layout.convolutions > 0) {
       defs.resize(g.nodes().size(), nullptr);
       removed.resize(g.nodes().size(), false);
-      for (ir::Node* n : live) {
-        if (n->GetInt(kernels::kChannelsLastAttr, 0) != 0) {
-          c_required_features |=
-              kernels::IsaCpuFeatures(defs[n->id]->isa) | defs[n->id]->cpu_features;
-        }
-      }
-      for (ir::Node* t : layout.inserted) {
-        ASSIGN_OR_RETURN(defs[t->id], reg.Find(*t));
-      }
       ASSIGN_OR_RETURN(order, g.TopologicalOrder());
       live.clear();
       for (ir::Node* n : order) {
         if (!removed[n->id]) live.push_back(n);
+      }
+      // The kernels of the inserted transposes and of the channels-last nodes (chosen again:
+      // the attribute is what the channels-last kernels take).
+      for (ir::Node* n : live) {
+        const bool channels_last = n->GetInt(kernels::kChannelsLastAttr, 0) != 0;
+        if (defs[n->id] != nullptr && !channels_last) continue;
+        ASSIGN_OR_RETURN(defs[n->id], reg.Find(*n));
+        if (channels_last) {
+          c_required_features |=
+              kernels::IsaCpuFeatures(defs[n->id]->isa) | defs[n->id]->cpu_features;
+        }
       }
       sum.layout_convolutions = layout.convolutions;
       sum.layout_transposes = layout.transposes;

@@ -63,6 +63,15 @@ class ChannelsLast {
         nhwc_nodes_.insert(n);
         nhwc_values_.insert(n->outputs[0]);
         ++result_.convolutions;
+      } else if (IsPool(*n)) {
+        // Only a pool already reading an NHWC value: one on an NCHW value gains nothing.
+        if (n->num_inputs() != 1 || !nhwc_values_.contains(n->inputs[0]) ||
+            !KnownRank4(n->outputs[0]) || !conv_ok_(*n)) {
+          continue;
+        }
+        nhwc_nodes_.insert(n);
+        nhwc_values_.insert(n->outputs[0]);
+        ++result_.pools;
       } else if (ElementwiseOnNhwc(*n)) {
         nhwc_nodes_.insert(n);
         nhwc_values_.insert(n->outputs[0]);
@@ -80,11 +89,11 @@ class ChannelsLast {
       w->shape = Permuted(v->shape, kToNhwc);
       n->outputs[0] = w;
       twin_[v] = w;
-      if (IsConv(*n)) n->attrs[kernels::kChannelsLastAttr] = ir::Attribute::Int(1);
+      if (IsConv(*n) || IsPool(*n)) n->attrs[kernels::kChannelsLastAttr] = ir::Attribute::Int(1);
     }
     for (ir::Node* n : live_) {
       if (!nhwc_nodes_.contains(n)) continue;
-      const int layout_inputs = IsConv(*n) ? 1 : n->num_inputs();
+      const int layout_inputs = IsConv(*n) || IsPool(*n) ? 1 : n->num_inputs();
       for (int i = 0; i < layout_inputs; ++i) {
         ir::Value* v = n->inputs[i];
         if (!v || IsScalarConstant(v)) continue;
@@ -114,6 +123,9 @@ class ChannelsLast {
  private:
   static bool IsConv(const ir::Node& n) {
     return n.op == ir::OpType::kConv || n.op == ir::OpType::kFusedConv;
+  }
+  static bool IsPool(const ir::Node& n) {
+    return n.op == ir::OpType::kMaxPool || n.op == ir::OpType::kGlobalAveragePool;
   }
 
   // Every non-constant input an NHWC value of the output's static shape (scalar constants
@@ -179,13 +191,13 @@ class ChannelsLast {
 
 absl::StatusOr<LayoutResult> KeepChannelsLast(
     ir::Graph& graph, const std::vector<ir::Node*>& live,
-    const std::function<bool(const ir::Node&)>& channels_last_conv, spdlog::logger* logger) {
-  ASSIGN_OR_RETURN(LayoutResult r, ChannelsLast(graph, live, channels_last_conv).Run());
+    const std::function<bool(const ir::Node&)>& channels_last_kernel, spdlog::logger* logger) {
+  ASSIGN_OR_RETURN(LayoutResult r, ChannelsLast(graph, live, channels_last_kernel).Run());
   if (logger && r.convolutions > 0) {
     logger->info(
-        "layout: {} convolution(s) and {} elementwise node(s) run channels-last (NHWC), {} "
-        "transpose(s) inserted",
-        r.convolutions, r.elementwise, r.transposes);
+        "layout: {} convolution(s), {} pool(s) and {} elementwise node(s) run channels-last "
+        "(NHWC), {} transpose(s) inserted",
+        r.convolutions, r.pools, r.elementwise, r.transposes);
   }
   return r;
 }

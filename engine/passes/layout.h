@@ -5,8 +5,10 @@
 // much as the convolution itself on ResNet- and MobileNet-style networks. This pass keeps the
 // activations NHWC from one convolution to the next:
 //
-//   - every convolution the caller accepts (`channels_last_conv`: the oneDNN kernel takes it)
-//     reads X and writes Y as NHWC tensors ([N, H, W, C], the node gets kChannelsLastAttr);
+//   - every convolution with a kernel taking it channels-last (`channels_last_kernel`: the
+//     oneDNN kernel) reads X and writes Y as NHWC tensors ([N, H, W, C]; the node gets
+//     kChannelsLastAttr), and so does a MaxPool or GlobalAveragePool reading an NHWC value when
+//     a kernel takes it (the AVX-512 pools);
 //   - an elementwise node whose activation inputs are all NHWC values of one static shape
 //     (Add, Sum, Mul, Sub; Relu, Clip, LeakyRelu, Sigmoid, HardSwish, Tanh on input 0) runs on
 //     them as they are: elementwise arithmetic does not depend on the layout;
@@ -32,16 +34,19 @@ namespace kiln::passes {
 /// What the layout pass did.
 struct LayoutResult {
   int convolutions = 0;             // convolutions running NHWC
+  int pools = 0;                    // pools running NHWC
   int elementwise = 0;              // elementwise nodes running on NHWC values
   int transposes = 0;               // transposes inserted (into and out of NHWC)
   std::vector<ir::Node*> inserted;  // the inserted Transpose nodes
 };
 
 /// Rewrites `live` (the graph's live nodes in execution order; nodes outside it are ignored as
-/// readers) and returns what changed; the caller re-orders the graph afterwards. Values whose
-/// shape is not a known rank-4 shape are left as they are.
+/// readers) and returns what changed; the caller re-orders the graph and chooses the kernels of
+/// the nodes given kChannelsLastAttr again. `channels_last_kernel(n)` says whether a kernel
+/// takes convolution or pool `n` channels-last. Values whose shape is not a known rank-4 shape
+/// are left as they are.
 absl::StatusOr<LayoutResult> KeepChannelsLast(
     ir::Graph& graph, const std::vector<ir::Node*>& live,
-    const std::function<bool(const ir::Node&)>& channels_last_conv, spdlog::logger* logger);
+    const std::function<bool(const ir::Node&)>& channels_last_kernel, spdlog::logger* logger);
 
 }  // namespace kiln::passes

@@ -14,6 +14,7 @@
 #include "engine/kernels/cpu/avx512/convert.h"
 #include "engine/kernels/cpu/avx512/gemm.h"
 #include "engine/kernels/cpu/avx512/math.h"
+#include "engine/kernels/kernel.h"
 #include "engine/kernels/registry.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -232,6 +233,88 @@ TEST(Avx512Elementwise, SameShapeOpsMatchTheReferenceBitForBit) {
       }
     }
   }
+}
+
+// ---------------------------------------------------------------- channels-last pools
+
+// MaxPool and GlobalAveragePool on NHWC tensors (kChannelsLastAttr) against the reference on
+// the NCHW tensors, bit for bit: windows with pads, strides, dilations and ceil_mode, channel
+// counts around the 16-lane tail, NaN cells (skipped), ties of +0 and -0 (the first cell wins)
+// and a window that is all NaN (the lowest float, as the reference).
+TEST(Avx512Pool, ChannelsLastPoolsMatchTheReferenceBitForBit) {
+  SKIP_WITHOUT(kAvx512Bf16);
+  std::mt19937 gen(9);
+  std::uniform_real_distribution<float> dist(-3, 3);
+  struct Window {
+    std::vector<int64_t> kernel, strides, pads, dilations;
+    int64_t ceil_mode;
+  };
+  const Window windows[] = {{{2, 2}, {2, 2}, {0, 0, 0, 0}, {1, 1}, 0},
+                            {{3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, 0},
+                            {{3, 2}, {1, 2}, {0, 1, 2, 0}, {2, 1}, 1},
+                            {{2, 3}, {3, 2}, {0, 0, 0, 0}, {1, 1}, 1}};
+  for (DataType t : {DataType::kF32, DataType::kF16, DataType::kBF16}) {
+    for (int64_t c : {int64_t{3}, int64_t{16}, int64_t{37}}) {
+      const std::vector<int64_t> dims = {2, c, 7, 9};
+      std::vector<float> v(ir::NumElementsOf(dims));
+      for (float& e : v) e = dist(gen);
+      for (size_t i = 0; i < v.size(); i += 11) v[i] = NAN;
+      for (size_t i = 5; i < v.size(); i += 13) v[i] = (i / 13) % 2 ? 0.0f : -0.0f;
+      for (int64_t x = 0; x < 2; ++x) v[x] = NAN;  // (0, 0, 0, 0..1): NaN corner windows
+      v[dims[3]] = NAN;
+      v[dims[3] + 1] = NAN;
+      const ir::Tensor nchw = t == DataType::kF32   ? MakeFloat(dims, v)
+                              : t == DataType::kF16 ? MakeHalf(dims, v)
+                                                    : MakeBf16(dims, v);
+      auto check = [&](NodeSpec spec, const ir::Tensor& nchw, const std::string& what) {
+        auto nhwc = ir::ChannelsLastCopy(nchw, true);
+        ASSERT_TRUE(nhwc.ok());
+        spec.inputs = {nchw};
+        spec.cpu_features = 0;
+        const ir::Tensor ref = RunNodeOk0(spec);
+        spec.inputs = {*nhwc};
+        spec.attrs.push_back({kernels::kChannelsLastAttr, IntAttr(1)});
+        spec.cpu_features = std::nullopt;
+        const ir::Tensor fast = RunNodeOk0(spec);
+        auto back = ir::ChannelsLastCopy(fast, false);
+        ASSERT_TRUE(back.ok());
+        ASSERT_EQ(back->dims(), ref.dims()) << what;
+        EXPECT_EQ(std::memcmp(back->raw_data(), ref.raw_data(), ref.byte_size()), 0)
+            << what << " " << DataTypeOnnxName(t) << " C=" << c;
+      };
+      for (const Window& w : windows) {
+        NodeSpec spec;
+        spec.op = OpType::kMaxPool;
+        spec.since_version = 12;
+        spec.attrs = {{"kernel_shape", IntsAttr(w.kernel)},
+                      {"strides", IntsAttr(w.strides)},
+                      {"pads", IntsAttr(w.pads)},
+                      {"dilations", IntsAttr(w.dilations)},
+                      {"ceil_mode", IntAttr(w.ceil_mode)}};
+        check(spec, nchw, "MaxPool " + ir::DimsToString(w.kernel));
+      }
+      NodeSpec gap;
+      gap.op = OpType::kGlobalAveragePool;
+      gap.since_version = 1;
+      // No NaN: one would make its whole plane NaN and hide the sums.
+      for (float& e : v) e = std::isnan(e) ? 1.5f : e;
+      const ir::Tensor finite = t == DataType::kF32   ? MakeFloat(dims, v)
+                                : t == DataType::kF16 ? MakeHalf(dims, v)
+                                                      : MakeBf16(dims, v);
+      check(gap, finite, "GlobalAveragePool");
+    }
+  }
+}
+
+// The reference pools refuse a channels-last node rather than read NHWC as NCHW.
+TEST(Avx512Pool, ReferencePoolsRefuseChannelsLastNodes) {
+  NodeSpec spec;
+  spec.op = OpType::kMaxPool;
+  spec.since_version = 12;
+  spec.attrs = {{"kernel_shape", IntsAttr({2, 2})}, {kernels::kChannelsLastAttr, IntAttr(1)}};
+  spec.inputs = {MakeFloat({1, 4, 4, 2}, std::vector<float>(32, 1.0f))};
+  spec.cpu_features = 0;
+  ExpectNodeError(spec, absl::StatusCode::kInvalidArgument, "channels-last");
 }
 
 // ---------------------------------------------------------------- Erf

@@ -55,8 +55,9 @@ onnx::NodeProto* Conv(onnx::GraphProto* g, const std::string& name, const std::s
   return n;
 }
 
-// x [1, 8, 10, 10] -> a residual block (Conv+Relu, Conv, Add, Relu), a branch concatenated on
-// channels, a MaxPool (an NCHW reader), a last Conv; the first block's sum is also an output.
+// x [1, 8, 10, 10] -> a residual block (Conv+Relu, Conv, Add, Relu), a MaxPool on it, a branch
+// concatenated with the pool on channels (an NCHW reader), a last Conv and a GlobalAveragePool;
+// the first block's sum is also an output.
 onnx::ModelProto ResidualNet() {
   onnx::ModelProto m;
   m.set_ir_version(8);
@@ -70,14 +71,16 @@ onnx::ModelProto ResidualNet() {
   Conv(g, "/block/conv2", "r1", kC, kC, 1, "c2");
   AddOnnxNode(g, "Add", {"c2", "s"}, {"sum"}, "/block/add");
   AddOnnxNode(g, "Relu", {"sum"}, {"r2"}, "/block/relu2");
-  Conv(g, "/branch", "r2", kC, kC, 3, "b");
-  Int(AddOnnxNode(g, "Concat", {"r2", "b"}, {"cat"}, "/concat"), "axis", 1);
-  auto* pool = AddOnnxNode(g, "MaxPool", {"cat"}, {"p"}, "/pool");
+  auto* pool = AddOnnxNode(g, "MaxPool", {"r2"}, {"p"}, "/pool");
   Ints(pool, "kernel_shape", {2, 2});
   Ints(pool, "strides", {2, 2});
-  Conv(g, "/head", "p", 2 * kC, 4, 3, "y");
+  Conv(g, "/branch", "p", kC, kC, 3, "b");
+  Int(AddOnnxNode(g, "Concat", {"p", "b"}, {"cat"}, "/concat"), "axis", 1);
+  Conv(g, "/head", "cat", 2 * kC, 4, 3, "y");
+  AddOnnxNode(g, "GlobalAveragePool", {"y"}, {"gap"}, "/gap");
   AddTensorValueInfo(g->mutable_output(), "y", {1, 4, kH / 2, kW / 2});
   AddTensorValueInfo(g->mutable_output(), "sum", {1, kC, kH, kW});
+  AddTensorValueInfo(g->mutable_output(), "gap", {1, 4, 1, 1});
   return m;
 }
 
@@ -124,29 +127,38 @@ bool OneDnnConvolutions(const std::string& policy) {
 TEST(ChannelsLastTest, ConvolutionsAndTheElementwiseNodesBetweenThemRunNhwc) {
   Built b = Build("fp32", true);
   ASSERT_NE(b.engine, nullptr);
-  // Five convolutions; the residual Add and the Relu after it (the first Relu is fused).
   EXPECT_EQ(b.result.summary.layout_convolutions, 5);
-  int transposes = 0, nhwc_convs = 0;
+  const bool fast_pools = (DetectCpuFeatures() & kCpuAvx512Bf16) != 0 &&
+                          (DetectCpuFeatures() & kernels::IsaCpuFeatures(kernels::Isa::kAvx512)) ==
+                              kernels::IsaCpuFeatures(kernels::Isa::kAvx512);
+  int transposes = 0, channels_last = 0;
   for (const ir::Node* n : b.engine->order) {
     if (n->op == ir::OpType::kTranspose) {
       ++transposes;
       EXPECT_TRUE(n->sources.empty()) << n->name;
     }
-    if (n->GetInt(kernels::kChannelsLastAttr, 0) != 0) ++nhwc_convs;
+    if (n->GetInt(kernels::kChannelsLastAttr, 0) != 0) ++channels_last;
   }
-  EXPECT_EQ(nhwc_convs, 5);
-  // In: x. Out: the graph output `sum`, the two Concat inputs, the head's output `y`. In
-  // again: the MaxPool's output. Nothing between two NHWC nodes.
-  EXPECT_EQ(transposes, 6);
-  EXPECT_EQ(b.result.summary.layout_transposes, 6);
+  // Five convolutions, and the MaxPool and GlobalAveragePool where the AVX-512 pools run.
+  EXPECT_EQ(channels_last, fast_pools ? 7 : 5);
+  // In: x, and the Concat's output for the head. Out: the graph outputs `sum`, `y` and `gap`,
+  // and the two Concat inputs (the pool's output and the branch's). Without the fast pools the
+  // MaxPool and the GlobalAveragePool run NCHW: r2 out, p in, and `y` serves the pool too.
+  // Nothing between two NHWC nodes (the residual Add and the Relu after it run on NHWC values;
+  // the first Relu is fused).
+  const int expected = 7;
+  EXPECT_EQ(transposes, expected);
+  EXPECT_EQ(b.result.summary.layout_transposes, expected);
   // Graph outputs keep their names, NCHW dims and order.
-  ASSERT_EQ(b.engine->graph->outputs().size(), 2u);
+  ASSERT_EQ(b.engine->graph->outputs().size(), 3u);
   EXPECT_EQ(b.engine->graph->outputs()[0]->name, "y");
   EXPECT_EQ(b.engine->graph->outputs()[1]->name, "sum");
+  EXPECT_EQ(b.engine->graph->outputs()[2]->name, "gap");
   std::vector<ir::Tensor> out = RunOutputs(b.engine);
-  ASSERT_EQ(out.size(), 2u);
+  ASSERT_EQ(out.size(), 3u);
   EXPECT_EQ(out[0].dims(), (std::vector<int64_t>{1, 4, kH / 2, kW / 2}));
   EXPECT_EQ(out[1].dims(), (std::vector<int64_t>{1, kC, kH, kW}));
+  EXPECT_EQ(out[2].dims(), (std::vector<int64_t>{1, 4, 1, 1}));
 }
 
 // The NHWC engine computes what the NCHW engine computes: the same products summed in fp32, in

@@ -15,6 +15,7 @@ void RegisterCast(Registry& r);         // cast.cc: Cast between float, float16 
 void RegisterGemmOps(Registry& r);      // gemm_ops.cc: Gemm, MatMul on float, float16, bfloat16
 void RegisterUnary(Registry& r);        // unary_ops.cc: Erf, Softmax on float, float16, bfloat16
 void RegisterElementwise(Registry& r);  // elementwise_ops.cc: same-shape Add, Sub, Mul, Sum, Relu
+void RegisterPoolOps(Registry& r);      // pool_ops.cc: channels-last MaxPool, GlobalAveragePool
 
 /// Registers every AVX-512 kernel.
 inline void RegisterAvx512(Registry& r) {
@@ -22,6 +23,7 @@ inline void RegisterAvx512(Registry& r) {
   RegisterGemmOps(r);
   RegisterUnary(r);
   RegisterElementwise(r);
+  RegisterPoolOps(r);
 }
 
 }  // namespace kiln::kernels::cpu::avx512

@@ -131,6 +131,9 @@ struct WindowList {
 /// the pools (nn_pool.cc) and by LpPool (spatial.cc), which reads only begin and offs.
 WindowList BuildWindowList(const Window& w);
 
+/// An error for a channels-last pool node (kChannelsLastAttr): the reference pools are NCHW.
+absl::Status RefuseChannelsLast(const ir::Node& node);
+
 /// ReadWindowAttrs for the windowed pools (MaxPool, AveragePool, LpPool): kernel_shape required.
 absl::StatusOr<WindowAttrs> ReadPoolAttrs(const ir::Node& node);
 

@@ -67,6 +67,12 @@ WindowList BuildWindowList(const Window& w) {
   return list;
 }
 
+absl::Status RefuseChannelsLast(const ir::Node& node) {
+  if (node.GetInt(kChannelsLastAttr, 0) == 0) return absl::OkStatus();
+  return InvalidNode(node, "runs channels-last (", kChannelsLastAttr,
+                     "), which only the AVX-512 pool kernels take");
+}
+
 absl::StatusOr<WindowAttrs> ReadPoolAttrs(const ir::Node& node) {
   ASSIGN_OR_RETURN(WindowAttrs attrs, ReadWindowAttrs(node));
   if (attrs.kernel.empty()) return InvalidNode(node, "kernel_shape is required");
@@ -92,6 +98,7 @@ absl::StatusOr<PoolIo> StartPool(const ir::Node& node, const WindowAttrs& attrs,
 }
 
 absl::StatusOr<GlobalPoolIo> StartGlobalPool(const ir::Node& node, KernelContext& ctx) {
+  RETURN_IF_ERROR(RefuseChannelsLast(node));
   GlobalPoolIo io;
   ASSIGN_OR_RETURN(io.x, RequireInput(node, ctx, 0));
   if (io.x->rank() < 2) return InvalidNode(node, "input must have rank >= 2, got ", io.x->rank());
@@ -111,6 +118,7 @@ class PoolKernel final : public Kernel {
  public:
   template <PoolKind kKind>
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const ir::Node& node) {
+    RETURN_IF_ERROR(RefuseChannelsLast(node));
     auto k = std::make_unique<PoolKernel>(node, kKind);
     ASSIGN_OR_RETURN(k->attrs_, ReadPoolAttrs(node));
     k->count_include_pad_ = node.GetInt("count_include_pad", 0) != 0;
