@@ -1,7 +1,9 @@
 // The AVX-512 GEMM core (gemm.h). Compiled with AVX-512 flags (engine/CMakeLists.txt).
 //
-// Blocking: the output is cut into strips of kNr = 64 columns and tiles of kMr = 6 rows. A is
-// packed once per call into row tiles ([K][6] fp32, or [K/2][6][2] bf16 pairs for the dot path);
+// Blocking: the output is cut into strips of kNr = 64 columns and tiles of kMr = 6 rows. The
+// fp32 kernels read A's rows in place (fp32 A with unit column stride) or from one fp32 copy
+// made per call (other types and strides); the dot path packs A once per call into row tiles
+// ([K/2][6][2] bf16 pairs);
 // each task packs one B strip ([K][64] fp32 or [K/2][64][2] bf16) into a thread buffer, where it
 // stays in L2 while every row tile of the task runs the micro-kernel over the full K with its
 // 6 x 64 accumulators in 24 zmm registers. Keeping the whole K in registers makes the
@@ -96,19 +98,6 @@ static inline const char* Elem(const void* base, GemmType type, int64_t offset) 
 
 // ---------------------------------------------------------------- packing
 
-// Row tile `t` of A (rows t*6 ..) as [K][6] fp32; rows past M are zero. `row` holds K floats.
-static void PackATileF32(const GemmArgs& g, const void* a, int64_t t, float* dst, float* row) {
-  for (int r = 0; r < kMr; ++r) {
-    const int64_t i = t * kMr + r;
-    if (i < g.m) {
-      LoadRowF32(g.type, Elem(a, g.type, i * g.a_rs), g.a_cs, g.k, row);
-      for (int64_t kk = 0; kk < g.k; ++kk) dst[kk * kMr + r] = row[kk];
-    } else {
-      for (int64_t kk = 0; kk < g.k; ++kk) dst[kk * kMr + r] = 0.0f;
-    }
-  }
-}
-
 // Row tile `t` of bf16 A as [K/2][6][2] pairs (zero padded). `row` holds K + 1 values.
 static void PackATileBf16(const GemmArgs& g, const void* a, int64_t t, uint16_t* dst,
                           uint16_t* row) {
@@ -128,6 +117,9 @@ static void PackATileBf16(const GemmArgs& g, const void* a, int64_t t, uint16_t*
   }
 }
 
+// How many rows ahead the strip packers prefetch B.
+constexpr int64_t kPackAhead = 24;
+
 // Columns j0 .. j0+63 of B as [K][64] fp32; columns past N are zero.
 static void PackBStripF32(const GemmArgs& g, const void* b, int64_t j0, float* dst) {
   const int64_t nc = Min(kNr, g.n - j0);
@@ -138,6 +130,13 @@ static void PackBStripF32(const GemmArgs& g, const void* b, int64_t j0, float* d
     const float* base = reinterpret_cast<const float*>(Elem(b, g.type, j0));
     for (int64_t kk = 0; kk < g.k; ++kk) {
       const float* row = base + kk * g.b_rs;
+      // Rows N floats apart (a weight streaming from memory): ask for each a few rows ahead.
+      if (kk + kPackAhead < g.k) {
+        for (int q = 0; q < kNr / 16; ++q) {
+          _mm_prefetch(reinterpret_cast<const char*>(row + kPackAhead * g.b_rs + q * 16),
+                       _MM_HINT_T0);
+        }
+      }
       for (int q = 0; q < kNr / 16; ++q) {
         _mm512_store_ps(dst + kk * kNr + q * 16, _mm512_maskz_loadu_ps(m[q], row + q * 16));
       }
@@ -215,9 +214,10 @@ static void UnpackBStripF32(const uint16_t* strip, int64_t k, float* dst) {
 
 // ---------------------------------------------------------------- micro-kernels
 
-// out[r][0..63] = sum over k of ap[k][r] * bp[k][0..63], in k order, for r < R.
+// out[r][0..63] = sum over k of a[r * lda + k] * bp[k][0..63], in k order, for r < R: A read
+// in place, row by row (six streams the hardware prefetches), B from its packed strip.
 template <int R>
-static void KernelF32(int64_t k, const float* ap, const float* bp, float* out) {
+static void KernelF32(int64_t k, const float* a, int64_t lda, const float* bp, float* out) {
   __m512 c[R][4];
   for (int r = 0; r < R; ++r) {
     for (int q = 0; q < 4; ++q) c[r][q] = _mm512_setzero_ps();
@@ -230,9 +230,8 @@ static void KernelF32(int64_t k, const float* ap, const float* bp, float* out) {
     _mm_prefetch(reinterpret_cast<const char*>(b + 16 * kNr + 32), _MM_HINT_T0);
     const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
     const __m512 b2 = _mm512_load_ps(b + 32), b3 = _mm512_load_ps(b + 48);
-    const float* a = ap + kk * kMr;
     for (int r = 0; r < R; ++r) {
-      const __m512 av = _mm512_set1_ps(a[r]);
+      const __m512 av = _mm512_set1_ps(a[r * lda + kk]);
       c[r][0] = _mm512_fmadd_ps(av, b0, c[r][0]);
       c[r][1] = _mm512_fmadd_ps(av, b1, c[r][1]);
       c[r][2] = _mm512_fmadd_ps(av, b2, c[r][2]);
@@ -273,7 +272,7 @@ static void KernelBf16(int64_t kp, const uint16_t* ap, const uint16_t* bp, float
   }
 }
 
-using KernelF32Fn = void (*)(int64_t, const float*, const float*, float*);
+using KernelF32Fn = void (*)(int64_t, const float*, int64_t, const float*, float*);
 using KernelBf16Fn = void (*)(int64_t, const uint16_t*, const uint16_t*, float*);
 constexpr KernelF32Fn kKernelsF32[kMr + 1] = {
     nullptr, KernelF32<1>, KernelF32<2>, KernelF32<3>, KernelF32<4>, KernelF32<5>, KernelF32<6>};
@@ -554,10 +553,18 @@ void GemmAvx512(const GemmArgs& g) {
   const TaskSplit split(g, mtiles);
   const int64_t strips = split.strips, mgroups = split.mgroups;
   const int64_t kp = CeilDiv(g.k, 2);
-  // Packed A: per batch, mtiles tiles of [K][6] fp32 or [K/2][6][2] bf16.
-  const int64_t a_tile = dot ? kp * kMr * 2 : g.k * kMr;  // elements
-  const int64_t a_es = dot ? 2 : 4;
-  Buffer apack(g.batch * mtiles * a_tile * a_es + 64);
+  // A as the kernels read it. Dot path: packed, per batch, mtiles tiles of [K/2][6][2] bf16.
+  // fp32 kernels: rows of K fp32 values, read in place when A is fp32 with unit column stride,
+  // else converted once into [batch][M][K].
+  const bool a_in_place = !dot && g.type == GemmType::kF32 && g.a_cs == 1;
+  const int64_t a_tile = dot ? kp * kMr * 2 : 0;  // elements
+  Buffer apack(dot ? g.batch * mtiles * a_tile * 2 + 64
+                   : (a_in_place ? 64 : g.batch * g.m * g.k * 4 + 64));
+  const int64_t lda = a_in_place ? g.a_rs : g.k;
+  auto a_rows = [&](int64_t bi) -> const float* {
+    if (!a_in_place) return apack.as<float>() + bi * g.m * g.k;
+    return reinterpret_cast<const float*>(Elem(g.a, g.type, g.a_offsets ? g.a_offsets[bi] : 0));
+  };
   const int64_t b_strip_bytes = (dot ? kp * kNr * 2 * 2 : g.k * kNr * 4) + 64;
 
   const int64_t tiles_per_group = split.units_per_group, tasks = split.tasks;
@@ -569,14 +576,19 @@ void GemmAvx512(const GemmArgs& g) {
     alignas(64) float acc[kMr * kNr];
     Buffer crow(kNr * 4);
 
+    if (dot) {
 #pragma omp for schedule(static)
-    for (int64_t t = 0; t < g.batch * mtiles; ++t) {
-      const int64_t bi = t / mtiles, ti = t % mtiles;
-      const void* a = Elem(g.a, g.type, g.a_offsets ? g.a_offsets[bi] : 0);
-      if (dot) {
+      for (int64_t t = 0; t < g.batch * mtiles; ++t) {
+        const int64_t bi = t / mtiles, ti = t % mtiles;
+        const void* a = Elem(g.a, g.type, g.a_offsets ? g.a_offsets[bi] : 0);
         PackATileBf16(g, a, ti, apack.as<uint16_t>() + t * a_tile, row.as<uint16_t>());
-      } else {
-        PackATileF32(g, a, ti, apack.as<float>() + t * a_tile, row.as<float>());
+      }
+    } else if (!a_in_place) {
+#pragma omp for schedule(static)
+      for (int64_t t = 0; t < g.batch * g.m; ++t) {
+        const int64_t bi = t / g.m, i = t % g.m;
+        const void* a = Elem(g.a, g.type, g.a_offsets ? g.a_offsets[bi] : 0);
+        LoadRowF32(g.type, Elem(a, g.type, i * g.a_rs), g.a_cs, g.k, apack.as<float>() + t * g.k);
       }
     }
 
@@ -618,7 +630,7 @@ void GemmAvx512(const GemmArgs& g) {
         if (dot) {
           kKernelsBf16[mr](kp, apack.as<uint16_t>() + at * a_tile, bp16, acc);
         } else {
-          kKernelsF32[mr](g.k, apack.as<float>() + at * a_tile, bp32, acc);
+          kKernelsF32[mr](g.k, a_rows(bi) + ti * kMr * lda, lda, bp32, acc);
         }
         StoreTile(g, bi, ti * kMr, mr, j0, nc, acc, crow.as<float>());
       }
