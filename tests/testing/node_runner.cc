@@ -1,5 +1,6 @@
 #include "tests/testing/node_runner.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -50,6 +51,10 @@ absl::StatusOr<std::vector<ir::Tensor>> RunNode(const NodeSpec& spec) {
     ASSIGN_OR_RETURN(ir::Value * v, g.AddValue(absl::StrCat("in", i)));
     v->dtype = spec.inputs[i].dtype();
     v->shape = ir::Shape::Of(spec.inputs[i].dims());
+    if (std::find(spec.constant_inputs.begin(), spec.constant_inputs.end(), static_cast<int>(i)) !=
+        spec.constant_inputs.end()) {
+      v->constant = spec.inputs[i];
+    }
     n->inputs.push_back(v);
   }
   for (int i = 0; i < spec.num_outputs; ++i) {
@@ -62,6 +67,10 @@ absl::StatusOr<std::vector<ir::Tensor>> RunNode(const NodeSpec& spec) {
   ASSIGN_OR_RETURN(const kernels::KernelDef* def,
                    spec.cpu_features ? reg.Find(*n, *spec.cpu_features) : reg.Find(*n));
   ASSIGN_OR_RETURN(auto kernel, def->factory(*n));
+  for (int r = 1; r < spec.runs; ++r) {
+    VectorContext ctx(spec.inputs, spec.num_outputs);
+    RETURN_IF_ERROR(kernel->Run(ctx));
+  }
   VectorContext ctx(spec.inputs, spec.num_outputs);
   RETURN_IF_ERROR(kernel->Run(ctx));
   return std::move(ctx.outputs());

@@ -26,6 +26,12 @@ struct NodeSpec {
   /// CPU features the kernel is chosen for (Registry::Find); unset: the running CPU's. 0 selects
   /// the reference kernel.
   std::optional<uint64_t> cpu_features;
+  /// Inputs given as constants (initializers) of the node's graph, by index; the rest are plain
+  /// values. The tensor is both the constant and what the kernel reads.
+  std::vector<int> constant_inputs;
+  /// Runs of the kernel (the outputs are the last run's): kernels that cache work at the first
+  /// run are checked on the later ones.
+  int runs = 1;
 };
 
 /// Builds a one-node graph, finds the kernel in the default registry and runs it.

@@ -77,6 +77,9 @@ int64_t PackedBStripElemsF32(int64_t k);
 /// `out` needs no alignment; GemmArgs::b_packed_f32 does (64 bytes).
 void PackBF32(const float* b, int64_t k, int64_t n, float* out);
 
+/// PackBF32 of a B whose element (i, j) is b[i * b_rs + j * b_cs] (e.g. Gemm's transB).
+void PackBF32Strided(const float* b, int64_t k, int64_t n, int64_t b_rs, int64_t b_cs, float* out);
+
 /// Packs fp16 B [k, n] (row-major) for GemmArgs::b_packed_f16: ceil(n / 64) strips of
 /// PackedBStripElemsF32(k) fp16 values ([k][64], zero padded past n). Each run widens a strip to
 /// fp32 (exactly) with contiguous loads instead of gathering its rows from the whole matrix.

@@ -500,7 +500,13 @@ GemmArgs RowMajorB(GemmType type, int64_t k, int64_t n) {
 }  // namespace
 
 void PackBF32(const float* b, int64_t k, int64_t n, float* out) {
-  const GemmArgs g = RowMajorB(GemmType::kF32, k, n);
+  PackBF32Strided(b, k, n, n, 1, out);
+}
+
+void PackBF32Strided(const float* b, int64_t k, int64_t n, int64_t b_rs, int64_t b_cs, float* out) {
+  GemmArgs g = RowMajorB(GemmType::kF32, k, n);
+  g.b_rs = b_rs;
+  g.b_cs = b_cs;
   // Through an aligned strip buffer: `out` may be any address (a weight inside a blob).
   const int64_t strip = PackedBStripElemsF32(k);
   Buffer tmp(strip * 4);

@@ -2,6 +2,7 @@
 // rules and errors are the reference kernels' (cpu/ref/nn_gemm.cc); the numbers differ from the
 // reference only by the accumulation order that gemm.h defines.
 #include <algorithm>
+#include <cstdlib>
 #include <memory>
 #include <vector>
 
@@ -135,16 +136,42 @@ class GemmKernel final : public Kernel {
     g.scale = true;
     g.alpha = alpha_;
     g.beta = beta_;
-    ChooseBf16Path(g, node_, *a, *b, scan_);
+    const ir::Value* bv = node_.input(1);
+    if (a->dtype() == DataType::kF32 && bv && bv->constant && !bv->is_graph_input) {
+      // A constant fp32 B (a classifier's weight, usually transposed): packed once, at the
+      // first run, as the build packs MatMul weights; the same values, read contiguously.
+      g.b_packed_f32 = PackedWeight(*b, k, n, g.b_rs, g.b_cs);
+    } else {
+      ChooseBf16Path(g, node_, *a, *b, scan_);
+    }
     GemmAvx512(g);
     return absl::OkStatus();
   }
 
  private:
+  const float* PackedWeight(const ir::Tensor& b, int64_t k, int64_t n, int64_t b_rs, int64_t b_cs) {
+    if (packed_data_ != b.raw_data() || packed_k_ != k || packed_n_ != n) {
+      const size_t bytes = static_cast<size_t>((n + 63) / 64 * PackedBStripElemsF32(k)) * 4;
+      packed_.reset(static_cast<float*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
+      PackBF32Strided(b.data<float>(), k, n, b_rs, b_cs, packed_.get());
+      packed_data_ = b.raw_data();
+      packed_k_ = k;
+      packed_n_ = n;
+    }
+    return packed_.get();
+  }
+
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+
   const ir::Node& node_;
   bool trans_a_ = false, trans_b_ = false;
   float alpha_ = 1.0f, beta_ = 1.0f;
   WeightScan scan_;
+  std::unique_ptr<float, Free> packed_;  // B packed (64-byte aligned), for packed_data_
+  const void* packed_data_ = nullptr;
+  int64_t packed_k_ = 0, packed_n_ = 0;
 };
 
 // numpy.matmul: 1-D operands are promoted (and the added dim dropped), batch dims broadcast.
