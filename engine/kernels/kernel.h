@@ -45,9 +45,10 @@ class KernelContext {
 /// AVX-512 kernels read such a node; the engine then requires their CPU features.
 inline constexpr char kPackedBAttr[] = "kiln_packed_b";
 
-/// The attribute of a Conv / FusedConv node that reads X and writes Y channels-last: X is
-/// [N, H, W, C] and Y [N, OH, OW, M] (the NCHW tensors transposed; passes/layout.h). W and B are
-/// as in ONNX. Only the oneDNN convolution kernel reads such a node.
+/// The attribute of a node that reads X and writes Y channels-last: X is [N, H, W, C] and Y
+/// [N, OH, OW, M] (the NCHW tensors transposed; passes/layout.h), and so is a FusedConv's
+/// residual Z; W and B are as in ONNX. Conv / FusedConv (the oneDNN kernel), MaxPool and
+/// GlobalAveragePool (the AVX-512 kernels) take it; the reference kernels refuse it.
 inline constexpr char kChannelsLastAttr[] = "kiln_channels_last";
 /// The name suffix of a value holding its ONNX tensor channels-last: `<ONNX name>::nhwc`.
 inline constexpr char kChannelsLastSuffix[] = "nhwc";

@@ -147,7 +147,10 @@ class Fuser {
       ir::Node* n = g_.nodes()[i].get();
       if (removed_[n->id]) continue;
       if (n->op == ir::OpType::kMatMul) RETURN_IF_ERROR(FuseMatMulBias(n));
-      if (n->op == ir::OpType::kConv) FuseConvActivation(n);
+      if (n->op == ir::OpType::kConv) {
+        FuseConvActivation(n);
+        if (!removed_[n->id]) FuseConvResidual(n);
+      }
       if (n->op == ir::OpType::kAdd) FuseAddLayerNorm(n);
     }
     return absl::OkStatus();
@@ -193,29 +196,26 @@ class Fuser {
     return absl::OkStatus();
   }
 
-  // Conv -> Relu | LeakyRelu | Clip (constant bounds) | HardSwish | Sigmoid => FusedConv.
-  void FuseConvActivation(ir::Node* conv) {
-    ir::Node* a = SoleConsumer(conv->outputs.empty() ? nullptr : conv->outputs[0]);
-    if (!a) return;
-    std::string act;
-    act = ActivationOf(*a);
+  // The FusedConv activation of node `a` ("" when it is none FusedConv takes): Relu, LeakyRelu,
+  // Clip (constant bounds), HardSwish, Sigmoid.
+  static std::string ConvActivationOf(const ir::Node& a) {
+    const std::string act = ActivationOf(a);
     if (act == "Clip") {
       // Bounds from attributes (opset < 11) or constant scalar inputs.
       for (int k = 1; k <= 2; ++k) {
-        const ir::Value* v = a->input(k);
-        if (v && (!v->constant || v->constant->num_elements() != 1)) return;
+        const ir::Value* v = a.input(k);
+        if (v && (!v->constant || v->constant->num_elements() != 1)) return "";
       }
-    } else if (act != "Relu" && act != "Sigmoid" && act != "HardSwish" && act != "LeakyRelu") {
-      return;
+      return act;
     }
-    std::vector<ir::Node*> members = {conv, a};
-    std::string label = absl::StrCat(conv->fusion.empty() ? "conv" : conv->fusion, "+", act);
-    if (Excluded(members, ir::OpType::kFusedConv, "conv+activation")) return;
-    Precision t = PrecisionOf(*conv);
-    if (!Allowed(label.c_str(), members, t)) return;
-    ir::Node* fused = g_.AddNode(ir::OpType::kFusedConv, absl::StrCat(conv->name, "/fused"));
+    return act == "Relu" || act == "Sigmoid" || act == "HardSwish" || act == "LeakyRelu" ? act : "";
+  }
+
+  // A FusedConv named after `conv`, with its attributes and activation `act` of node `a`.
+  ir::Node* NewFusedConv(const ir::Node& conv, const ir::Node* a, const std::string& act) {
+    ir::Node* fused = g_.AddNode(ir::OpType::kFusedConv, absl::StrCat(conv.name, "/fused"));
     fused->since_version = 1;
-    fused->attrs = conv->attrs;
+    fused->attrs = conv.attrs;
     fused->attrs["activation"] = Attribute::String(act);
     if (act == "LeakyRelu")
       fused->attrs["activation_alpha"] = Attribute::Float(a->GetFloat("alpha", 0.01f));
@@ -228,9 +228,60 @@ class Fuser {
       fused->attrs["activation_min"] = Attribute::Float(lo);
       fused->attrs["activation_max"] = Attribute::Float(hi);
     }
+    return fused;
+  }
+
+  // Conv -> Relu | LeakyRelu | Clip (constant bounds) | HardSwish | Sigmoid => FusedConv.
+  void FuseConvActivation(ir::Node* conv) {
+    ir::Node* a = SoleConsumer(conv->outputs.empty() ? nullptr : conv->outputs[0]);
+    if (!a) return;
+    const std::string act = ConvActivationOf(*a);
+    if (act.empty()) return;
+    std::vector<ir::Node*> members = {conv, a};
+    std::string label = absl::StrCat(conv->fusion.empty() ? "conv" : conv->fusion, "+", act);
+    if (Excluded(members, ir::OpType::kFusedConv, "conv+activation")) return;
+    Precision t = PrecisionOf(*conv);
+    if (!Allowed(label.c_str(), members, t)) return;
+    ir::Node* fused = NewFusedConv(*conv, a, act);
     fused->inputs = conv->inputs;
     fused->outputs = {a->outputs[0]};
     // A Conv that already absorbed a BatchNorm keeps its recorded precision and sources.
+    result_.precision.erase(conv);
+    Commit(fused, members, t, label);
+  }
+
+  // Conv -> Add | Sum of it and a residual Z of its shape [-> an activation as above] =>
+  // FusedConv with Z as input 3: act(Conv(X, W) + B + Z), the sum in fp32.
+  void FuseConvResidual(ir::Node* conv) {
+    ir::Value* y = conv->outputs.empty() ? nullptr : conv->outputs[0];
+    ir::Node* add = SoleConsumer(y);
+    if (!add || (add->op != ir::OpType::kAdd && add->op != ir::OpType::kSum) ||
+        add->num_inputs() != 2) {
+      return;
+    }
+    ir::Value* z = add->inputs[0] == y ? add->inputs[1] : add->inputs[0];
+    if (!z || z == y || z->constant || !y->shape.rank_known || !y->shape.is_static() ||
+        !z->shape.rank_known || !z->shape.is_static() ||
+        y->shape.StaticDims() != z->shape.StaticDims()) {
+      return;  // a bias or a broadcast, not a residual
+    }
+    std::vector<ir::Node*> members = {conv, add};
+    ir::Value* out = add->outputs[0];
+    ir::Node* a = SoleConsumer(out);
+    const std::string act = a ? ConvActivationOf(*a) : "";
+    if (!act.empty()) {
+      members.push_back(a);
+      out = a->outputs[0];
+    }
+    std::string label = absl::StrCat(conv->fusion.empty() ? "conv" : conv->fusion, "+residual",
+                                     act.empty() ? "" : "+", act);
+    if (Excluded(members, ir::OpType::kFusedConv, "conv+residual")) return;
+    Precision t = PrecisionOf(*conv);
+    if (!Allowed(label.c_str(), members, t)) return;
+    ir::Node* fused = NewFusedConv(*conv, a, act);
+    fused->inputs = {conv->inputs[0], conv->inputs[1],
+                     conv->num_inputs() > 2 ? conv->inputs[2] : nullptr, z};
+    fused->outputs = {out};
     result_.precision.erase(conv);
     Commit(fused, members, t, label);
   }
@@ -548,13 +599,13 @@ absl::Status ValidateNoFuse(const std::vector<std::string>& selectors) {
           absl::StrCat("--no-fuse '", s, "': expected op:TYPE, scope:PREFIX or pattern:NAME"));
     }
     std::string name = s.substr(colon + 1);
-    bool linear = name == "conv+batchnorm" || name == "conv+activation" || name == "matmul+bias" ||
-                  name == "add+layernorm";
+    bool linear = name == "conv+batchnorm" || name == "conv+activation" ||
+                  name == "conv+residual" || name == "matmul+bias" || name == "add+layernorm";
     if (kind == "pattern" && !precision::PatternFromName(name) && !linear) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--no-fuse '", s,
-                       "': unknown pattern (layernorm, rmsnorm, gelu, softmax, attention, "
-                       "conv+batchnorm, conv+activation, matmul+bias, add+layernorm)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--no-fuse '", s,
+          "': unknown pattern (layernorm, rmsnorm, gelu, softmax, attention, "
+          "conv+batchnorm, conv+activation, conv+residual, matmul+bias, add+layernorm)"));
     }
   }
   return absl::OkStatus();

@@ -8,6 +8,8 @@
 //   - Conv + BatchNormalization (inference) -> Conv with the normalisation folded into its
 //     weights and bias (computed in float64, stored in the Conv's precision)
 //   - Conv + Relu | LeakyRelu | Clip | HardSwish | Sigmoid -> FusedConv
+//   - Conv + Add|Sum(residual of the Conv's shape) [+ one of those activations] -> FusedConv
+//     with the residual as its input 3 (the sum in fp32, as the activation)
 //   - MatMul + Add(bias) [+ Relu | Sigmoid | Tanh | Gelu] -> FusedMatMul
 //   - residual Add + LayerNormalization -> AddLayerNorm (also outputs the sum when it is read)
 // A fused kernel computes its interior in fp32 and reads/writes its boundary values at its
@@ -35,7 +37,8 @@
 namespace kiln::passes {
 
 /// `--fusion on|off` and `--no-fuse SELECTOR` (op:TYPE, scope:PREFIX, pattern:NAME where NAME is
-/// a recognised pattern or conv+batchnorm, conv+activation, matmul+bias, add+layernorm).
+/// a recognised pattern or conv+batchnorm, conv+activation, conv+residual, matmul+bias,
+/// add+layernorm).
 struct FusionOptions {
   bool enabled = true;
   std::vector<std::string> no_fuse;

@@ -59,7 +59,10 @@ class ChannelsLast {
     // elementwise node when every activation input is already NHWC.
     for (ir::Node* n : live_) {
       if (IsConv(*n)) {
-        if (!conv_ok_(*n) || !KnownRank4(n->inputs[0]) || !KnownRank4(n->outputs[0])) continue;
+        if (!conv_ok_(*n) || !KnownRank4(n->inputs[0]) || !KnownRank4(n->outputs[0]) ||
+            (n->input(3) && !KnownRank4(n->inputs[3]))) {
+          continue;
+        }
         nhwc_nodes_.insert(n);
         nhwc_values_.insert(n->outputs[0]);
         ++result_.convolutions;
@@ -93,8 +96,9 @@ class ChannelsLast {
     }
     for (ir::Node* n : live_) {
       if (!nhwc_nodes_.contains(n)) continue;
-      const int layout_inputs = IsConv(*n) || IsPool(*n) ? 1 : n->num_inputs();
-      for (int i = 0; i < layout_inputs; ++i) {
+      // Convolutions: X and FusedConv's residual Z; pools: X; elementwise nodes: every input.
+      for (int i = 0; i < n->num_inputs(); ++i) {
+        if ((IsConv(*n) && i != 0 && i != 3) || (IsPool(*n) && i != 0)) continue;
         ir::Value* v = n->inputs[i];
         if (!v || IsScalarConstant(v)) continue;
         auto it = twin_.find(v);

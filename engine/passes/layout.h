@@ -6,7 +6,8 @@
 // activations NHWC from one convolution to the next:
 //
 //   - every convolution with a kernel taking it channels-last (`channels_last_kernel`: the
-//     oneDNN kernel) reads X and writes Y as NHWC tensors ([N, H, W, C]; the node gets
+//     oneDNN kernel) reads X (and a FusedConv's residual Z) and writes Y as NHWC tensors
+//     ([N, H, W, C]; the node gets
 //     kChannelsLastAttr), and so does a MaxPool or GlobalAveragePool reading an NHWC value when
 //     a kernel takes it (the AVX-512 pools);
 //   - an elementwise node whose activation inputs are all NHWC values of one static shape

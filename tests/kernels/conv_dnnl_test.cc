@@ -7,8 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "engine/common/cpu_features.h"
 #include "engine/common/half.h"
+#include "engine/kernels/kernel.h"
 #include "engine/kernels/registry.h"
 #include "gtest/gtest.h"
 #include "tests/testing/node_runner.h"
@@ -43,19 +45,21 @@ class TensorContext final : public kernels::KernelContext {
 // A one-node graph: X a graph input, W and the optional B constants. `constant_w` = false makes W
 // a plain input.
 struct ConvGraph {
+  // `z`, when given (with `b`), is FusedConv's residual input 3, a graph input like X.
   ConvGraph(ir::OpType op, const Attrs& attrs, const ir::Tensor& x, const ir::Tensor& w,
-            const ir::Tensor& b, bool constant_w = true) {
+            const ir::Tensor& b, bool constant_w = true, const ir::Tensor& z = ir::Tensor()) {
     node = g.AddNode(op, "test_node");
     node->since_version = op == ir::OpType::kConv ? 22 : 1;
     for (const auto& [k, v] : attrs) node->attrs[k] = v;
     int i = 0;
-    for (const ir::Tensor* t : {&x, &w, &b}) {
+    for (const ir::Tensor* t : {&x, &w, &b, &z}) {
       if (!t->defined()) break;
       ir::Value* v = *g.AddValue("in" + std::to_string(i));
       v->dtype = t->dtype();
       v->shape = ir::Shape::Of(t->dims());
-      if (i > 0 && constant_w) v->constant = *t;
-      if (i == 0 || !constant_w) v->is_graph_input = true;
+      const bool weight = i == 1 || i == 2;
+      if (weight && constant_w) v->constant = *t;
+      if (!weight || !constant_w) v->is_graph_input = true;
       node->inputs.push_back(v);
       ++i;
     }
@@ -268,6 +272,62 @@ TEST(DnnlConvTest, Bf16SubnormalInputRunsTheReference) {
   auto fast = Make(*graph.Def(DetectCpuFeatures()), *graph.node);
   auto ref = Make(*graph.Def(0), *graph.node);
   EXPECT_EQ(Bits16(RunKernel(*fast, {x, w})), Bits16(RunKernel(*ref, {x, w})));
+}
+
+// FusedConv with a residual Z (the conv+residual fusion) = Relu(Conv(X, W) + B + Z): on oneDNN
+// (Z through the sum post-op) and through the reference fallback (a bf16 subnormal in X), with
+// NCHW tensors and channels-last ones, against the reference kernel on the NCHW tensors.
+TEST(DnnlConvTest, ResidualIsAddedBeforeTheActivation) {
+  std::mt19937 rng(17);
+  for (DataType dt : {DataType::kF32, DataType::kBF16}) {
+    if (dt == DataType::kBF16 && !HasBf16()) continue;
+    for (bool subnormal : {false, true}) {
+      if (subnormal && dt != DataType::kBF16) continue;
+      ir::Tensor x = Random({1, 4, 6, 6}, dt, rng);
+      if (subnormal) x.data<uint16_t>()[3] = 0x0001;
+      const ir::Tensor w = Random({5, 4, 3, 3}, dt, rng), b = Random({5}, dt, rng);
+      const ir::Tensor z = Random({1, 5, 6, 6}, dt, rng);
+      const Attrs attrs = {{"pads", IntsAttr({1, 1, 1, 1})}, {"activation", StringAttr("Relu")}};
+      ConvGraph ref_graph(ir::OpType::kFusedConv, attrs, x, w, b, true, z);
+      auto ref = Make(*ref_graph.Def(0), *ref_graph.node);
+      ASSERT_TRUE(ref);
+      const std::vector<float> want = ToFloats(RunKernel(*ref, {x, w, b, z}));
+      for (bool channels_last : {false, true}) {
+        Attrs a = attrs;
+        ir::Tensor xi = x, zi = z;
+        if (channels_last) {
+          a.push_back({kernels::kChannelsLastAttr, IntAttr(1)});
+          xi = *ir::ChannelsLastCopy(x, true);
+          zi = *ir::ChannelsLastCopy(z, true);
+        }
+        ConvGraph graph(ir::OpType::kFusedConv, a, xi, w, b, true, zi);
+        const kernels::KernelDef* def = graph.Def(DetectCpuFeatures());
+        ASSERT_TRUE(def);
+        ASSERT_EQ(def->isa, Isa::kDnnl);
+        auto fast = Make(*def, *graph.node);
+        ASSERT_TRUE(fast);
+        ir::Tensor y = RunKernel(*fast, {xi, w, b, zi});
+        ASSERT_TRUE(y.defined());
+        if (channels_last) y = *ir::ChannelsLastCopy(y, false);
+        const std::vector<float> got = ToFloats(y);
+        ASSERT_EQ(got.size(), want.size());
+        const std::string what = absl::StrCat(DataTypeName(dt), subnormal ? " subnormal" : "",
+                                              channels_last ? " channels-last" : " NCHW");
+        for (size_t i = 0; i < got.size(); ++i) {
+          if (subnormal) {
+            // The reference kernel itself ran: the same bits.
+            ASSERT_EQ(got[i], want[i]) << what << " element " << i;
+            continue;
+          }
+          // 37 products of N(0, 1) values, the bias and Z summed in fp32 in two orders: far
+          // below 1e-4 apart; bf16 adds half an output ulp on each side (2^-7 relative).
+          const double rel = dt == DataType::kBF16 ? 0x1p-7 : 0.0;
+          ASSERT_LE(std::fabs(got[i] - want[i]), 1e-4 + rel * std::fabs(want[i]))
+              << what << " element " << i << ": " << got[i] << " vs " << want[i];
+        }
+      }
+    }
+  }
 }
 
 TEST(DnnlConvTest, OtherCasesStayOnTheReference) {

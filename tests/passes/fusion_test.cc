@@ -161,6 +161,23 @@ onnx::ModelProto ConvRelu() {
   return m;
 }
 
+// y = Relu(Conv(x) + Tanh(x)): a residual Add after a convolution.
+onnx::ModelProto ConvResidualRelu() {
+  onnx::ModelProto m = NewModel({1, 4, 8, 8}, {1, 4, 8, 8});
+  auto* g = m.mutable_graph();
+  AddFloatInitializer(g, "w", {4, 4, 3, 3}, Ramp(4 * 36, 0.3f, 0.0f));
+  AddFloatInitializer(g, "b", {4}, {0.1f, -0.2f, 0.3f, 0.0f});
+  AddOnnxNode(g, "Tanh", {"x"}, {"z"}, "/branch");
+  auto* conv = AddOnnxNode(g, "Conv", {"x", "w", "b"}, {"c"}, "/conv");
+  auto* pads = conv->add_attribute();
+  pads->set_name("pads");
+  pads->set_type(onnx::AttributeProto::INTS);
+  for (int i = 0; i < 4; ++i) pads->add_ints(1);
+  AddOnnxNode(g, "Add", {"z", "c"}, {"sum"}, "/residual/Add");
+  AddOnnxNode(g, "Relu", {"sum"}, {"y"}, "/relu");
+  return m;
+}
+
 // y = LayerNormalization(x + Sigmoid(x)): a residual Add feeding a LayerNorm.
 onnx::ModelProto ResidualAddLayerNorm() {
   onnx::ModelProto m = NewModel({kRows, kCols}, {kRows, kCols});
@@ -273,6 +290,7 @@ INSTANTIATE_TEST_SUITE_P(
                       FusionCase{"softmax", DecomposedSoftmax, "softmax"},
                       FusionCase{"conv_batchnorm", ConvBatchNorm, "conv+batchnorm"},
                       FusionCase{"conv_relu", ConvRelu, "conv+Relu"},
+                      FusionCase{"conv_residual_relu", ConvResidualRelu, "conv+residual+Relu"},
                       FusionCase{"matmul_bias_relu", MatMulBiasRelu, "matmul+bias+Relu"},
                       FusionCase{"matmul_identity_bias_relu", MatMulIdentityBiasRelu,
                                  "matmul+bias+Relu"},

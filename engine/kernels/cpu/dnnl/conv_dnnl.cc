@@ -129,13 +129,16 @@ class ChannelsLastView final : public KernelContext {
   ir::Tensor x_;
 };
 
-// A context over NCHW copies, for the reference kernel of a channels-last node: input 0
-// replaced, output 0 kept here.
+// A context over NCHW copies, for the reference kernel of a channels-last node: X (input 0)
+// and the residual Z (input 3) replaced, output 0 kept here.
 class NchwCopyContext final : public KernelContext {
  public:
-  NchwCopyContext(KernelContext& ctx, const ir::Tensor* x) : ctx_(ctx), x_(x) {}
+  NchwCopyContext(KernelContext& ctx, const ir::Tensor* x, const ir::Tensor* z)
+      : ctx_(ctx), x_(x), z_(z) {}
   int num_inputs() const override { return ctx_.num_inputs(); }
-  const ir::Tensor* input(int i) const override { return i == 0 ? x_ : ctx_.input(i); }
+  const ir::Tensor* input(int i) const override {
+    return i == 0 ? x_ : i == 3 ? z_ : ctx_.input(i);
+  }
   int num_outputs() const override { return 1; }
   absl::StatusOr<ir::Tensor*> output(int i, DataType dtype, std::vector<int64_t> dims) override {
     if (i != 0) return absl::InternalError("a convolution has one output");
@@ -148,10 +151,12 @@ class NchwCopyContext final : public KernelContext {
  private:
   KernelContext& ctx_;
   const ir::Tensor* x_;
+  const ir::Tensor* z_;
   ir::Tensor y_;
 };
 
-// 2-D Conv / FusedConv = act(Conv(X, W) + B) through one oneDNN convolution.
+// 2-D Conv / FusedConv = act(Conv(X, W) + B [+ Z]) through one oneDNN convolution (Z, the
+// residual of a conv+residual fusion, through the primitive's sum post-op).
 class ConvKernel final : public Kernel {
  public:
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const ir::Node& node) {
@@ -180,7 +185,10 @@ class ConvKernel final : public Kernel {
     if (!x || !w || !y || !w->constant || w->is_graph_input || w->constant->rank() != 4) {
       return false;
     }
-    if (w->dtype != x->dtype || (b && b->dtype != x->dtype)) return false;
+    const ir::Value* z = node.input(3);  // FusedConv's residual
+    if (w->dtype != x->dtype || (b && b->dtype != x->dtype) || (z && z->dtype != x->dtype)) {
+      return false;
+    }
     if (y->dtype != x->dtype && y->dtype != DataType::kUndefined) return false;
     return ref::ReadActivation(node, ConvActivations()).ok();
   }
@@ -218,6 +226,21 @@ class ConvKernel final : public Kernel {
       } else {
         scratch_.resize(n);
         sums = scratch_.data();
+      }
+    }
+    // The residual Z (conv+residual fusion): the primitive adds the destination's prior
+    // contents (its sum post-op, before the activation), so Z is copied there first.
+    if (const ir::Tensor* z = ctx.input(3)) {
+      if (z->dims() != y->dims() || z->dtype() != dt) {
+        return ref::InvalidNode(node_, "Z of ", DataTypeName(z->dtype()), " ",
+                                ir::DimsToString(z->dims()), " does not match Y (",
+                                ir::DimsToString(y->dims()), ")");
+      }
+      if (sums == nullptr || dt == DataType::kF32) {
+        std::memcpy(y->raw_data(), z->raw_data(), z->byte_size());
+      } else {
+        const BFloat16* zp = z->data<BFloat16>();
+        for (int64_t i = 0; i < n; ++i) sums[i] = static_cast<float>(zp[i]);  // exact
       }
     }
     const float* bias = nullptr;
@@ -266,7 +289,11 @@ class ConvKernel final : public Kernel {
     if (!channels_last_) return reference_->Run(ctx);
     ASSIGN_OR_RETURN(ir::Tensor x, ir::ChannelsLastCopy(s.in.x->Reshaped(NhwcDims(s.in.x->dims())),
                                                         /*to_channels_last=*/false));
-    NchwCopyContext nchw(ctx, &x);
+    ir::Tensor z;
+    if (const ir::Tensor* zc = ctx.input(3)) {
+      ASSIGN_OR_RETURN(z, ir::ChannelsLastCopy(*zc, /*to_channels_last=*/false));
+    }
+    NchwCopyContext nchw(ctx, &x, z.defined() ? &z : nullptr);
     RETURN_IF_ERROR(reference_->Run(nchw));
     ASSIGN_OR_RETURN(ir::Tensor y, ir::ChannelsLastCopy(nchw.y(), /*to_channels_last=*/true));
     // `ctx` asks for the NHWC dims of the NCHW dims given.
@@ -346,6 +373,7 @@ class ConvKernel final : public Kernel {
     const int64_t g = attrs_.group;
     const ref::nn::Window& win = s.win;
     dn::post_ops ops;
+    if (node_.input(3) != nullptr) ops.append_sum(1.0f);  // + Z, in fp32, before the activation
     p.post_op = AppendPostOp(act_, ops);
     dn::primitive_attr attr;
     attr.set_post_ops(ops);
@@ -368,11 +396,14 @@ class ConvKernel final : public Kernel {
     const dn::memory::dims pad_l(win.pad_begin.begin(), win.pad_begin.end());
     const dn::memory::dims pad_r(win.pad_end.begin(), win.pad_end.end());
     // Channels-last tensors are taken as they are (oneDNN's NHWC convolutions are as fast as
-    // its blocked ones); NCHW ones in whatever layout the primitive prefers.
+    // its blocked ones); NCHW ones in whatever layout the primitive prefers, but for Y with a
+    // residual: the sum post-op reads Z where it was copied, Y itself.
     const dn::memory::desc src_any =
         channels_last_ ? p.src : dn::memory::desc(s.in.x->dims(), dt, Tag::any);
     const dn::memory::desc dst_any =
-        channels_last_ ? p.dst : dn::memory::desc(s.out_dims, p.dst.data_type(), Tag::any);
+        channels_last_ || node_.input(3) != nullptr
+            ? p.dst
+            : dn::memory::desc(s.out_dims, p.dst.data_type(), Tag::any);
     const auto desc =
         s.in.b ? dn::convolution_forward::desc(dn::prop_kind::forward_inference,
                                                dn::algorithm::convolution_direct, src_any, w_any,

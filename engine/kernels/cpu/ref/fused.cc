@@ -188,18 +188,29 @@ class FusedConvKernel final : public Kernel {
 
   absl::Status Run(KernelContext& ctx) override {
     ASSIGN_OR_RETURN(const nn::ConvSetup s, nn::SetupConv(node_, attrs_, ctx, false));
-    RETURN_IF_ERROR(CheckFloatInputs(node_, {{s.in.x, "X"}, {s.in.w, "W"}, {s.in.b, "B"}}));
+    // Z, the residual of a conv+residual fusion: added to the fp32 sum before the activation.
+    const ir::Tensor* z = ctx.input(3);
+    RETURN_IF_ERROR(
+        CheckFloatInputs(node_, {{s.in.x, "X"}, {s.in.w, "W"}, {s.in.b, "B"}, {z, "Z"}}));
+    if (z && z->dims() != s.out_dims) {
+      return InvalidNode(node_, "Z has shape ", ir::DimsToString(z->dims()), ", Y ",
+                         ir::DimsToString(s.out_dims));
+    }
     const DataType out_dt = OutputDtype(node_, 0, s.in.x->dtype());
     ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, out_dt, s.out_dims));
-    return DispatchCompute(ComputeInDouble({s.in.x, s.in.w, s.in.b}, {out_dt}), [&](auto ctag) {
+    return DispatchCompute(ComputeInDouble({s.in.x, s.in.w, s.in.b, z}, {out_dt}), [&](auto ctag) {
       using C = typename decltype(ctag)::type;
-      std::vector<C> xbuf, wbuf, bbuf;
+      std::vector<C> xbuf, wbuf, bbuf, zbuf;
       const C* x = ReadAs<C>(*s.in.x, xbuf);
       const C* w = ReadAs<C>(*s.in.w, wbuf);
       const C* b = s.in.b ? ReadAs<C>(*s.in.b, bbuf) : nullptr;
       std::vector<C> acc(y->num_elements());
       nn::FillBias(acc.data(), y->num_elements(), b, s.m, ir::NumElementsOf(s.win.out));
       nn::ConvForward(s.in.x->dims(), s.in.w->dims(), s.win, attrs_.group, x, w, acc.data());
+      if (z) {
+        const C* zp = ReadAs<C>(*z, zbuf);
+        for (size_t i = 0; i < acc.size(); ++i) acc[i] += zp[i];
+      }
       return WithOutput(*y, [&](auto* yp) {
         using T = std::remove_pointer_t<decltype(yp)>;
         WithActivation<C>(act_, [&](const auto& f) {
