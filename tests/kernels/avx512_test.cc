@@ -182,13 +182,61 @@ const kernels::KernelDef* PickShaped(OpType op, DataType dtype, const std::vecto
   return def.ok() ? *def : nullptr;
 }
 
-TEST(Avx512Elementwise, OnlyInputsOfTheOutputShapeTakeTheFastKernel) {
+TEST(Avx512Elementwise, FullScalarRowAndColumnOperandsTakeTheFastKernel) {
   EXPECT_EQ(PickShaped(OpType::kAdd, DataType::kF32, {2, 8}, 2)->isa, Isa::kAvx512);
-  EXPECT_EQ(PickShaped(OpType::kAdd, DataType::kF32, {2, 8}, 2, {8})->isa, Isa::kRef);
+  EXPECT_EQ(PickShaped(OpType::kAdd, DataType::kF32, {2, 8}, 2, {8})->isa, Isa::kAvx512);
+  EXPECT_EQ(PickShaped(OpType::kDiv, DataType::kF32, {2, 8}, 2, {2, 1})->isa, Isa::kAvx512);
+  EXPECT_EQ(PickShaped(OpType::kMul, DataType::kBF16, {2, 3, 8}, 2, {})->isa, Isa::kAvx512);
   EXPECT_EQ(PickShaped(OpType::kSum, DataType::kBF16, {3, 5}, 4)->isa, Isa::kAvx512);
   EXPECT_EQ(PickShaped(OpType::kRelu, DataType::kF16, {7}, 1)->isa, Isa::kAvx512);
+  // A middle-dim broadcast, Sum with a broadcast, other dtypes and ops: the reference.
+  EXPECT_EQ(PickShaped(OpType::kAdd, DataType::kF32, {4, 5, 8}, 2, {4, 1, 8})->isa, Isa::kRef);
+  EXPECT_EQ(PickShaped(OpType::kSum, DataType::kF32, {2, 8}, 2, {8})->isa, Isa::kRef);
   EXPECT_EQ(PickShaped(OpType::kAdd, DataType::kF64, {2, 8}, 2)->isa, Isa::kRef);
-  EXPECT_EQ(PickShaped(OpType::kDiv, DataType::kF32, {2, 8}, 2)->isa, Isa::kRef);
+  EXPECT_EQ(PickShaped(OpType::kPow, DataType::kF32, {2, 8}, 2)->isa, Isa::kRef);
+}
+
+// Add, Sub, Mul and Div with an operand broadcast as a scalar, a row (the output's trailing
+// dims) or a column (its leading dims), either side: the reference's bits, special values
+// included, on row lengths around the 16-lane tail and above the parallel threshold.
+TEST(Avx512Elementwise, BroadcastOperandsMatchTheReferenceBitForBit) {
+  SKIP_WITHOUT(kAvx512Bf16);
+  std::mt19937 gen(6);
+  std::uniform_real_distribution<float> dist(-4, 4);
+  const std::vector<float> special = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-40f, 65504.0f};
+  struct Case {
+    std::vector<int64_t> a, b;
+  };
+  const Case cases[] = {{{3, 17}, {17}},          {{3, 17}, {3, 1}},     {{1}, {5, 33}},
+                        {{2, 3, 40}, {1, 1, 40}}, {{2, 3, 40}, {}},      {{2, 3, 1}, {2, 3, 7}},
+                        {{700, 130}, {130}},      {{700, 130}, {700, 1}}};
+  for (DataType t : {DataType::kF32, DataType::kF16, DataType::kBF16}) {
+    for (const Case& c : cases) {
+      for (OpType op : {OpType::kAdd, OpType::kSub, OpType::kMul, OpType::kDiv}) {
+        for (int swap = 0; swap < 2; ++swap) {
+          NodeSpec spec;
+          spec.op = op;
+          spec.since_version = 14;
+          for (const auto* dims : {swap ? &c.b : &c.a, swap ? &c.a : &c.b}) {
+            std::vector<float> v(std::max<int64_t>(1, ir::NumElementsOf(*dims)));
+            for (float& e : v) e = dist(gen);
+            for (size_t j = 0; j < special.size() && 3 * j < v.size(); ++j) v[3 * j] = special[j];
+            spec.inputs.push_back(t == DataType::kF32   ? MakeFloat(*dims, v)
+                                  : t == DataType::kF16 ? MakeHalf(*dims, v)
+                                                        : MakeBf16(*dims, v));
+          }
+          spec.output_dtypes = {t};
+          const ir::Tensor a = RunNodeOk0(spec);
+          spec.cpu_features = 0;
+          const ir::Tensor b = RunNodeOk0(spec);
+          ASSERT_EQ(a.dims(), b.dims());
+          EXPECT_EQ(std::memcmp(a.raw_data(), b.raw_data(), a.byte_size()), 0)
+              << ir::OpName(op) << " " << DataTypeOnnxName(t) << " " << ir::DimsToString(c.a) << " "
+              << ir::DimsToString(c.b) << " swap " << swap;
+        }
+      }
+    }
+  }
 }
 
 // Add, Sub, Mul, Sum (two and three inputs) and Relu without broadcasting: the reference's bits,

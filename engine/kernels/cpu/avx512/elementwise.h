@@ -12,11 +12,24 @@
 
 namespace kiln::kernels::cpu::avx512 {
 
-enum class EwOp { kAdd, kSub, kMul, kRelu };
+enum class EwOp { kAdd, kSub, kMul, kDiv, kRelu };
 
 /// dst[i] = fold of op over ins[0][i] .. ins[nin-1][i] (Relu: of ins[0][i] alone) for i < n;
 /// every pointer holds n elements of `dtype` (kF32, kF16 or kBF16). Runs on the OpenMP threads
 /// when n is large; `dst` may be one of the inputs.
 void EwSameShape(EwOp op, DataType dtype, const void* const* ins, int nin, void* dst, int64_t n);
+
+/// How an operand of EwBinary is read for output element i of a row-major output seen as rows
+/// of `row` elements: kFull x[i], kScalar x[0], kRow x[i % row] (the operand is the output's
+/// trailing dims), kCol x[i / row] (the output's leading dims).
+enum class EwRead { kFull, kScalar, kRow, kCol };
+struct EwOperand {
+  const void* data = nullptr;
+  EwRead read = EwRead::kFull;
+};
+
+/// dst[i] = a op b for i < n (n a multiple of `row`), the operands broadcast as their EwRead
+/// says; `dtype` as for EwSameShape.
+void EwBinary(EwOp op, DataType dtype, EwOperand a, EwOperand b, void* dst, int64_t n, int64_t row);
 
 }  // namespace kiln::kernels::cpu::avx512

@@ -34,7 +34,50 @@ inline __m512 Apply(__m512 acc, __m512 x) {
   if constexpr (Op == EwOp::kAdd) return _mm512_add_ps(acc, x);
   if constexpr (Op == EwOp::kSub) return _mm512_sub_ps(acc, x);
   if constexpr (Op == EwOp::kMul) return _mm512_mul_ps(acc, x);
+  if constexpr (Op == EwOp::kDiv) return _mm512_div_ps(acc, x);
   return acc;
+}
+
+// One element of `x` (index i) broadcast to 16 lanes.
+template <DataType T>
+inline __m512 Splat(const void* x, int64_t i) {
+  return _mm512_set1_ps(_mm512_cvtss_f32(Load16<T>(x, i, 1)));
+}
+
+// Rows [r0, r1) of a binary op over rows of `row` elements.
+template <EwOp Op, DataType T>
+void BinaryRows(EwOperand a, EwOperand b, void* dst, int64_t row, int64_t r0, int64_t r1) {
+  __m512 a_splat = a.read == EwRead::kScalar ? Splat<T>(a.data, 0) : _mm512_setzero_ps();
+  __m512 b_splat = b.read == EwRead::kScalar ? Splat<T>(b.data, 0) : _mm512_setzero_ps();
+  // The 16 operand values at column j of row r: loaded, or the splat of a scalar or column.
+  auto operand = [&](const EwOperand& x, __m512 splat, int64_t r, int64_t j, __mmask16 m) {
+    if (x.read == EwRead::kFull) return Load16<T>(x.data, r * row + j, m);
+    if (x.read == EwRead::kRow) return Load16<T>(x.data, j, m);
+    return splat;
+  };
+  for (int64_t r = r0; r < r1; ++r) {
+    if (a.read == EwRead::kCol) a_splat = Splat<T>(a.data, r);
+    if (b.read == EwRead::kCol) b_splat = Splat<T>(b.data, r);
+    for (int64_t j = 0; j < row; j += 16) {
+      const __mmask16 m =
+          row - j >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << (row - j)) - 1u);
+      Store16<T>(dst, r * row + j, m,
+                 Apply<Op>(operand(a, a_splat, r, j, m), operand(b, b_splat, r, j, m)));
+    }
+  }
+}
+
+template <EwOp Op>
+void BinaryDispatch(DataType dtype, EwOperand a, EwOperand b, void* dst, int64_t row, int64_t r0,
+                    int64_t r1) {
+  switch (dtype) {
+    case DataType::kF16:
+      return BinaryRows<Op, DataType::kF16>(a, b, dst, row, r0, r1);
+    case DataType::kBF16:
+      return BinaryRows<Op, DataType::kBF16>(a, b, dst, row, r0, r1);
+    default:
+      return BinaryRows<Op, DataType::kF32>(a, b, dst, row, r0, r1);
+  }
 }
 
 template <EwOp Op, DataType T>
@@ -86,8 +129,40 @@ void EwSameShape(EwOp op, DataType dtype, const void* const* ins, int nin, void*
       case EwOp::kMul:
         Dispatch<EwOp::kMul>(dtype, ins, nin, dst, begin, end);
         break;
+      case EwOp::kDiv:
+        Dispatch<EwOp::kDiv>(dtype, ins, nin, dst, begin, end);
+        break;
       case EwOp::kRelu:
         Dispatch<EwOp::kRelu>(dtype, ins, nin, dst, begin, end);
+        break;
+    }
+  }
+}
+
+void EwBinary(EwOp op, DataType dtype, EwOperand a, EwOperand b, void* dst, int64_t n,
+              int64_t row) {
+  if (n <= 0 || row <= 0) return;
+  const int64_t rows = n / row;
+  // Memory bound: about 16K elements per piece, on every thread from 4 pieces on.
+  const int64_t per = std::max<int64_t>(1, (int64_t{1} << 14) / row);
+  const int64_t pieces = (rows + per - 1) / per;
+#pragma omp parallel for schedule(static) if (pieces >= 4)
+  for (int64_t p = 0; p < pieces; ++p) {
+    const int64_t r0 = p * per, r1 = std::min(rows, r0 + per);
+    switch (op) {
+      case EwOp::kAdd:
+        BinaryDispatch<EwOp::kAdd>(dtype, a, b, dst, row, r0, r1);
+        break;
+      case EwOp::kSub:
+        BinaryDispatch<EwOp::kSub>(dtype, a, b, dst, row, r0, r1);
+        break;
+      case EwOp::kMul:
+        BinaryDispatch<EwOp::kMul>(dtype, a, b, dst, row, r0, r1);
+        break;
+      case EwOp::kDiv:
+        BinaryDispatch<EwOp::kDiv>(dtype, a, b, dst, row, r0, r1);
+        break;
+      case EwOp::kRelu:
         break;
     }
   }
