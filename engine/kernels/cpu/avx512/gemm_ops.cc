@@ -3,10 +3,13 @@
 // reference only by the accumulation order that gemm.h defines.
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "engine/common/cpu_features.h"
+#include "engine/kernels/cpu/avx512/convert.h"
 #include "engine/kernels/cpu/avx512/gemm.h"
 #include "engine/kernels/cpu/avx512/math.h"
 #include "engine/kernels/cpu/avx512/register.h"
@@ -317,11 +320,32 @@ class FusedMatMulKernel final : public Kernel {
       using T = typename decltype(tag)::type;
       T* p = y->data<T>();
       const int64_t n = y->num_elements();
+      // `m` stored values from `src` as fp32 into `dst`, and back (the vectorised conversions,
+      // bit for bit those of ref::Load and ref::Store).
+      auto widen = [](const T* src, float* dst, int64_t m) {
+        if constexpr (std::is_same_v<T, float>) {
+          std::memcpy(dst, src, m * sizeof(float));
+        } else if constexpr (std::is_same_v<T, Float16>) {
+          HalfToFloat(reinterpret_cast<const uint16_t*>(src), dst, m);
+        } else if constexpr (std::is_same_v<T, BFloat16>) {
+          Bf16ToFloat(reinterpret_cast<const uint16_t*>(src), dst, m);
+        } else {
+          for (int64_t i = 0; i < m; ++i) dst[i] = static_cast<float>(ref::Load(src[i]));
+        }
+      };
+      auto narrow = [](const float* src, T* dst, int64_t m) {
+        if constexpr (std::is_same_v<T, float>) {
+          std::memcpy(dst, src, m * sizeof(float));
+        } else if constexpr (std::is_same_v<T, Float16>) {
+          FloatToHalf(src, reinterpret_cast<uint16_t*>(dst), m);
+        } else if constexpr (std::is_same_v<T, BFloat16>) {
+          FloatToBf16(src, reinterpret_cast<uint16_t*>(dst), m);
+        } else {
+          for (int64_t i = 0; i < m; ++i) dst[i] = ref::Store<T>(src[i]);
+        }
+      };
       // Member 1, the bias Add, is the activation's input: offered as stored.
-      if (float* sum = ctx.interior(1, n)) {
-#pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < n; ++i) sum[i] = static_cast<float>(ref::Load(p[i]));
-      }
+      if (float* sum = ctx.interior(1, n)) widen(p, sum, n);
       if (act_.kind == ref::ActKind::kGelu) {
         // ew::GeluOp's arithmetic in fp32, erf 16 at a time (math.h): within the vector erf's
         // bound of the scalar one.
@@ -331,12 +355,11 @@ class FusedMatMulKernel final : public Kernel {
         for (int64_t c = 0; c < chunks; ++c) {
           const int64_t begin = c * kChunk, m = std::min(kChunk, n - begin);
           alignas(64) float x[kChunk], e[kChunk];
-          for (int64_t i = 0; i < m; ++i) {
-            x[i] = static_cast<float>(ref::Load(p[begin + i]));
-            e[i] = x[i] * 0.70710678118654752440084436210485f;
-          }
+          widen(p + begin, x, m);
+          for (int64_t i = 0; i < m; ++i) e[i] = x[i] * 0.70710678118654752440084436210485f;
           ErfF32(e, e, m);
-          for (int64_t i = 0; i < m; ++i) p[begin + i] = ref::Store<T>(0.5f * x[i] * (1.0f + e[i]));
+          for (int64_t i = 0; i < m; ++i) x[i] = 0.5f * x[i] * (1.0f + e[i]);
+          narrow(x, p + begin, m);
         }
         return absl::OkStatus();
       }
