@@ -49,8 +49,8 @@ bool LayoutFreeElementwise(ir::OpType op) {
 class ChannelsLast {
  public:
   ChannelsLast(ir::Graph& g, const std::vector<ir::Node*>& live,
-               const std::function<bool(const ir::Node&)>& conv_ok)
-      : g_(g), live_(live), conv_ok_(conv_ok) {
+               const std::function<bool(const ir::Node&)>& kernel_ok)
+      : g_(g), live_(live), kernel_ok_(kernel_ok) {
     for (ir::Node* n : live) live_set_.insert(n);
   }
 
@@ -59,7 +59,7 @@ class ChannelsLast {
     // elementwise node when every activation input is already NHWC.
     for (ir::Node* n : live_) {
       if (IsConv(*n)) {
-        if (!conv_ok_(*n) || !KnownRank4(n->inputs[0]) || !KnownRank4(n->outputs[0]) ||
+        if (!kernel_ok_(*n) || !KnownRank4(n->inputs[0]) || !KnownRank4(n->outputs[0]) ||
             (n->input(3) && !KnownRank4(n->inputs[3]))) {
           continue;
         }
@@ -69,7 +69,7 @@ class ChannelsLast {
       } else if (IsPool(*n)) {
         // Only a pool already reading an NHWC value: one on an NCHW value gains nothing.
         if (n->num_inputs() != 1 || !nhwc_values_.contains(n->inputs[0]) ||
-            !KnownRank4(n->outputs[0]) || !conv_ok_(*n)) {
+            !KnownRank4(n->outputs[0]) || !kernel_ok_(*n)) {
           continue;
         }
         nhwc_nodes_.insert(n);
@@ -92,6 +92,7 @@ class ChannelsLast {
       w->shape = Permuted(v->shape, kToNhwc);
       n->outputs[0] = w;
       twin_[v] = w;
+      twins_in_order_.push_back({v, w});
       if (IsConv(*n) || IsPool(*n)) n->attrs[kernels::kChannelsLastAttr] = ir::Attribute::Int(1);
     }
     for (ir::Node* n : live_) {
@@ -110,8 +111,9 @@ class ChannelsLast {
       }
     }
     // Values produced NHWC that something still reads as NCHW (or a graph output): one
-    // transpose back, producing the value under its own name.
-    for (auto& [v, w] : twin_) {
+    // transpose back, producing the value under its own name (in execution order, so that a
+    // build is deterministic).
+    for (auto& [v, w] : twins_in_order_) {
       bool nchw_reader = v->is_graph_output;
       for (ir::Node* c : v->consumers) {
         if (!live_set_.contains(c)) continue;
@@ -182,12 +184,13 @@ class ChannelsLast {
 
   ir::Graph& g_;
   const std::vector<ir::Node*>& live_;
-  const std::function<bool(const ir::Node&)>& conv_ok_;
+  const std::function<bool(const ir::Node&)>& kernel_ok_;
   absl::flat_hash_set<const ir::Node*> live_set_;
   absl::flat_hash_set<const ir::Node*> nhwc_nodes_;
-  absl::flat_hash_set<const ir::Value*> nhwc_values_;    // NCHW values computed NHWC
-  absl::flat_hash_map<ir::Value*, ir::Value*> twin_;     // such a value -> its NHWC value
-  absl::flat_hash_map<ir::Value*, ir::Value*> to_nhwc_;  // NCHW value -> transposed copy
+  absl::flat_hash_set<const ir::Value*> nhwc_values_;              // NCHW values computed NHWC
+  absl::flat_hash_map<ir::Value*, ir::Value*> twin_;               // such a value -> its NHWC value
+  std::vector<std::pair<ir::Value*, ir::Value*>> twins_in_order_;  // the same, in order
+  absl::flat_hash_map<ir::Value*, ir::Value*> to_nhwc_;            // NCHW value -> transposed copy
   LayoutResult result_;
 };
 

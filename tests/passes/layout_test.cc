@@ -249,6 +249,14 @@ TEST(ChannelsLastTest, CompareReadsAChannelsLastReference) {
   EXPECT_TRUE(r.pass());
 }
 
+// The inserted transposes come in execution order: two builds of a model give the same blob
+// (the server's cache and its bit-for-bit match with a local build rely on it).
+TEST(ChannelsLastTest, BuildsAreDeterministic) {
+  Built a = Build("fp32", true), b = Build("fp32", true);
+  ASSERT_FALSE(a.result.blob.empty());
+  EXPECT_EQ(a.result.blob, b.result.blob);
+}
+
 TEST(ChannelsLastTest, ReferenceConvolutionRefusesAChannelsLastNode) {
   onnx::ModelProto m = ResidualNet();
   auto built = builder::BuildEngine(SerializeModel(m), builder::BuildOptions{}, nullptr);
