@@ -9,26 +9,6 @@
 namespace kiln::kernels::cpu::avx512 {
 namespace {
 
-template <DataType T>
-inline __m512 Load16(const void* p, int64_t i, __mmask16 m) {
-  if constexpr (T == DataType::kF32) {
-    return _mm512_maskz_loadu_ps(m, static_cast<const float*>(p) + i);
-  } else {
-    const __m256i raw = _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(p) + i);
-    return T == DataType::kF16 ? HalfToFloat16(raw) : Bf16ToFloat16(raw);
-  }
-}
-
-template <DataType T>
-inline void Store16(void* p, int64_t i, __mmask16 m, __m512 v) {
-  if constexpr (T == DataType::kF32) {
-    _mm512_mask_storeu_ps(static_cast<float*>(p) + i, m, v);
-  } else {
-    const __m256i raw = T == DataType::kF16 ? FloatToHalf16(v) : FloatToBf16x16(v);
-    _mm256_mask_storeu_epi16(static_cast<uint16_t*>(p) + i, m, raw);
-  }
-}
-
 template <EwOp Op>
 inline __m512 Apply(__m512 acc, __m512 x) {
   if constexpr (Op == EwOp::kAdd) return _mm512_add_ps(acc, x);
@@ -59,8 +39,7 @@ void BinaryRows(EwOperand a, EwOperand b, void* dst, int64_t row, int64_t r0, in
     if (a.read == EwRead::kCol) a_splat = Splat<T>(a.data, r);
     if (b.read == EwRead::kCol) b_splat = Splat<T>(b.data, r);
     for (int64_t j = 0; j < row; j += 16) {
-      const __mmask16 m =
-          row - j >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << (row - j)) - 1u);
+      const __mmask16 m = LaneMask(row - j);
       Store16<T>(dst, r * row + j, m,
                  Apply<Op>(operand(a, a_splat, r, j, m), operand(b, b_splat, r, j, m)));
     }
@@ -83,8 +62,7 @@ void BinaryDispatch(DataType dtype, EwOperand a, EwOperand b, void* dst, int64_t
 template <EwOp Op, DataType T>
 void Loop(const void* const* ins, int nin, void* dst, int64_t begin, int64_t end) {
   for (int64_t i = begin; i < end; i += 16) {
-    const __mmask16 m =
-        end - i >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << (end - i)) - 1u);
+    const __mmask16 m = LaneMask(end - i);
     __m512 acc = Load16<T>(ins[0], i, m);
     if constexpr (Op == EwOp::kRelu) {
       // x < 0 ? 0 : x (ordered: NaN passes through, -0 stays -0), as the reference.

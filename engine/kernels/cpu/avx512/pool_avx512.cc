@@ -10,30 +10,6 @@
 namespace kiln::kernels::cpu::avx512 {
 namespace {
 
-inline __mmask16 Tail(int64_t left) {
-  return left >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << left) - 1u);
-}
-
-template <DataType T>
-inline __m512 Load16(const void* p, int64_t i, __mmask16 m) {
-  if constexpr (T == DataType::kF32) {
-    return _mm512_maskz_loadu_ps(m, static_cast<const float*>(p) + i);
-  } else {
-    const __m256i raw = _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(p) + i);
-    return T == DataType::kF16 ? HalfToFloat16(raw) : Bf16ToFloat16(raw);
-  }
-}
-
-template <DataType T>
-inline void Store16(void* p, int64_t i, __mmask16 m, __m512 v) {
-  if constexpr (T == DataType::kF32) {
-    _mm512_mask_storeu_ps(static_cast<float*>(p) + i, m, v);
-  } else {
-    const __m256i raw = T == DataType::kF16 ? FloatToHalf16(v) : FloatToBf16x16(v);
-    _mm256_mask_storeu_epi16(static_cast<uint16_t*>(p) + i, m, raw);
-  }
-}
-
 template <DataType T>
 void MaxPool(const void* x, void* y, const PoolWindow2d& w) {
   const int64_t rows = w.n * w.oh;
@@ -43,7 +19,7 @@ void MaxPool(const void* x, void* y, const PoolWindow2d& w) {
     for (int64_t ox = 0; ox < w.ow; ++ox) {
       const int64_t out = ((b * w.oh + oy) * w.ow + ox) * w.c;
       for (int64_t c = 0; c < w.c; c += 16) {
-        const __mmask16 m = Tail(w.c - c);
+        const __mmask16 m = LaneMask(w.c - c);
         __m512 best = _mm512_set1_ps(std::numeric_limits<float>::lowest());
         // Cells in row-major order; max(v, best) keeps `best` on a tie (the earliest cell, as
         // the reference's first-maximum rule) and when v is NaN (skipped, as the reference).
@@ -68,7 +44,7 @@ void GlobalAverage(const void* x, void* y, int64_t n, int64_t hw, int64_t c) {
   const __m512 count = _mm512_set1_ps(static_cast<float>(hw));
   for (int64_t b = 0; b < n; ++b) {
     for (int64_t ch = 0; ch < c; ch += 16) {
-      const __mmask16 m = Tail(c - ch);
+      const __mmask16 m = LaneMask(c - ch);
       __m512 sum = _mm512_setzero_ps();
       for (int64_t p = 0; p < hw; ++p)
         sum = _mm512_add_ps(sum, Load16<T>(x, (b * hw + p) * c + ch, m));

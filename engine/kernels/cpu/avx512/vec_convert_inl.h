@@ -5,6 +5,10 @@
 
 #include <immintrin.h>
 
+#include <cstdint>
+
+#include "engine/common/dtype.h"
+
 namespace kiln::kernels::cpu::avx512 {
 namespace {
 
@@ -52,6 +56,34 @@ static inline __m256i FloatToBf16x16(__m512 f) {
     r = _mm256_mask_mov_epi16(r, sub, _mm512_cvtepi32_epi16(rounded));
   }
   return r;
+}
+
+// The mask of the first min(left, 16) lanes (none when left <= 0).
+static inline __mmask16 LaneMask(int64_t left) {
+  if (left <= 0) return 0;
+  return left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1u);
+}
+
+// Elements i .. i+15 (lanes of mask m; the others 0) of a `T` array as fp32: exact widening.
+template <DataType T>
+static inline __m512 Load16(const void* p, int64_t i, __mmask16 m) {
+  if constexpr (T == DataType::kF32) {
+    return _mm512_maskz_loadu_ps(m, static_cast<const float*>(p) + i);
+  } else {
+    const __m256i raw = _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(p) + i);
+    return T == DataType::kF16 ? HalfToFloat16(raw) : Bf16ToFloat16(raw);
+  }
+}
+
+// Lanes m of v into elements i .. i+15 of a `T` array, rounded to T as half.h rounds.
+template <DataType T>
+static inline void Store16(void* p, int64_t i, __mmask16 m, __m512 v) {
+  if constexpr (T == DataType::kF32) {
+    _mm512_mask_storeu_ps(static_cast<float*>(p) + i, m, v);
+  } else {
+    const __m256i raw = T == DataType::kF16 ? FloatToHalf16(v) : FloatToBf16x16(v);
+    _mm256_mask_storeu_epi16(static_cast<uint16_t*>(p) + i, m, raw);
+  }
 }
 
 }  // namespace
