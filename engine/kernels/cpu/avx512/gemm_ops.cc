@@ -140,9 +140,11 @@ class GemmKernel final : public Kernel {
     g.alpha = alpha_;
     g.beta = beta_;
     const ir::Value* bv = node_.input(1);
-    if (a->dtype() == DataType::kF32 && bv && bv->constant && !bv->is_graph_input) {
+    if (a->dtype() == DataType::kF32 && bv && bv->constant && !bv->is_graph_input && k > 0 &&
+        n > 0) {
       // A constant fp32 B (a classifier's weight, usually transposed): packed once, at the
-      // first run, as the build packs MatMul weights; the same values, read contiguously.
+      // first run, as the build packs MatMul weights; the same values, read contiguously
+      // (nullptr, and B read as it is, when the buffer cannot be had).
       g.b_packed_f32 = PackedWeight(*b, k, n, g.b_rs, g.b_cs);
     } else {
       ChooseBf16Path(g, node_, *a, *b, scan_);
@@ -156,6 +158,10 @@ class GemmKernel final : public Kernel {
     if (packed_data_ != b.raw_data() || packed_k_ != k || packed_n_ != n) {
       const size_t bytes = static_cast<size_t>((n + 63) / 64 * PackedBStripElemsF32(k)) * 4;
       packed_.reset(static_cast<float*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
+      if (!packed_) {
+        packed_data_ = nullptr;
+        return nullptr;
+      }
       PackBF32Strided(b.data<float>(), k, n, b_rs, b_cs, packed_.get());
       packed_data_ = b.raw_data();
       packed_k_ = k;
