@@ -104,6 +104,10 @@ bool IsFloating(DataType t) {
   return t == DataType::kF32 || t == DataType::kF16 || t == DataType::kBF16 || t == DataType::kF64;
 }
 
+bool IsF32OrHalf(DataType t) {
+  return t == DataType::kF32 || t == DataType::kF16 || t == DataType::kBF16;
+}
+
 bool IsInteger(DataType t) {
   switch (t) {
     case DataType::kU8:

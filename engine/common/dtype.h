@@ -38,6 +38,10 @@ size_t DataTypeSize(DataType t);
 /// True for kF32, kF16, kBF16, kF64.
 bool IsFloating(DataType t);
 
+/// True for kF32, kF16, kBF16: the storage types of the fast (AVX-512) float kernels, which
+/// compute in fp32.
+bool IsF32OrHalf(DataType t);
+
 /// True for the signed and unsigned integer types (not bool).
 bool IsInteger(DataType t);
 

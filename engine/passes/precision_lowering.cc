@@ -163,9 +163,7 @@ class Lowering {
 
   // Floating slots the assignment may retype: fp32 always, fp16/bf16 too (they are authored only
   // under weak typing here; strong typing returns before lowering). f64 stays as authored.
-  static bool Retypable(DataType t) {
-    return t == DataType::kF32 || t == DataType::kF16 || t == DataType::kBF16;
-  }
+  static bool Retypable(DataType t) { return IsF32OrHalf(t); }
 
   // Ops whose output dtype is an attribute follow the new output dtype.
   absl::Status RetypeAttributes(ir::Node& n, DataType pdt) {

@@ -144,8 +144,8 @@ TEST(ChannelsLastTest, ConvolutionsAndTheElementwiseNodesBetweenThemRunNhwc) {
   // In: x, and the Concat's output for the head. Out: the graph outputs `sum`, `y` and `gap`,
   // and the two Concat inputs (the pool's output and the branch's). Without the fast pools the
   // MaxPool and the GlobalAveragePool run NCHW: r2 out, p in, and `y` serves the pool too.
-  // Nothing between two NHWC nodes (the residual Add and the Relu after it run on NHWC values;
-  // the first Relu is fused).
+  // Nothing between two NHWC nodes (the residual Add runs inside conv2's FusedConv, the Relu
+  // after it on its NHWC output; the first Relu is fused into conv1).
   const int expected = 7;
   EXPECT_EQ(transposes, expected);
   EXPECT_EQ(b.result.summary.layout_transposes, expected);

@@ -11,10 +11,6 @@
 namespace kiln::kernels::cpu::avx512 {
 namespace {
 
-bool IsFloat16Family(DataType t) {
-  return t == DataType::kF32 || t == DataType::kF16 || t == DataType::kBF16;
-}
-
 DataType CastTo(const ir::Node& node) {
   const ir::Attribute* to = node.attr("to");
   if (to == nullptr || to->type != ir::Attribute::Type::kInt) return DataType::kUndefined;
@@ -27,7 +23,7 @@ bool Supports(const ir::Node& node) {
   const ir::Value* x = node.input(0);
   if (x == nullptr) return false;
   const DataType from = x->dtype, to = CastTo(node);
-  return IsFloat16Family(from) && IsFloat16Family(to) && from != to;
+  return IsF32OrHalf(from) && IsF32OrHalf(to) && from != to;
 }
 
 // Converts n elements of `from` at src into `to` at dst; fp16 <-> bf16 goes through fp32 (exact
@@ -62,7 +58,7 @@ void Convert(DataType from, DataType to, const void* src, void* dst, int64_t n) 
 absl::Status CastRun(const ir::Node& node, KernelContext& ctx) {
   ASSIGN_OR_RETURN(const ir::Tensor* x, ref::RequireInput(node, ctx, 0));
   const DataType to = CastTo(node);
-  if (!IsFloat16Family(x->dtype()) || !IsFloat16Family(to)) {
+  if (!IsF32OrHalf(x->dtype()) || !IsF32OrHalf(to)) {
     return absl::InternalError(node.Label() + " fast Cast selected for an unsupported dtype pair");
   }
   ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, to, x->dims()));

@@ -1,5 +1,6 @@
-// Same-shape elementwise arithmetic on float, float16 and bfloat16 storage (elementwise_avx512.cc),
-// for the fast Add, Sub, Mul, Sum and Relu kernels (elementwise_ops.cc). The reference's numbers
+// Elementwise arithmetic on float, float16 and bfloat16 storage (elementwise_avx512.cc), same
+// shape or with a scalar, row or column operand, for the fast Add, Sub, Mul, Div, Sum and Relu
+// kernels (elementwise_ops.cc). The reference's numbers
 // to the bit: each element is computed in fp32 from its inputs widened exactly, folded left to
 // right (Sum: ((x0 + x1) + x2) ...), and rounded once to the storage type (round to nearest
 // even, the conversions of vec_convert_inl.h). Call only when the CPU has the kAvx512 features
@@ -29,7 +30,7 @@ struct EwOperand {
 };
 
 /// dst[i] = a op b for i < n (n a multiple of `row`), the operands broadcast as their EwRead
-/// says; `dtype` as for EwSameShape.
+/// says; `dtype` as for EwSameShape; `op` not kRelu (nothing is written for it).
 void EwBinary(EwOp op, DataType dtype, EwOperand a, EwOperand b, void* dst, int64_t n, int64_t row);
 
 }  // namespace kiln::kernels::cpu::avx512

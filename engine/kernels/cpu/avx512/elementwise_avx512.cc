@@ -1,4 +1,4 @@
-// The same-shape elementwise loops of elementwise.h, 16 elements at a time.
+// The elementwise loops of elementwise.h, 16 elements at a time.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -46,19 +46,6 @@ void BinaryRows(EwOperand a, EwOperand b, void* dst, int64_t row, int64_t r0, in
   }
 }
 
-template <EwOp Op>
-void BinaryDispatch(DataType dtype, EwOperand a, EwOperand b, void* dst, int64_t row, int64_t r0,
-                    int64_t r1) {
-  switch (dtype) {
-    case DataType::kF16:
-      return BinaryRows<Op, DataType::kF16>(a, b, dst, row, r0, r1);
-    case DataType::kBF16:
-      return BinaryRows<Op, DataType::kBF16>(a, b, dst, row, r0, r1);
-    default:
-      return BinaryRows<Op, DataType::kF32>(a, b, dst, row, r0, r1);
-  }
-}
-
 template <EwOp Op, DataType T>
 void Loop(const void* const* ins, int nin, void* dst, int64_t begin, int64_t end) {
   for (int64_t i = begin; i < end; i += 16) {
@@ -75,74 +62,59 @@ void Loop(const void* const* ins, int nin, void* dst, int64_t begin, int64_t end
   }
 }
 
-template <EwOp Op>
-void Dispatch(DataType dtype, const void* const* ins, int nin, void* dst, int64_t begin,
-              int64_t end) {
-  switch (dtype) {
-    case DataType::kF16:
-      return Loop<Op, DataType::kF16>(ins, nin, dst, begin, end);
-    case DataType::kBF16:
-      return Loop<Op, DataType::kBF16>(ins, nin, dst, begin, end);
-    default:
-      return Loop<Op, DataType::kF32>(ins, nin, dst, begin, end);
+// f.template operator()<Op, T>() for the run-time `op` and `dtype` (kF16, kBF16, else kF32).
+template <typename F>
+void WithOpAndType(EwOp op, DataType dtype, F&& f) {
+  auto with_type = [&]<EwOp Op>() {
+    switch (dtype) {
+      case DataType::kF16:
+        return f.template operator()<Op, DataType::kF16>();
+      case DataType::kBF16:
+        return f.template operator()<Op, DataType::kBF16>();
+      default:
+        return f.template operator()<Op, DataType::kF32>();
+    }
+  };
+  switch (op) {
+    case EwOp::kAdd:
+      return with_type.template operator()<EwOp::kAdd>();
+    case EwOp::kSub:
+      return with_type.template operator()<EwOp::kSub>();
+    case EwOp::kMul:
+      return with_type.template operator()<EwOp::kMul>();
+    case EwOp::kDiv:
+      return with_type.template operator()<EwOp::kDiv>();
+    case EwOp::kRelu:
+      return with_type.template operator()<EwOp::kRelu>();
   }
 }
+
+// Memory bound: pieces of about 16K elements, on every thread from 4 pieces on.
+constexpr int64_t kPiece = int64_t{1} << 14;
 
 }  // namespace
 
 void EwSameShape(EwOp op, DataType dtype, const void* const* ins, int nin, void* dst, int64_t n) {
-  // Memory bound: chunks of 16K elements (a multiple of 16), on every thread from 4 chunks on.
-  constexpr int64_t kChunk = 1 << 14;
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (chunks >= 4)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t begin = c * kChunk, end = std::min(n, begin + kChunk);
-    switch (op) {
-      case EwOp::kAdd:
-        Dispatch<EwOp::kAdd>(dtype, ins, nin, dst, begin, end);
-        break;
-      case EwOp::kSub:
-        Dispatch<EwOp::kSub>(dtype, ins, nin, dst, begin, end);
-        break;
-      case EwOp::kMul:
-        Dispatch<EwOp::kMul>(dtype, ins, nin, dst, begin, end);
-        break;
-      case EwOp::kDiv:
-        Dispatch<EwOp::kDiv>(dtype, ins, nin, dst, begin, end);
-        break;
-      case EwOp::kRelu:
-        Dispatch<EwOp::kRelu>(dtype, ins, nin, dst, begin, end);
-        break;
-    }
+  const int64_t pieces = (n + kPiece - 1) / kPiece;  // kPiece is a multiple of 16
+#pragma omp parallel for schedule(static) if (pieces >= 4)
+  for (int64_t c = 0; c < pieces; ++c) {
+    const int64_t begin = c * kPiece, end = std::min(n, begin + kPiece);
+    WithOpAndType(op, dtype,
+                  [&]<EwOp Op, DataType T>() { Loop<Op, T>(ins, nin, dst, begin, end); });
   }
 }
 
 void EwBinary(EwOp op, DataType dtype, EwOperand a, EwOperand b, void* dst, int64_t n,
               int64_t row) {
-  if (n <= 0 || row <= 0) return;
+  if (n <= 0 || row <= 0 || op == EwOp::kRelu) return;
   const int64_t rows = n / row;
-  // Memory bound: about 16K elements per piece, on every thread from 4 pieces on.
-  const int64_t per = std::max<int64_t>(1, (int64_t{1} << 14) / row);
+  const int64_t per = std::max<int64_t>(1, kPiece / row);  // rows per piece
   const int64_t pieces = (rows + per - 1) / per;
 #pragma omp parallel for schedule(static) if (pieces >= 4)
   for (int64_t p = 0; p < pieces; ++p) {
     const int64_t r0 = p * per, r1 = std::min(rows, r0 + per);
-    switch (op) {
-      case EwOp::kAdd:
-        BinaryDispatch<EwOp::kAdd>(dtype, a, b, dst, row, r0, r1);
-        break;
-      case EwOp::kSub:
-        BinaryDispatch<EwOp::kSub>(dtype, a, b, dst, row, r0, r1);
-        break;
-      case EwOp::kMul:
-        BinaryDispatch<EwOp::kMul>(dtype, a, b, dst, row, r0, r1);
-        break;
-      case EwOp::kDiv:
-        BinaryDispatch<EwOp::kDiv>(dtype, a, b, dst, row, r0, r1);
-        break;
-      case EwOp::kRelu:
-        break;
-    }
+    WithOpAndType(op, dtype,
+                  [&]<EwOp Op, DataType T>() { BinaryRows<Op, T>(a, b, dst, row, r0, r1); });
   }
 }
 

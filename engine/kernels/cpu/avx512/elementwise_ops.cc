@@ -17,10 +17,6 @@
 namespace kiln::kernels::cpu::avx512 {
 namespace {
 
-bool FastType(DataType t) {
-  return t == DataType::kF32 || t == DataType::kF16 || t == DataType::kBF16;
-}
-
 EwOp OpOf(ir::OpType op) {
   switch (op) {
     case ir::OpType::kSub:
@@ -117,8 +113,8 @@ class ElementwiseKernel final : public Kernel {
     const int n = node.num_inputs();
     if (n < 1) return false;
     for (const ir::Value* v : node.inputs) {
-      if (!v || v->dtype != node.inputs[0]->dtype || !FastType(v->dtype) || !v->shape.rank_known ||
-          !v->shape.is_static()) {
+      if (!v || v->dtype != node.inputs[0]->dtype || !IsF32OrHalf(v->dtype) ||
+          !v->shape.rank_known || !v->shape.is_static()) {
         return false;
       }
     }
@@ -137,7 +133,7 @@ class ElementwiseKernel final : public Kernel {
   absl::Status Run(KernelContext& ctx) override {
     const ir::Tensor* x0 = ctx.input(0);
     std::vector<const void*> ins;
-    bool same = x0 != nullptr && FastType(x0->dtype());
+    bool same = x0 != nullptr && IsF32OrHalf(x0->dtype());
     for (int i = 0; same && i < ctx.num_inputs(); ++i) {
       const ir::Tensor* t = ctx.input(i);
       same = t != nullptr && t->dtype() == x0->dtype() &&

@@ -12,10 +12,6 @@
 namespace kiln::kernels::cpu::avx512 {
 namespace {
 
-bool FastType(DataType t) {
-  return t == DataType::kF32 || t == DataType::kF16 || t == DataType::kBF16;
-}
-
 // A channels-last node of one float dtype with one output (Indices not asked for).
 bool Supports(const ir::Node& node) {
   if (node.GetInt(kChannelsLastAttr, 0) == 0 || node.num_inputs() != 1 || !node.inputs[0]) {
@@ -24,13 +20,13 @@ bool Supports(const ir::Node& node) {
   for (int i = 1; i < node.num_outputs(); ++i) {
     if (node.outputs[i]) return false;
   }
-  return FastType(node.inputs[0]->dtype);
+  return IsF32OrHalf(node.inputs[0]->dtype);
 }
 
 absl::StatusOr<const ir::Tensor*> NhwcInput(const ir::Node& node, KernelContext& ctx) {
   ASSIGN_OR_RETURN(const ir::Tensor* x, ref::RequireInput(node, ctx, 0));
   if (x->rank() != 4) return ref::InvalidNode(node, "a channels-last pool needs a rank-4 X");
-  if (!FastType(x->dtype())) {
+  if (!IsF32OrHalf(x->dtype())) {
     return ref::InvalidNode(node, "unsupported dtype ", DataTypeOnnxName(x->dtype()));
   }
   return x;
