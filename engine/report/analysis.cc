@@ -78,10 +78,6 @@ absl::StatusOr<ir::Tensor> OwnedF32(const ir::Tensor& t) {
 
 std::string Sci(double v) { return absl::StrFormat("%.3g", v); }
 
-}  // namespace
-
-namespace {
-
 // The `::` suffixes a pass appends to an ONNX tensor's name: a dtype (precision lowering) or
 // the channels-last marker (the layout pass). Calls `f` with each, last first, and returns the
 // name without them.
