@@ -230,12 +230,12 @@ absl::StatusOr<v1::AccuracyReport> BuildAccuracyReport(
   ASSIGN_OR_RETURN(auto analysis,
                    report::EngineAnalysis::Create(engine, reference, report_options.tolerance));
   absl::Status st =
-      analysis->AddSamples(samples, [&](size_t i, const report::EngineAnalysis::SampleTimes& t) {
+      analysis->AddSamples(samples, [&](size_t i, const report::EngineAnalysis::SampleStats& t) {
         if (!logger) return;
         logger->info(
-            "report: sample {}/{}: reference run {:.0f} ms, engine runs (tapped, and each kernel "
-            "on reference inputs) {:.0f} ms",
-            i + 1, samples.size(), t.reference_ms, t.engine_ms);
+            "report: sample {}/{}: reference run {:.0f} ms, engine runs (tapped, and {} kernel(s) "
+            "alone on reference inputs; {} with inputs equal to them reused) {:.0f} ms",
+            i + 1, samples.size(), t.reference_ms, t.kernels_alone, t.kernels_reused, t.engine_ms);
       });
   if (!st.ok()) {
     return absl::Status(st.code(), absl::StrCat("accuracy report, ", st.message()));

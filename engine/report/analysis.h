@@ -16,7 +16,10 @@
 //      precision. Taps only read: a tapped run is bit-identical to an untapped one;
 //   3. every kernel runs once more alone, fed the reference inputs (converted to its input
 //      dtypes): the error it *introduces*, apart from the error it *inherits*. This run follows
-//      the kernel's tapped run at once (from the observer): one pass over the kernels.
+//      the kernel's tapped run at once (from the observer): one pass over the kernels. When the
+//      tapped run's inputs are bit for bit those reference inputs (no error inherited, as in
+//      much of an fp32 engine), the standalone run would repeat the tapped one (kernels are
+//      deterministic and both run on the same thread): its results are the tapped run's.
 // Errors accumulate over samples element by element (ErrorAccumulator).
 #pragma once
 
@@ -50,9 +53,11 @@ class EngineAnalysis {
       std::shared_ptr<const plan::Engine> engine, std::shared_ptr<const plan::Engine> reference,
       Tolerance tolerance);
 
-  /// Wall time of a sample's reference run (step 1) and engine runs (steps 2 and 3).
-  struct SampleTimes {
+  /// Wall time of a sample's reference run (step 1) and engine runs (steps 2 and 3), and how
+  /// many kernels step 3 ran alone and how many it took from the tapped run (inputs equal).
+  struct SampleStats {
     double reference_ms = 0, engine_ms = 0;
+    int kernels_alone = 0, kernels_reused = 0;
   };
 
   /// Adds one sample (tensors in the engine's graph-input order).
@@ -63,7 +68,7 @@ class EngineAnalysis {
   /// `on_sample(i, times)`, when set, is called in sample order as each is merged. An error
   /// names the sample ("sample i: ...").
   absl::Status AddSamples(const std::vector<std::vector<ir::Tensor>>& samples,
-                          const std::function<void(size_t, const SampleTimes&)>& on_sample = {});
+                          const std::function<void(size_t, const SampleStats&)>& on_sample = {});
 
   /// The engine's outputs for the last sample (from the tapped run).
   const std::vector<ir::Tensor>& last_outputs() const { return last_outputs_; }
@@ -79,6 +84,10 @@ class EngineAnalysis {
   std::vector<int> RankedSources() const;
 
   int samples() const { return samples_; }
+
+  /// Whether step 3 takes a kernel's results from the tapped run when its inputs there are the
+  /// reference inputs (default). Off, every kernel runs alone: the same report, slower (tests).
+  void set_reuse_tapped_runs(bool reuse) { reuse_tapped_runs_ = reuse; }
 
  private:
   // What the comparisons of one tensor gathered: over one sample (Run::sums) or all (Entry).
@@ -108,7 +117,7 @@ class EngineAnalysis {
     std::vector<Sums> sums;  // per entry
     std::vector<ir::Tensor> outputs;
     int kernels_without_reference_inputs = 0;
-    SampleTimes times;
+    SampleStats times;
   };
   // Inputs and outputs of one standalone kernel run.
   struct Io {
@@ -138,8 +147,8 @@ class EngineAnalysis {
   };
   // Step 3 for engine kernel k; its outputs compared together with `outs`, the kernel's outputs
   // in the tapped run, and its inside tensors together with those of `tapped`.
-  absl::Status RunIntroduced(Run& run, int k, const std::vector<const ir::Tensor*>& outs,
-                             Inside& tapped);
+  absl::Status RunIntroduced(Run& run, int k, const std::vector<const ir::Tensor*>& ins,
+                             const std::vector<const ir::Tensor*>& outs, Inside& tapped);
   // The reference value of ONNX tensor `name` (this sample's run, or a reference constant).
   const ir::Tensor* Reference(const Run& run, const std::string& name) const;
   // Compares the tapped (`accumulated`) and/or standalone (`introduced`) value of entry `e`
@@ -165,6 +174,8 @@ class EngineAnalysis {
   // (reference order indices) when it hides tensors inside.
   std::vector<std::vector<std::pair<int, int>>> outputs_of_;
   std::vector<std::vector<int>> members_of_;
+  // Per engine kernel: the entries it computes (materialised and inside).
+  std::vector<std::vector<int>> entries_of_kernel_;
   // Per engine kernel: entry of the tensor kept inside at each member position, or -1.
   std::vector<std::vector<int>> inside_at_;
   std::vector<Entry> entries_;
@@ -179,6 +190,7 @@ class EngineAnalysis {
   std::vector<ir::Tensor> last_outputs_;
   int samples_ = 0;
   int kernels_without_reference_inputs_ = 0;
+  bool reuse_tapped_runs_ = true;
 };
 
 }  // namespace kiln::report

@@ -346,6 +346,60 @@ TEST(AccuracyReportTest, SamplesSideBySideGiveTheReportOfOneByOne) {
   EXPECT_EQ(a.SerializeAsString(), b.SerializeAsString());
 }
 
+// A kernel whose inputs in the tapped run are the reference inputs bit for bit is not run again
+// alone (its results are the tapped run's): at fp32 some kernels are, at fp16 almost none, and
+// either way the report is the one of running every kernel alone.
+TEST(AccuracyReportTest, KernelsFedTheReferenceInputsReuseTheTappedRun) {
+  auto ref_built = builder::BuildEngineFromFile(ModelPath("ln_overflow_classifier"),
+                                                Policy("fp32", false), nullptr);
+  ASSERT_TRUE(ref_built.ok()) << ref_built.status();
+  auto loaded = plan::LoadEngineFromBytes(std::make_shared<const std::string>(ref_built->blob));
+  ASSERT_TRUE(loaded.ok());
+  std::shared_ptr<const plan::Engine> ref = *std::move(loaded);
+  report::SampleOptions so;
+  so.seed = 5;
+  so.count = 2;
+  auto samples = report::GenerateSamples(*ref->graph, so);
+  ASSERT_TRUE(samples.ok()) << samples.status();
+  for (const std::string policy : {"fp32", "fp16"}) {
+    SCOPED_TRACE(policy);
+    auto built =
+        builder::BuildEngineFromFile(ModelPath("ln_overflow_classifier"), Policy(policy), nullptr);
+    ASSERT_TRUE(built.ok()) << built.status();
+    auto engine = plan::LoadEngineFromBytes(std::make_shared<const std::string>(built->blob));
+    ASSERT_TRUE(engine.ok());
+    std::shared_ptr<const plan::Engine> e = *std::move(engine);
+    auto reusing = report::EngineAnalysis::Create(e, ref, report::Tolerance{});
+    auto running = report::EngineAnalysis::Create(e, ref, report::Tolerance{});
+    ASSERT_TRUE(reusing.ok() && running.ok());
+    (*running)->set_reuse_tapped_runs(false);
+    int reused = 0, alone = 0, alone_without_reuse = 0;
+    ASSERT_TRUE((*reusing)
+                    ->AddSamples(samples->sets,
+                                 [&](size_t, const report::EngineAnalysis::SampleStats& s) {
+                                   reused += s.kernels_reused;
+                                   alone += s.kernels_alone;
+                                 })
+                    .ok());
+    ASSERT_TRUE((*running)
+                    ->AddSamples(samples->sets,
+                                 [&](size_t, const report::EngineAnalysis::SampleStats& s) {
+                                   EXPECT_EQ(s.kernels_reused, 0);
+                                   alone_without_reuse += s.kernels_alone;
+                                 })
+                    .ok());
+    EXPECT_EQ(reused + alone, alone_without_reuse);
+    if (policy == "fp32") {
+      EXPECT_GT(reused, 0);  // those before the first fused kernel that sums in its own order
+    } else {
+      EXPECT_GT(alone, reused);
+    }
+    v1::AccuracyReport a = (*reusing)->Report(), b = (*running)->Report();
+    ASSERT_GT(a.tensors_size(), 10);
+    EXPECT_EQ(a.SerializeAsString(), b.SerializeAsString());
+  }
+}
+
 // Tensors inside fused kernels are reported, offered by the kernel (FusedMatMul's dot products)
 // or recomputed from the kernel's inputs: at fp32 they match the reference closely, because the
 // fused kernel and the reference both compute in fp32 and differ only in summation order (relative
