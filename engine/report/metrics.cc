@@ -24,17 +24,18 @@ constexpr int64_t kBlock = 4096;
 // Tensors of fewer blocks are not worth waking the other threads for.
 constexpr int64_t kParallelBlocks = 16;
 
-// The AVX-512 conversions (bit-identical to engine/common/half.h) when the CPU has them.
+// The AVX-512 conversions (bit-identical to engine/common/half.h) and error sums
+// (metrics_block_avx512.cc) when the CPU has them.
 struct Vector {
-  bool half = false, bf16 = false;
+  bool avx512 = false, bf16 = false;
 };
 const Vector& VectorConversions() {
   static const Vector v = [] {
     const uint64_t f = DetectCpuFeatures();
     const uint64_t avx512 = kernels::IsaCpuFeatures(kernels::Isa::kAvx512);
     Vector out;
-    out.half = (f & avx512) == avx512;
-    out.bf16 = out.half && (f & kCpuAvx512Bf16) != 0;
+    out.avx512 = (f & avx512) == avx512;
+    out.bf16 = out.avx512 && (f & kCpuAvx512Bf16) != 0;
     return out;
   }();
   return v;
@@ -43,8 +44,8 @@ const Vector& VectorConversions() {
 // dst[i] = the float of 16-bit src[i] (fp16 or bf16), i < m.
 void Widen(const uint16_t* src, bool half, float* dst, int64_t m) {
   const Vector& v = VectorConversions();
-  if (half && v.half) return kernels::cpu::avx512::HalfToFloat(src, dst, m);
-  if (!half && v.half) return kernels::cpu::avx512::Bf16ToFloat(src, dst, m);
+  if (half && v.avx512) return kernels::cpu::avx512::HalfToFloat(src, dst, m);
+  if (!half && v.avx512) return kernels::cpu::avx512::Bf16ToFloat(src, dst, m);
   for (int64_t j = 0; j < m; ++j)
     dst[j] = half ? HalfBitsToFloat(src[j]) : BFloat16BitsToFloat(src[j]);
 }
@@ -52,7 +53,7 @@ void Widen(const uint16_t* src, bool half, float* dst, int64_t m) {
 // dst[i] = src[i] rounded to fp16 or bf16 (to nearest even), i < m.
 void Narrow(const float* src, bool half, uint16_t* dst, int64_t m) {
   const Vector& v = VectorConversions();
-  if (half && v.half) return kernels::cpu::avx512::FloatToHalf(src, dst, m);
+  if (half && v.avx512) return kernels::cpu::avx512::FloatToHalf(src, dst, m);
   if (!half && v.bf16) return kernels::cpu::avx512::FloatToBf16(src, dst, m);
   for (int64_t j = 0; j < m; ++j)
     dst[j] = half ? FloatToHalfBits(src[j]) : FloatToBFloat16Bits(src[j]);
@@ -94,16 +95,26 @@ void ErrorAccumulator::AddBlocks(const float* ref, int64_t n, const Tolerance& t
   std::vector<internal::BlockSums> sums(blocks * ways);
   std::vector<char> finite(blocks * ways, 0);
   const float atol = static_cast<float>(tol.atol), rtol = static_cast<float>(tol.rtol);
+  const bool avx512 = VectorConversions().avx512;
 #pragma omp parallel if (blocks >= kParallelBlocks)
   {
-    std::vector<float> buf(kBlock);
+    std::vector<float> buf(2 * kBlock);
 #pragma omp for schedule(static)
     for (int64_t b = 0; b < blocks; ++b) {
       const int64_t begin = b * kBlock, m = std::min(kBlock, n - begin);
+      const float* x[2];
       for (int w = 0; w < ways; ++w) {
-        const float* x = (w == 0 ? load : *load2)(begin, m, buf.data());
+        x[w] = (w == 0 ? load : *load2)(begin, m, buf.data() + w * kBlock);
+      }
+      if (avx512) {
+        bool ok[2];
+        internal::AddFiniteBlocksAvx512(x, ways, ref + begin, m, atol, rtol, &sums[b * ways], ok);
+        for (int w = 0; w < ways; ++w) finite[b * ways + w] = ok[w] ? 1 : 0;
+        continue;
+      }
+      for (int w = 0; w < ways; ++w) {
         finite[b * ways + w] =
-            internal::AddFiniteBlock(x, ref + begin, m, atol, rtol, sums[b * ways + w]) ? 1 : 0;
+            internal::AddFiniteBlock(x[w], ref + begin, m, atol, rtol, sums[b * ways + w]) ? 1 : 0;
       }
     }
   }

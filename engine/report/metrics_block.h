@@ -19,6 +19,12 @@ struct BlockSums {
 bool AddFiniteBlock(const float* x, const float* ref, int64_t n, float atol, float rtol,
                     BlockSums& out);
 
+/// AddFiniteBlock of `ways` (1 or 2) tensors x[w] against the same `ref` in one pass (the
+/// reference's part of the sums computed once), into out[w]; finite[w] tells whether x[w] and
+/// `ref` were all finite (else out[w] is left as it was). AVX-512F/DQ: the caller checks the CPU.
+void AddFiniteBlocksAvx512(const float* const* x, int ways, const float* ref, int64_t n, float atol,
+                           float rtol, BlockSums* out, bool* finite);
+
 /// Max |v| over the finite elements of `v`.
 float MaxAbsOfFinite(const float* v, int64_t n);
 

@@ -13,11 +13,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/builder/builder.h"
+#include "engine/common/cpu_features.h"
 #include "engine/import/onnx_importer.h"
 #include "engine/import/tensor_proto.h"
+#include "engine/kernels/registry.h"
 #include "engine/plan/engine_blob.h"
 #include "engine/report/analysis.h"
 #include "engine/report/metrics.h"
+#include "engine/report/metrics_block.h"
 #include "engine/report/sample_inputs.h"
 #include "engine/runtime/session.h"
 #include "engine/runtime/threads.h"
@@ -181,6 +184,76 @@ TEST(ErrorAccumulatorTest, PairedPassMatchesTwoPasses) {
   auto short_x = ir::Tensor::Allocate(DataType::kF32, {n - 1});
   ASSERT_TRUE(short_x.ok());
   EXPECT_FALSE(a2.AddTensorPair(*x, b2, *short_x, *ref, report::Tolerance{}).ok());
+}
+
+// The AVX-512 block sums against the portable loop: maxima and the count outside tolerance
+// exactly (max_rel from the candidates it divides must be the max of every quotient), the double
+// sums to 1e-12 relative (only their order differs: 4096 terms, each rounding ~1e-16).
+TEST(ErrorAccumulatorTest, VectorBlockSumsMatchThePortableLoop) {
+  const uint64_t avx512 = kernels::IsaCpuFeatures(kernels::Isa::kAvx512);
+  if ((DetectCpuFeatures() & avx512) != avx512) GTEST_SKIP() << "no AVX-512 on this CPU";
+  std::vector<float> ref(4096), x(4096), x2(4096);
+  uint32_t state = 12345;
+  auto next = [&state]() {
+    state = state * 1664525u + 1013904223u;
+    return static_cast<float>(state >> 8) / 16777216.0f;  // [0, 1)
+  };
+  for (int i = 0; i < 4096; ++i) {
+    ref[i] = (next() - 0.5f) * 20;
+    x[i] = ref[i] + (next() - 0.5f) * 0.05f;
+    x2[i] = ref[i] * (1 + (next() - 0.5f) * 1e-3f);
+  }
+  // Exact zeros, values near zero (d = 1e-6), subnormals, and (variant 1) a huge value whose
+  // quotient overflows to Inf.
+  ref[3] = 0, x[3] = 0;
+  ref[5] = 0, x[5] = 1e-7f;
+  ref[7] = 1e-39f, x[7] = 3e-39f;
+  x2[3] = ref[3], x2[5] = ref[5], x2[7] = ref[7];
+  // x2's largest quotient comes late and only 0.5% above an early one: a lane must not skip it.
+  ref[1000] = ref[3500] = 1;
+  x2[1000] = 1 + 1e-3f;
+  x2[3500] = 1 + 1.005e-3f;
+  for (int64_t n : {int64_t{4096}, int64_t{4095}, int64_t{17}, int64_t{1}}) {
+    for (int variant = 0; variant < 2; ++variant) {
+      SCOPED_TRACE(absl::StrCat("n ", n, " variant ", variant));
+      std::vector<float> xv = x;
+      const float ref0 = ref[0];
+      if (variant == 1) xv[0] = 3e38f, ref[0] = 1e-30f;  // e / 1e-6 overflows
+      report::internal::BlockSums a1, a2, v[2];
+      const bool f1 = report::internal::AddFiniteBlock(xv.data(), ref.data(), n, 1e-3f, 1e-2f, a1);
+      const bool f2 = report::internal::AddFiniteBlock(x2.data(), ref.data(), n, 1e-3f, 1e-2f, a2);
+      const float* xs[2] = {xv.data(), x2.data()};
+      bool fin[2];
+      report::internal::AddFiniteBlocksAvx512(xs, 2, ref.data(), n, 1e-3f, 1e-2f, v, fin);
+      ASSERT_TRUE(f1 && f2 && fin[0] && fin[1]);
+      const report::internal::BlockSums* portable[2] = {&a1, &a2};
+      for (int w = 0; w < 2; ++w) {
+        const auto& p = *portable[w];
+        EXPECT_EQ(v[w].max_abs, p.max_abs);
+        EXPECT_EQ(v[w].max_rel, p.max_rel);
+        EXPECT_EQ(v[w].outside, p.outside);
+        EXPECT_NEAR(v[w].sum_abs, p.sum_abs, 1e-12 * std::abs(p.sum_abs));
+        EXPECT_NEAR(v[w].dot, p.dot, 1e-12 * std::abs(p.dot));
+        EXPECT_NEAR(v[w].xx, p.xx, 1e-12 * p.xx);
+        EXPECT_NEAR(v[w].rr, p.rr, 1e-12 * p.rr);
+        EXPECT_NEAR(v[w].ee, p.ee, 1e-12 * p.ee);
+      }
+      ref[0] = ref0;
+    }
+  }
+  // A non-finite element fails its way only; the other way's sums are still added.
+  x[100] = NAN;
+  const float* xs[2] = {x.data(), x2.data()};
+  report::internal::BlockSums v[2];
+  bool fin[2];
+  report::internal::AddFiniteBlocksAvx512(xs, 2, ref.data(), 4096, 1e-3f, 1e-2f, v, fin);
+  EXPECT_FALSE(fin[0]);
+  EXPECT_TRUE(fin[1]);
+  EXPECT_EQ(v[0].sum_abs, 0);
+  EXPECT_GT(v[1].sum_abs, 0);
+  ref[200] = INFINITY;
+  report::internal::AddFiniteBlocksAvx512(xs, 2, ref.data(), 4096, 1e-3f, 1e-2f, v, fin);
+  EXPECT_FALSE(fin[0] || fin[1]);
 }
 
 TEST(SourceTensorNameTest, StripsOnlyDtypeAndLayoutSuffixes) {
