@@ -137,7 +137,6 @@ void ErrorAccumulator::AddBlocks(const float* ref, int64_t n, const Tolerance& t
       acc.max_abs_ = std::max<double>(acc.max_abs_, s.max_abs);
       acc.max_rel_ = std::max<double>(acc.max_rel_, s.max_rel);
       acc.sum_abs_ += s.sum_abs;
-      acc.dot_ += s.dot;
       acc.xx_ += s.xx;
       acc.rr_ += s.rr;
       acc.ee_ += s.ee;
@@ -154,7 +153,6 @@ void ErrorAccumulator::Merge(const ErrorAccumulator& o) {
   max_abs_ = std::max(max_abs_, o.max_abs_);
   max_rel_ = std::max(max_rel_, o.max_rel_);
   sum_abs_ += o.sum_abs_;
-  dot_ += o.dot_;
   xx_ += o.xx_;
   rr_ += o.rr_;
   ee_ += o.ee_;
@@ -181,7 +179,6 @@ void ErrorAccumulator::AddOne(float xv, float rv, const Tolerance& tol) {
   sum_abs_ += e;
   max_rel_ = std::max(max_rel_, e / std::max(ar, 1e-6));
   if (e > tol.atol + tol.rtol * ar) ++outside_;
-  dot_ += v * r;
   xx_ += v * v;
   rr_ += r * r;
   ee_ += e * e;
@@ -231,8 +228,11 @@ v1::ErrorStats ErrorAccumulator::Finish() const {
   } else if (xx_ == 0 || rr_ == 0) {
     s.set_cosine(0.0);
   } else {
-    // Clamped: rounding in the sums may put an exact match a hair above 1.
-    s.set_cosine(std::clamp(dot_ / (std::sqrt(xx_) * std::sqrt(rr_)), -1.0, 1.0));
+    // x.r from x.x + r.r - (x - r).(x - r): near a match (cosine ~1) the error sum carries the
+    // difference the dot product would lose to cancellation. Clamped: rounding in the sums may
+    // put an exact match a hair above 1.
+    const double dot = (xx_ + rr_ - ee_) / 2;
+    s.set_cosine(std::clamp(dot / (std::sqrt(xx_) * std::sqrt(rr_)), -1.0, 1.0));
   }
   if (ee_ == 0) {
     s.set_snr_db(std::numeric_limits<double>::infinity());

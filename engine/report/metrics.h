@@ -52,7 +52,7 @@ class ErrorAccumulator {
   int64_t finite_ = 0;
   int64_t nan_ = 0, inf_ = 0, outside_ = 0;
   double max_abs_ = 0, sum_abs_ = 0, max_rel_ = 0;
-  double dot_ = 0, xx_ = 0, rr_ = 0, ee_ = 0;
+  double xx_ = 0, rr_ = 0, ee_ = 0;  // sums of x^2, ref^2 and (x - ref)^2
 };
 
 /// Max |ref| over the finite elements.

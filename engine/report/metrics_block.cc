@@ -23,7 +23,7 @@ inline bool FiniteBits(uint32_t u) { return (u & 0x7f800000u) != 0x7f800000u; }
 KILN_METRICS_CLONES bool AddFiniteBlock(const float* x, const float* ref, int64_t n, float atol,
                                         float rtol, BlockSums& out) {
   float mx = out.max_abs, mrel = out.max_rel;
-  double sa = 0, dot = 0, xx = 0, rr = 0, ee = 0;
+  double sa = 0, xx = 0, rr = 0, ee = 0;
   int64_t outside = 0;
   uint32_t bad = 0;
   for (int64_t i = 0; i < n; ++i) {
@@ -34,7 +34,6 @@ KILN_METRICS_CLONES bool AddFiniteBlock(const float* x, const float* ref, int64_
     mrel = std::fmax(mrel, e / std::fmax(ar, 1e-6f));
     outside += e > atol + rtol * ar ? 1 : 0;
     sa += e;
-    dot += static_cast<double>(v) * r;
     xx += static_cast<double>(v) * v;
     rr += static_cast<double>(r) * r;
     ee += static_cast<double>(e) * e;
@@ -43,7 +42,6 @@ KILN_METRICS_CLONES bool AddFiniteBlock(const float* x, const float* ref, int64_
   out.max_abs = mx;
   out.max_rel = mrel;
   out.sum_abs += sa;
-  out.dot += dot;
   out.xx += xx;
   out.rr += rr;
   out.ee += ee;
