@@ -19,7 +19,7 @@
 //      the kernel's tapped run at once (from the observer): one pass over the kernels. When the
 //      tapped run's inputs are bit for bit those reference inputs (no error inherited, as in
 //      much of an fp32 engine), the standalone run would repeat the tapped one (kernels are
-//      deterministic and both run on the same thread): its results are the tapped run's.
+//      deterministic, and both runs have the same threads): its results are the tapped run's.
 // Errors accumulate over samples element by element (ErrorAccumulator).
 #pragma once
 

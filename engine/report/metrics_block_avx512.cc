@@ -10,7 +10,7 @@
 namespace kiln::report::internal {
 namespace {
 
-// A lane's max_rel is only recomputed when e >= kBelow * max_rel * d could hold (see Way::Add).
+// Quotients e / d are only computed where e >= kBelow * max_rel * d (see Way::Add).
 constexpr float kBelow = 0.99999f;
 
 // Vectors of 16 pairs whose squares are summed in fp32 before going into the double sums.
