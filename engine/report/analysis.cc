@@ -364,7 +364,7 @@ absl::Status EngineAnalysis::AddSamples(
                             absl::StrCat("sample ", base + i, ": ", status[i].message()));
       }
       MergeRun(run);
-      if (on_sample) on_sample(base + i, run.times);
+      if (on_sample) on_sample(base + i, run.stats);
     }
   }
   return absl::OkStatus();
@@ -379,7 +379,7 @@ absl::Status EngineAnalysis::RunSample(Run& r, const std::vector<ir::Tensor>& in
   r.reference_values.clear();
   r.sums.assign(entries_.size(), Sums());
   r.kernels_without_reference_inputs = 0;
-  r.times = SampleStats();
+  r.stats = SampleStats();
   ASSIGN_OR_RETURN(std::unique_ptr<runtime::Execution> run, r.engine->Start(inputs));
   const plan::Engine& ref = *reference_;
   for (size_t i = 0; i < inputs.size() && i < ref.graph->inputs().size(); ++i) {
@@ -460,8 +460,8 @@ absl::Status EngineAnalysis::RunSample(Run& r, const std::vector<ir::Tensor>& in
   RETURN_IF_ERROR(failed);
   ASSIGN_OR_RETURN(r.outputs, run->Outputs());
   const double total = ms(t0, Clock::now());
-  r.times.reference_ms = total - engine_ms;
-  r.times.engine_ms = engine_ms;
+  r.stats.reference_ms = total - engine_ms;
+  r.stats.engine_ms = engine_ms;
   return absl::OkStatus();
 }
 
@@ -717,14 +717,14 @@ absl::Status EngineAnalysis::RunIntroduced(Run& run, int k,
     // The standalone run would compute what the tapped run did: its error is the tapped run's.
     RETURN_IF_ERROR(compare_tapped());
     for (int ent : entries_of_kernel_[k]) run.sums[ent].introduced = run.sums[ent].accumulated;
-    ++run.times.kernels_reused;
+    ++run.stats.kernels_reused;
     return absl::OkStatus();
   }
   auto tap = [this, &run](const ir::Node& node, int member, int64_t count) {
     return Tap(run, node, member, count);
   };
   RETURN_IF_ERROR(RunAlone(run.engine->kernel(k), n, io, tap));
-  ++run.times.kernels_alone;
+  ++run.stats.kernels_alone;
   for (auto [j, ent] : outputs_of_[k]) {
     ASSIGN_OR_RETURN(const ir::Tensor* alone_out,
                      InSourceLayout(n.outputs[j],

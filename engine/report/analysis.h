@@ -65,7 +65,7 @@ class EngineAnalysis {
 
   /// Adds samples, as many at a time as there are threads (each sample's kernels on one
   /// thread), their results merged in sample order: the same report however many run at once.
-  /// `on_sample(i, times)`, when set, is called in sample order as each is merged. An error
+  /// `on_sample(i, stats)`, when set, is called in sample order as each is merged. An error
   /// names the sample ("sample i: ...").
   absl::Status AddSamples(const std::vector<std::vector<ir::Tensor>>& samples,
                           const std::function<void(size_t, const SampleStats&)>& on_sample = {});
@@ -117,7 +117,7 @@ class EngineAnalysis {
     std::vector<Sums> sums;  // per entry
     std::vector<ir::Tensor> outputs;
     int kernels_without_reference_inputs = 0;
-    SampleStats times;
+    SampleStats stats;
   };
   // Inputs and outputs of one standalone kernel run.
   struct Io {

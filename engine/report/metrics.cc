@@ -29,7 +29,7 @@ constexpr int64_t kParallelBlocks = 16;
 struct Vector {
   bool avx512 = false, bf16 = false;
 };
-const Vector& VectorConversions() {
+const Vector& VectorPaths() {
   static const Vector v = [] {
     const uint64_t f = DetectCpuFeatures();
     const uint64_t avx512 = kernels::IsaCpuFeatures(kernels::Isa::kAvx512);
@@ -43,7 +43,7 @@ const Vector& VectorConversions() {
 
 // dst[i] = the float of 16-bit src[i] (fp16 or bf16), i < m.
 void Widen(const uint16_t* src, bool half, float* dst, int64_t m) {
-  const Vector& v = VectorConversions();
+  const Vector& v = VectorPaths();
   if (half && v.avx512) return kernels::cpu::avx512::HalfToFloat(src, dst, m);
   if (!half && v.avx512) return kernels::cpu::avx512::Bf16ToFloat(src, dst, m);
   for (int64_t j = 0; j < m; ++j)
@@ -52,7 +52,7 @@ void Widen(const uint16_t* src, bool half, float* dst, int64_t m) {
 
 // dst[i] = src[i] rounded to fp16 or bf16 (to nearest even), i < m.
 void Narrow(const float* src, bool half, uint16_t* dst, int64_t m) {
-  const Vector& v = VectorConversions();
+  const Vector& v = VectorPaths();
   if (half && v.avx512) return kernels::cpu::avx512::FloatToHalf(src, dst, m);
   if (!half && v.bf16) return kernels::cpu::avx512::FloatToBf16(src, dst, m);
   for (int64_t j = 0; j < m; ++j)
@@ -95,7 +95,7 @@ void ErrorAccumulator::AddBlocks(const float* ref, int64_t n, const Tolerance& t
   std::vector<internal::BlockSums> sums(blocks * ways);
   std::vector<char> finite(blocks * ways, 0);
   const float atol = static_cast<float>(tol.atol), rtol = static_cast<float>(tol.rtol);
-  const bool avx512 = VectorConversions().avx512;
+  const bool avx512 = VectorPaths().avx512;
 #pragma omp parallel if (blocks >= kParallelBlocks)
   {
     std::vector<float> buf(2 * kBlock);
