@@ -411,7 +411,9 @@ TEST(Avx512Erf, Float32WithinTwoUlpOfExactAndSpecialValuesAsReference) {
       ASSERT_LE(std::fabs(got - e), 0x1p-22) << "erf(" << x[i] << ") = " << got << ", want " << e;
     }
     // The reference's scalar erff (libm, within 1 ulp) is as close.
-    if (normal) EXPECT_LE(UlpDistance(got, want), 3) << x[i];
+    if (normal) {
+      EXPECT_LE(UlpDistance(got, want), 3) << x[i];
+    }
   }
   RecordProperty("worst_ulp", static_cast<int>(worst));
 }
@@ -551,6 +553,46 @@ TEST(Avx512Softmax, EveryAxisAndOpsetAsTheReference) {
       for (size_t i = 0; i < a.size(); ++i) {
         EXPECT_LE(std::fabs(a[i] - b[i]), (2e-5 + type_ulp) * std::fabs(b[i]) + 1e-30)
             << DataTypeOnnxName(t) << " opset " << version << " axis " << axis << " element " << i;
+      }
+    }
+  }
+}
+
+// The vector row is the scalar loop its header spells out, bit for bit: max, ExpF32 of each
+// difference, the sum in 16 lanes, one division each; rows of every tail length, with a NaN, an
+// Inf and -0.
+TEST(Avx512Softmax, RowIsTheScalarLoopBitForBit) {
+  SKIP_WITHOUT(kAvx512);
+  std::mt19937 gen(13);
+  std::uniform_real_distribution<float> dist(-30, 30);
+  std::vector<int64_t> lengths;
+  for (int64_t n = 1; n <= 48; ++n) lengths.push_back(n);
+  for (int64_t n : {127, 128, 129, 1000}) lengths.push_back(n);
+  for (int64_t n : lengths) {
+    for (int special = 0; special < 4; ++special) {
+      std::vector<float> x(n);
+      for (float& e : x) e = dist(gen);
+      if (special == 1) x[n / 2] = NAN;
+      if (special == 2) x[n - 1] = INFINITY;
+      if (special == 3) x[0] = -0.0f;
+      std::vector<float> want(x);
+      float mx = -INFINITY;
+      for (float v : want) mx = v > mx ? v : mx;
+      for (float& v : want) v -= mx;
+      kernels::cpu::avx512::ExpF32(want.data(), want.data(), n);
+      float lanes[16] = {};
+      for (int64_t i = 0; i < n; ++i) lanes[i % 16] += want[i];
+      float sum = 0.0f;
+      for (float l : lanes) sum += l;
+      for (float& v : want) v /= sum;
+      std::vector<float> got(n), in_place(x);
+      kernels::cpu::avx512::SoftmaxRowF32(x.data(), got.data(), n);
+      kernels::cpu::avx512::SoftmaxRowF32(in_place.data(), in_place.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(std::memcmp(&got[i], &want[i], 4), 0)
+            << "n " << n << " case " << special << " element " << i << ": " << got[i] << " vs "
+            << want[i];
+        ASSERT_EQ(std::memcmp(&in_place[i], &want[i], 4), 0) << "in place, n " << n << " " << i;
       }
     }
   }

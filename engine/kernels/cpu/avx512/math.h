@@ -15,4 +15,10 @@ void ErfF32(const float* x, float* y, int64_t n);
 /// results (measured on every 5th fp32 pattern in (-87, 88); the test checks 4). `y` may be `x`.
 void ExpF32(const float* x, float* y, int64_t n);
 
+/// y[i] = exp(x[i] - max) / sum for i < n (n >= 1): the max over the row (NaN ignored; a NaN
+/// makes the whole row NaN through the sum), ExpF32 of each difference, their sum kept in 16
+/// lanes (element i added to lane i % 16 in order of i, then lanes 0..15 added in order), then
+/// one division per element. The same numbers as that loop written out scalar. `y` may be `x`.
+void SoftmaxRowF32(const float* x, float* y, int64_t n);
+
 }  // namespace kiln::kernels::cpu::avx512

@@ -72,8 +72,10 @@ absl::Status SoftmaxRun(const ir::Node& node, KernelContext& ctx) {
       float* v = buf.data();
       const int64_t base = (r / inner) * n * inner + r % inner;  // element k at base + k * inner
       if (inner == 1 && t == DataType::kF32) {
-        std::memcpy(v, x->data<float>() + base, n * sizeof(float));
-      } else if (inner == 1) {
+        SoftmaxRowF32(x->data<float>() + base, y->data<float>() + base, n);
+        continue;
+      }
+      if (inner == 1) {
         const uint16_t* src = x->data<uint16_t>() + base;
         t == DataType::kF16 ? HalfToFloat(src, v, n) : Bf16ToFloat(src, v, n);
       } else {
@@ -84,22 +86,8 @@ absl::Status SoftmaxRun(const ir::Node& node, KernelContext& ctx) {
                                        : BFloat16BitsToFloat(x->data<uint16_t>()[e]);
         }
       }
-      float mx = -std::numeric_limits<float>::infinity();
-      for (int64_t i = 0; i < n; ++i) mx = v[i] > mx ? v[i] : mx;
-      for (int64_t i = 0; i < n; ++i) v[i] -= mx;  // exp cannot overflow; cancels in the ratio
-      ExpF32(v, v, n);
-      float lanes[16] = {};
-      int64_t j = 0;
-      for (; j + 16 <= n; j += 16) {
-        for (int l = 0; l < 16; ++l) lanes[l] += v[j + l];
-      }
-      for (; j < n; ++j) lanes[j % 16] += v[j];
-      float sum = 0;
-      for (float l : lanes) sum += l;
-      for (int64_t i = 0; i < n; ++i) v[i] /= sum;
-      if (inner == 1 && t == DataType::kF32) {
-        std::memcpy(y->data<float>() + base, v, n * sizeof(float));
-      } else if (inner == 1) {
+      SoftmaxRowF32(v, v, n);
+      if (inner == 1) {
         uint16_t* dst = y->data<uint16_t>() + base;
         t == DataType::kF16 ? FloatToHalf(v, dst, n) : FloatToBf16(v, dst, n);
       } else {
