@@ -598,6 +598,177 @@ TEST(Avx512Softmax, RowIsTheScalarLoopBitForBit) {
   }
 }
 
+// ---------------------------------------------------------------- LayerNorm
+
+// The kernel Registry::Find picks for a spec's node on this CPU.
+Isa ChosenIsa(OpType op, DataType t, std::vector<std::pair<std::string, ir::Attribute>> attrs) {
+  ir::Graph g;
+  ir::Node* n = g.AddNode(op, "n");
+  auto x = g.AddValue("x");
+  if (!x.ok()) return Isa::kRef;
+  (*x)->dtype = t;
+  n->inputs = {*x};
+  for (auto& [k, v] : attrs) n->attrs[k] = v;
+  auto def = kernels::Registry::Default().Find(*n, DetectCpuFeatures());
+  return def.ok() ? (*def)->isa : Isa::kRef;
+}
+
+// Bound on |fast - reference| for one LayerNorm output: the two kernels add the row's values
+// (and the squared differences) in different orders; an n-term fp32 sum in any order is within
+// (n - 1) * 2^-24 * sum|terms| of the exact sum, so two orders differ by twice that. The mean
+// then moves every d by at most that much over n, the variance by the same relative amount over
+// sum d^2 (inv_std by half of it); 4x the first-order bound, plus a few roundings of y itself.
+double LayerNormBound(const std::vector<float>& v, int64_t j, double s) {
+  const double n = static_cast<double>(v.size());
+  double mean = 0, abs_sum = 0;
+  for (float e : v) mean += e, abs_sum += std::fabs(e);
+  mean /= n;
+  double sq = 0;
+  for (float e : v) sq += (e - mean) * (e - mean);
+  const double inv_std = 1 / std::sqrt(sq / n + 1e-5);
+  const double order = 2 * n * 0x1p-24;
+  const double d = std::fabs(v[j] - mean);
+  return 4 * order * (abs_sum / n + d) * inv_std * std::fabs(s) +
+         8 * 0x1p-24 * (d * inv_std * std::fabs(s) + 1);
+}
+
+// LayerNormalization against the reference on rows of every tail length, each dtype, with and
+// without bias, scale shaped [n] or [1, n], Mean and InvStdDev requested.
+TEST(Avx512LayerNorm, MatchesReferenceOnRowsOfEveryLength) {
+  SKIP_WITHOUT(kAvx512Bf16);
+  std::mt19937 gen(21);
+  std::uniform_real_distribution<float> dist(-4, 4);
+  for (DataType t : {DataType::kF32, DataType::kF16, DataType::kBF16}) {
+    EXPECT_EQ(ChosenIsa(OpType::kLayerNormalization, t, {}), Isa::kAvx512);
+    for (int64_t n : {1, 7, 16, 17, 100, 768}) {
+      for (bool with_bias : {false, true}) {
+        const int64_t rows = 3;
+        std::vector<float> xv(rows * n), sv(n), bv(n);
+        for (float& e : xv) e = dist(gen);
+        for (float& e : sv) e = dist(gen);
+        for (float& e : bv) e = dist(gen);
+        auto make = [t](std::vector<int64_t> dims, const std::vector<float>& v) {
+          return t == DataType::kF32   ? MakeFloat(dims, v)
+                 : t == DataType::kF16 ? MakeHalf(dims, v)
+                                       : MakeBf16(dims, v);
+        };
+        NodeSpec spec;
+        spec.op = OpType::kLayerNormalization;
+        spec.since_version = 17;
+        spec.inputs = {make({rows, n}, xv),
+                       make(with_bias ? std::vector<int64_t>{n} : std::vector<int64_t>{1, n}, sv)};
+        if (with_bias) spec.inputs.push_back(make({n}, bv));
+        spec.num_outputs = 3;
+        const std::vector<ir::Tensor> fast = RunNodeOk(spec);
+        spec.cpu_features = 0;
+        const std::vector<ir::Tensor> ref = RunNodeOk(spec);
+        ASSERT_EQ(fast.size(), 3u);
+        // The values the kernels read: x rounded to the type.
+        const std::vector<float> xr = ToFloats(spec.inputs[0]), sr = ToFloats(spec.inputs[1]);
+        const std::vector<float> a = ToFloats(fast[0]), b = ToFloats(ref[0]);
+        ASSERT_EQ(a.size(), b.size());
+        const double type_ulp = t == DataType::kF32 ? 0 : t == DataType::kF16 ? 0x1p-10 : 0x1p-7;
+        for (int64_t r = 0; r < rows; ++r) {
+          const std::vector<float> row(xr.begin() + r * n, xr.begin() + (r + 1) * n);
+          for (int64_t j = 0; j < n; ++j) {
+            const int64_t i = r * n + j;
+            EXPECT_LE(std::fabs(a[i] - b[i]),
+                      LayerNormBound(row, j, sr[j]) + type_ulp * std::fabs(b[i]))
+                << DataTypeOnnxName(t) << " n " << n << " row " << r << " element " << j;
+          }
+        }
+        for (int k = 1; k <= 2; ++k) {
+          ASSERT_EQ(fast[k].dtype(), DataType::kF32);
+          EXPECT_EQ(fast[k].dims(), (std::vector<int64_t>{rows, 1}));
+          const std::vector<float> fa = ToFloats(fast[k]), fb = ToFloats(ref[k]);
+          for (int64_t r = 0; r < rows; ++r) {
+            // Mean within the order bound of its sum; InvStdDev within it relatively.
+            EXPECT_NEAR(fa[r], fb[r], 1e-5 * std::max(1.0f, std::fabs(fb[r]))) << k << " " << r;
+          }
+        }
+      }
+    }
+  }
+}
+
+// The fused AddLayerNorm is Add then LayerNormalization to the bit in fp32 (the report relies
+// on an fp32 engine matching its unfused reference), and its sum output is the Add's.
+TEST(Avx512LayerNorm, FusedAddIsAddThenLayerNormBitForBit) {
+  SKIP_WITHOUT(kAvx512Bf16);
+  EXPECT_EQ(ChosenIsa(OpType::kAddLayerNorm, DataType::kF32, {}), Isa::kAvx512);
+  std::mt19937 gen(22);
+  std::uniform_real_distribution<float> dist(-3, 3);
+  for (int64_t n : {5, 32, 33, 768}) {
+    const int64_t rows = 4;
+    std::vector<float> av(rows * n), bv(rows * n), sv(n), cv(n);
+    for (auto* v : {&av, &bv, &sv, &cv}) {
+      for (float& e : *v) e = dist(gen);
+    }
+    const ir::Tensor a = MakeFloat({rows, n}, av), b = MakeFloat({rows, n}, bv);
+    const ir::Tensor scale = MakeFloat({n}, sv), bias = MakeFloat({n}, cv);
+    NodeSpec fused;
+    fused.op = OpType::kAddLayerNorm;
+    fused.since_version = 1;
+    fused.attrs = {{"axis", IntAttr(-1)}, {"epsilon", FloatAttr(1e-5f)}};
+    fused.inputs = {a, b, scale, bias};
+    fused.num_outputs = 2;
+    const std::vector<ir::Tensor> f = RunNodeOk(fused);
+    NodeSpec add;
+    add.op = OpType::kAdd;
+    add.inputs = {a, b};
+    const ir::Tensor sum = RunNodeOk0(add);
+    NodeSpec ln;
+    ln.op = OpType::kLayerNormalization;
+    ln.since_version = 17;
+    ln.inputs = {sum, scale, bias};
+    const ir::Tensor y = RunNodeOk0(ln);
+    ASSERT_EQ(f.size(), 2u);
+    ASSERT_EQ(f[0].num_elements(), y.num_elements());
+    EXPECT_EQ(std::memcmp(f[0].raw_data(), y.raw_data(), y.num_elements() * 4), 0) << n;
+    EXPECT_EQ(std::memcmp(f[1].raw_data(), sum.raw_data(), sum.num_elements() * 4), 0) << n;
+    // And within the order bound of the reference's fused kernel.
+    fused.cpu_features = 0;
+    const std::vector<float> r = ToFloats(RunNodeOk(fused)[0]), got = ToFloats(f[0]);
+    const std::vector<float> s = ToFloats(sum);
+    for (int64_t row = 0; row < rows; ++row) {
+      const std::vector<float> v(s.begin() + row * n, s.begin() + (row + 1) * n);
+      for (int64_t j = 0; j < n; ++j) {
+        EXPECT_LE(std::fabs(got[row * n + j] - r[row * n + j]), LayerNormBound(v, j, sv[j]))
+            << n << " " << row << " " << j;
+      }
+    }
+  }
+}
+
+// What the rows do not cover runs the reference kernel, to the bit: a scale broadcast within the
+// row, an AddLayerNorm operand broadcast; a bfloat16 stash is never picked.
+TEST(Avx512LayerNorm, UncoveredRunsAreTheReference) {
+  SKIP_WITHOUT(kAvx512Bf16);
+  EXPECT_EQ(ChosenIsa(OpType::kLayerNormalization, DataType::kF32, {{"stash_type", IntAttr(16)}}),
+            Isa::kRef);
+  std::vector<float> xv(2 * 3 * 8);
+  for (size_t i = 0; i < xv.size(); ++i) xv[i] = std::sin(static_cast<float>(i));
+  NodeSpec ln;
+  ln.op = OpType::kLayerNormalization;
+  ln.since_version = 17;
+  ln.attrs = {{"axis", IntAttr(1)}};
+  ln.inputs = {MakeFloat({2, 3, 8}, xv), MakeFloat({8}, Iota(8, 0.5f))};  // per last dim only
+  NodeSpec add;
+  add.op = OpType::kAddLayerNorm;
+  add.since_version = 1;
+  add.inputs = {MakeFloat({2, 3, 8}, xv), MakeFloat({8}, Iota(8, 1.0f)),  // B broadcast
+                MakeFloat({8}, Iota(8, 0.5f))};
+  for (NodeSpec* spec : {&ln, &add}) {
+    spec->cpu_features.reset();
+    const ir::Tensor fast = RunNodeOk0(*spec);
+    spec->cpu_features = 0;
+    const ir::Tensor ref = RunNodeOk0(*spec);
+    ASSERT_EQ(fast.num_elements(), ref.num_elements());
+    EXPECT_EQ(std::memcmp(fast.raw_data(), ref.raw_data(), ref.num_elements() * 4), 0)
+        << OpName(spec->op);
+  }
+}
+
 // ---------------------------------------------------------------- GEMM
 
 // Flushes a subnormal to zero of the same sign (vdpbf16ps's FTZ).

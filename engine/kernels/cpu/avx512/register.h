@@ -16,6 +16,7 @@ void RegisterGemmOps(Registry& r);      // gemm_ops.cc: Gemm, MatMul on float, f
 void RegisterUnary(Registry& r);        // unary_ops.cc: Erf, Softmax on float, float16, bfloat16
 void RegisterElementwise(Registry& r);  // elementwise_ops.cc: same-shape Add, Sub, Mul, Sum, Relu
 void RegisterPoolOps(Registry& r);      // pool_ops.cc: channels-last MaxPool, GlobalAveragePool
+void RegisterNormOps(Registry& r);      // norm_ops.cc: LayerNormalization, AddLayerNorm
 
 /// Registers every AVX-512 kernel.
 inline void RegisterAvx512(Registry& r) {
@@ -24,6 +25,7 @@ inline void RegisterAvx512(Registry& r) {
   RegisterUnary(r);
   RegisterElementwise(r);
   RegisterPoolOps(r);
+  RegisterNormOps(r);
 }
 
 }  // namespace kiln::kernels::cpu::avx512

@@ -1,0 +1,38 @@
+// LayerNorm rows on float, float16 and bfloat16 storage (norm_avx512.cc), for the fast
+// LayerNormalization and AddLayerNorm kernels (norm_ops.cc). Call only when the CPU has the
+// kAvx512 features and kCpuAvx512Bf16.
+//
+// Arithmetic (fp32 throughout; the reference's steps, normalization_internal.h, with its sums in
+// another order): for each row of n values v (widened exactly from the storage type; with two
+// inputs v = x + x2 in fp32, unrounded), sum = the sum of v kept in 16 lanes (element j added to
+// lane j % 16 in order of j, then lanes 0..15 added in order), mean = sum / n, d = v - mean,
+// sq = the sum of d * d in the same lane order (each product rounded, no fused multiply-add),
+// var = sq / n, inv_std = 1 / sqrt(var + eps), y = (d * inv_std) * scale (+ bias), rounded once
+// to the storage type. LayerNormalization and AddLayerNorm both run these rows, so an unfused
+// Add + LayerNormalization in fp32 and the fused kernel give the same bits.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/common/dtype.h"
+
+namespace kiln::kernels::cpu::avx512 {
+
+struct LayerNormArgs {
+  DataType dtype = DataType::kF32;  // x, x2, y and sum: kF32, kF16 or kBF16
+  const void* x = nullptr;          // rows x n values
+  const void* x2 = nullptr;         // optional second addend, as x
+  int64_t rows = 0, n = 0;          // n >= 1
+  float eps = 1e-5f;
+  const float* scale = nullptr;  // n values
+  const float* bias = nullptr;   // optional, n values
+  void* y = nullptr;             // rows x n values
+  void* sum = nullptr;           // optional: x + x2 rounded to dtype (x2 given)
+  float* mean = nullptr;         // optional, one per row
+  float* inv_std = nullptr;      // optional, one per row
+};
+
+/// The rows of `a`, on the OpenMP threads when there is enough work. `y` may be `x` or `x2`.
+void LayerNormRows(const LayerNormArgs& a);
+
+}  // namespace kiln::kernels::cpu::avx512

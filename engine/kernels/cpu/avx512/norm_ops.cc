@@ -1,0 +1,145 @@
+// LayerNormalization (stash_type float) and the fused AddLayerNorm on float, float16 and
+// bfloat16, through the rows of norm.h: the reference's arithmetic with the row sums in 16
+// lanes. A run the rows do not cover goes to the reference kernel: a scale or bias that
+// broadcasts within the normalized block, operands of mixed dtypes, an AddLayerNorm whose
+// operands broadcast, empty rows, double values.
+#include <memory>
+#include <vector>
+
+#include "engine/common/cpu_features.h"
+#include "engine/kernels/cpu/avx512/convert.h"
+#include "engine/kernels/cpu/avx512/norm.h"
+#include "engine/kernels/cpu/avx512/register.h"
+#include "engine/kernels/cpu/ref/common.h"
+
+namespace kiln::kernels::cpu::avx512 {
+namespace {
+
+// A scale or bias as fp32 values per position of the normalized block, when each position has
+// its own value (the parameter's dims are X's from `axis` on, with leading 1s); else nullptr.
+// `buf` holds the conversion of a 16-bit parameter.
+const float* RowParam(const ir::Tensor* p, const std::vector<int64_t>& x_dims, int axis,
+                      int64_t inner, std::vector<float>& buf) {
+  const int rank = static_cast<int>(x_dims.size());
+  if (p == nullptr || !IsF32OrHalf(p->dtype()) || p->rank() > rank || p->num_elements() != inner) {
+    return nullptr;
+  }
+  const int lead = rank - p->rank();
+  for (int d = 0; d < p->rank(); ++d) {
+    if (p->dim(d) != (lead + d >= axis ? x_dims[lead + d] : 1)) return nullptr;
+  }
+  switch (p->dtype()) {
+    case DataType::kF32:
+      return p->data<float>();
+    case DataType::kF16:
+      buf.resize(inner);
+      HalfToFloat(p->data<uint16_t>(), buf.data(), inner);
+      return buf.data();
+    default:
+      buf.resize(inner);
+      Bf16ToFloat(p->data<uint16_t>(), buf.data(), inner);
+      return buf.data();
+  }
+}
+
+// The dtype of output k as the graph types it; `fallback` when it does not.
+DataType OutputType(const ir::Node& node, int k, DataType fallback) {
+  if (k < node.num_outputs() && node.outputs[k] != nullptr &&
+      node.outputs[k]->dtype != DataType::kUndefined) {
+    return node.outputs[k]->dtype;
+  }
+  return fallback;
+}
+
+class NormKernel final : public Kernel {
+ public:
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const ir::Node& node) {
+    ASSIGN_OR_RETURN(const KernelDef* ref_def, Registry::Default().Find(node, 0));
+    ASSIGN_OR_RETURN(std::unique_ptr<Kernel> reference, ref_def->factory(node));
+    return std::unique_ptr<Kernel>(new NormKernel(node, std::move(reference)));
+  }
+
+  // LayerNormalization with a float stash (its default); AddLayerNorm always (fusion makes it
+  // only from such a LayerNormalization).
+  static bool Supports(const ir::Node& node) {
+    return node.op != ir::OpType::kLayerNormalization || node.GetInt("stash_type", 1) == 1;
+  }
+
+  absl::Status Run(KernelContext& ctx) override {
+    const bool add = node_.op == ir::OpType::kAddLayerNorm;
+    const int param0 = add ? 2 : 1;  // scale, then bias
+    const ir::Tensor* x = ctx.input(0);
+    const ir::Tensor* x2 = add ? ctx.input(1) : nullptr;
+    const ir::Tensor* scale = ctx.input(param0);
+    const ir::Tensor* bias = ctx.num_inputs() > param0 + 1 ? ctx.input(param0 + 1) : nullptr;
+    if (x == nullptr || scale == nullptr || (add && x2 == nullptr) || !IsF32OrHalf(x->dtype()) ||
+        x->rank() == 0 || x->num_elements() == 0) {
+      return reference_->Run(ctx);  // its errors, or empty rows (NaN statistics)
+    }
+    const DataType t = x->dtype();
+    if (add && (x2->dtype() != t || x2->dims() != x->dims())) return reference_->Run(ctx);
+    for (int k = 0; k < (add ? 2 : 1); ++k) {
+      if (OutputType(node_, k, t) != t) return reference_->Run(ctx);
+    }
+    auto axis = ref::NormalizeAxis(node_, node_.GetInt("axis", -1), x->rank());
+    if (!axis.ok()) return reference_->Run(ctx);
+    const std::vector<int64_t>& dims = x->dims();
+    const int64_t inner = ref::Product(dims, *axis, dims.size());
+    std::vector<float> scale_buf, bias_buf;
+    LayerNormArgs a;
+    a.scale = RowParam(scale, dims, *axis, inner, scale_buf);
+    a.bias = bias == nullptr ? nullptr : RowParam(bias, dims, *axis, inner, bias_buf);
+    if (a.scale == nullptr || (bias != nullptr && a.bias == nullptr)) return reference_->Run(ctx);
+    a.dtype = t;
+    a.x = x->raw_data();
+    a.x2 = add ? x2->raw_data() : nullptr;
+    a.rows = x->num_elements() / inner;
+    a.n = inner;
+    a.eps = node_.GetFloat("epsilon", 1e-5f);
+    ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, t, dims));
+    a.y = y->raw_data();
+    if (add && ctx.num_outputs() > 1 && ctx.output_requested(1)) {
+      ASSIGN_OR_RETURN(ir::Tensor * sum, ctx.output(1, t, dims));
+      a.sum = sum->raw_data();
+    }
+    if (!add) {
+      // Mean and InvStdDev: the stash type (float), X's dims with 1 from the axis on.
+      std::vector<int64_t> stat_dims = dims;
+      for (size_t d = *axis; d < stat_dims.size(); ++d) stat_dims[d] = 1;
+      float** stats[2] = {&a.mean, &a.inv_std};
+      for (int k = 1; k <= 2; ++k) {
+        if (ctx.num_outputs() > k && ctx.output_requested(k)) {
+          ASSIGN_OR_RETURN(ir::Tensor * s, ctx.output(k, DataType::kF32, stat_dims));
+          *stats[k - 1] = s->data<float>();
+        }
+      }
+    }
+    LayerNormRows(a);
+    return absl::OkStatus();
+  }
+
+ private:
+  NormKernel(const ir::Node& node, std::unique_ptr<Kernel> reference)
+      : node_(node), reference_(std::move(reference)) {}
+
+  const ir::Node& node_;
+  std::unique_ptr<Kernel> reference_;
+};
+
+}  // namespace
+
+void RegisterNormOps(Registry& r) {
+  for (ir::OpType op : {ir::OpType::kLayerNormalization, ir::OpType::kAddLayerNorm}) {
+    KernelDef def{op,
+                  {DataType::kF32, DataType::kF16, DataType::kBF16},
+                  0,
+                  Backend::kCpu,
+                  Isa::kAvx512,
+                  &NormKernel::Create};
+    def.cpu_features = kCpuAvx512Bf16;  // vcvtneps2bf16 for bfloat16 outputs
+    def.supports = &NormKernel::Supports;
+    r.Add(def);
+  }
+}
+
+}  // namespace kiln::kernels::cpu::avx512
