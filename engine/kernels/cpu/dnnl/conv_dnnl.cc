@@ -47,6 +47,20 @@ using ref::Activation;
 using ref::ActKind;
 using Tag = dn::memory::format_tag;
 
+// dst = src, `bytes` long, on the OpenMP threads when large: a residual copied into a
+// convolution's output runs between parallel primitives, where one core alone would leave the
+// others waiting (ResNet-50: ~2% of a 2-thread run).
+void ParallelCopy(void* dst, const void* src, size_t bytes) {
+  constexpr size_t kChunk = size_t{1} << 16;
+  const int64_t chunks = static_cast<int64_t>((bytes + kChunk - 1) / kChunk);
+#pragma omp parallel for schedule(static) if (chunks >= 8)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const size_t at = static_cast<size_t>(c) * kChunk;
+    std::memcpy(static_cast<char*>(dst) + at, static_cast<const char*>(src) + at,
+                bytes - at < kChunk ? bytes - at : kChunk);
+  }
+}
+
 // The activations of the reference FusedConv (cpu/ref/fused.cc); a plain Conv has none ("").
 const std::vector<std::pair<std::string, ActKind>>& ConvActivations() {
   static const auto* v =
@@ -237,9 +251,10 @@ class ConvKernel final : public Kernel {
                                 ir::DimsToString(y->dims()), ")");
       }
       if (sums == nullptr || dt == DataType::kF32) {
-        std::memcpy(y->raw_data(), z->raw_data(), z->byte_size());
+        ParallelCopy(y->raw_data(), z->raw_data(), z->byte_size());
       } else {
         const BFloat16* zp = z->data<BFloat16>();
+#pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 16))
         for (int64_t i = 0; i < n; ++i) sums[i] = static_cast<float>(zp[i]);  // exact
       }
     }
