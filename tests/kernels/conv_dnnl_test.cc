@@ -330,6 +330,65 @@ TEST(DnnlConvTest, ResidualIsAddedBeforeTheActivation) {
   }
 }
 
+// Channels-last fp32 1x1 convolutions on small images run as a GEMM (conv_dnnl.cc): every
+// activation, with and without the bias and the residual, batch 2 and a channel count that is
+// no multiple of 16, against the reference on the NCHW tensors (the bound of Check).
+TEST(DnnlConvTest, SmallImage1x1AsGemmMatchesReference) {
+  std::mt19937 rng(23);
+  const Dims x_dims = {2, 37, 5, 6}, w_dims = {70, 37, 1, 1}, y_dims = {2, 70, 5, 6};
+  for (const Act& act : Activations()) {
+    for (bool with_bias : {false, true}) {
+      for (bool with_z : {false, true}) {
+        if (with_z && !with_bias) continue;  // Z is input 3: B comes with it
+        SCOPED_TRACE(::testing::Message()
+                     << "act=\"" << act.name << "\" bias=" << with_bias << " z=" << with_z);
+        const ir::Tensor x = Random(x_dims, DataType::kF32, rng);
+        const ir::Tensor w = Random(w_dims, DataType::kF32, rng);
+        const ir::Tensor b = with_bias ? Random({70}, DataType::kF32, rng) : ir::Tensor();
+        const ir::Tensor z = with_z ? Random(y_dims, DataType::kF32, rng) : ir::Tensor();
+        Attrs attrs = {{"activation", StringAttr(act.name)}};
+        attrs.insert(attrs.end(), act.attrs.begin(), act.attrs.end());
+        ConvGraph ref_graph(ir::OpType::kFusedConv, attrs, x, w, b, true, z);
+        auto ref = Make(*ref_graph.Def(0), *ref_graph.node);
+        ASSERT_TRUE(ref);
+        const std::vector<float> want = ToFloats(RunKernel(*ref, {x, w, b, z}));
+        // sum |w * x| + |b| + |z| per output element: the reference on absolute values.
+        const ir::Tensor ab = with_bias ? Abs(b) : ir::Tensor(),
+                         az = with_z ? Abs(z) : ir::Tensor();
+        ConvGraph abs_graph(ir::OpType::kFusedConv, {{"activation", StringAttr("")}}, Abs(x),
+                            Abs(w), ab, true, az);
+        auto abs_kernel = Make(*abs_graph.Def(0), *abs_graph.node);
+        ASSERT_TRUE(abs_kernel);
+        const std::vector<float> mag = ToFloats(RunKernel(*abs_kernel, {Abs(x), Abs(w), ab, az}));
+        Attrs cl = attrs;
+        cl.push_back({kernels::kChannelsLastAttr, IntAttr(1)});
+        const ir::Tensor xi = *ir::ChannelsLastCopy(x, true);
+        const ir::Tensor zi = with_z ? *ir::ChannelsLastCopy(z, true) : ir::Tensor();
+        ConvGraph graph(ir::OpType::kFusedConv, cl, xi, w, b, true, zi);
+        const kernels::KernelDef* def = graph.Def(DetectCpuFeatures());
+        ASSERT_TRUE(def);
+        ASSERT_EQ(def->isa, Isa::kDnnl);
+        auto fast = Make(*def, *graph.node);
+        ASSERT_TRUE(fast);
+        for (int run = 0; run < 2; ++run) {  // the second run reuses the packed W
+          ir::Tensor y = RunKernel(*fast, {xi, w, b, zi});
+          ASSERT_TRUE(y.defined());
+          y = *ir::ChannelsLastCopy(y, false);
+          const std::vector<float> got = ToFloats(y);
+          ASSERT_EQ(got.size(), want.size());
+          // The K = 37 products, the bias and Z summed in fp32 in two orders, each within
+          // (K + 2) 2^-24 sum|terms| of the exact sum; the activation's slope (at most 1.5)
+          // scales the difference.
+          for (size_t i = 0; i < got.size(); ++i) {
+            ASSERT_LE(std::fabs(got[i] - want[i]), 1.5 * 2 * 39 * 0x1p-24 * mag[i])
+                << "run " << run << " element " << i << ": " << got[i] << " vs " << want[i];
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(DnnlConvTest, OtherCasesStayOnTheReference) {
   std::mt19937 rng(3);
   const uint64_t cpu = DetectCpuFeatures();

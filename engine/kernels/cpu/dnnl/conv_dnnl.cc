@@ -22,6 +22,7 @@
 // runs instead, gets NCHW copies.
 #include <omp.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -46,20 +47,6 @@ namespace dn = ::dnnl;
 using ref::Activation;
 using ref::ActKind;
 using Tag = dn::memory::format_tag;
-
-// dst = src, `bytes` long, on the OpenMP threads when large: a residual copied into a
-// convolution's output runs between parallel primitives, where one core alone would leave the
-// others waiting (ResNet-50: ~2% of a 2-thread run).
-void ParallelCopy(void* dst, const void* src, size_t bytes) {
-  constexpr size_t kChunk = size_t{1} << 16;
-  const int64_t chunks = static_cast<int64_t>((bytes + kChunk - 1) / kChunk);
-#pragma omp parallel for schedule(static) if (chunks >= 8)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const size_t at = static_cast<size_t>(c) * kChunk;
-    std::memcpy(static_cast<char*>(dst) + at, static_cast<const char*>(src) + at,
-                bytes - at < kChunk ? bytes - at : kChunk);
-  }
-}
 
 // The activations of the reference FusedConv (cpu/ref/fused.cc); a plain Conv has none ("").
 const std::vector<std::pair<std::string, ActKind>>& ConvActivations() {
@@ -227,6 +214,7 @@ class ConvKernel final : public Kernel {
         (dt == DataType::kBF16 && (!WeightsAllowed(w) || !BF16Allowed(x)))) {
       return RunReference(ctx, s);
     }
+    if (GemmApplies(s)) return RunGemm(ctx, s);
     ASSIGN_OR_RETURN(const Plan* plan, GetPlan(s));
     if (plan == nullptr) return RunReference(ctx, s);
     ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, dt, s.out_dims));
@@ -251,7 +239,8 @@ class ConvKernel final : public Kernel {
                                 ir::DimsToString(y->dims()), ")");
       }
       if (sums == nullptr || dt == DataType::kF32) {
-        ParallelCopy(y->raw_data(), z->raw_data(), z->byte_size());
+        // On the threads: between two parallel primitives (ResNet-50: ~2% of a 2-thread run).
+        ref::ParallelCopy(y->raw_data(), z->raw_data(), z->byte_size());
       } else {
         const BFloat16* zp = z->data<BFloat16>();
 #pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 16))
@@ -296,6 +285,81 @@ class ConvKernel final : public Kernel {
           absl::StrCat(node_.Label(), " oneDNN convolution failed: ", e.what()));
     }
     if (sums != nullptr) ApplyActivation(sums, *y);
+    return absl::OkStatus();
+  }
+
+  // Whether the run goes to the AVX-512 GEMM (avx512/gemm.h) instead of oneDNN: an fp32
+  // channels-last 1x1 convolution with unit strides, no padding and one group is a matrix
+  // product of X [N*H*W, C] and W^T [C, M] into Y [N*H*W, M], read and written in place. It
+  // takes it for small images (at most kGemmMaxPixels outputs per image: ResNet-50's 7 x 7
+  // stage), where each weight is used for few products and the convolution streams W from
+  // memory: oneDNN's 1x1 kernels ran those at ~115 GFLOP/s on one core with W from memory, the
+  // GEMM, which fetches the next weight strip while it computes, at ~150.
+  bool GemmApplies(const ref::nn::ConvSetup& s) const {
+    static const bool cpu_ok = (DetectCpuFeatures() & kernels::IsaCpuFeatures(Isa::kAvx512)) ==
+                               kernels::IsaCpuFeatures(Isa::kAvx512);
+    const ir::Tensor& w = *s.in.w;
+    if (!cpu_ok || !channels_last_ || s.in.x->dtype() != DataType::kF32 || attrs_.group != 1 ||
+        w.rank() != 4 || w.dim(2) != 1 || w.dim(3) != 1 || s.out_dims.size() != 4) {
+      return false;
+    }
+    for (int64_t v : s.win.strides) {
+      if (v != 1) return false;
+    }
+    for (const auto* pads : {&s.win.pad_begin, &s.win.pad_end}) {
+      for (int64_t v : *pads) {
+        if (v != 0) return false;
+      }
+    }
+    return s.out_dims[2] * s.out_dims[3] <= kGemmMaxPixels;
+  }
+
+  // The 1x1 convolution as a GEMM: Y = X W^T + B in its epilogue (one fp32 sum per element,
+  // the bias added last, as oneDNN adds it), then Y = act(Y + Z). W is packed at the first run
+  // of a weight buffer (as the oneDNN path reorders it).
+  absl::Status RunGemm(KernelContext& ctx, const ref::nn::ConvSetup& s) {
+    const ir::Tensor& x = *s.in.x;
+    const ir::Tensor& w = *s.in.w;
+    const int64_t c = w.dim(1), m = w.dim(0);
+    if (packed_w_data_ != w.raw_data()) {
+      const int64_t strips = (m + 63) / 64;
+      packed_w_.reset(static_cast<float*>(
+          std::aligned_alloc(64, strips * avx512::PackedBStripElemsF32(c) * sizeof(float))));
+      if (!packed_w_) return absl::ResourceExhaustedError("out of memory packing W");
+      // B[k][n] = W[n][k]: rows of W are B's columns.
+      avx512::PackBF32Strided(w.data<float>(), c, m, /*b_rs=*/1, /*b_cs=*/c, packed_w_.get());
+      packed_w_data_ = w.raw_data();
+    }
+    ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, DataType::kF32, s.out_dims));
+    avx512::GemmArgs g;
+    g.m = x.num_elements() / c;  // N * H * W pixels, C channels each
+    g.n = m;
+    g.k = c;
+    g.a = x.raw_data();
+    g.a_rs = c;
+    g.b_packed_f32 = packed_w_.get();
+    g.y = y->raw_data();
+    g.y_rs = m;
+    if (s.in.b != nullptr) {
+      g.scale = true;  // 1 * sum + 1 * B: the one rounding of sum + B
+      g.c = s.in.b->raw_data();
+      g.c_rs = 0;
+      g.c_cs = 1;
+    }
+    avx512::GemmAvx512(g);
+    const ir::Tensor* z = ctx.input(3);
+    if (z != nullptr) {
+      if (z->num_elements() != y->num_elements() || z->dtype() != DataType::kF32) {
+        return ref::InvalidNode(node_, "Z of ", DataTypeName(z->dtype()), " ",
+                                ir::DimsToString(z->dims()), " does not match Y");
+      }
+      float* yp = y->data<float>();
+      const float* zp = z->data<float>();
+      const int64_t n = y->num_elements();
+#pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 15))
+      for (int64_t i = 0; i < n; ++i) yp[i] += zp[i];
+    }
+    if (act_.kind != ActKind::kNone) ApplyActivation(y->data<float>(), *y);
     return absl::OkStatus();
   }
 
@@ -460,9 +524,17 @@ class ConvKernel final : public Kernel {
     });
   }
 
+  struct FreeDeleter {
+    void operator()(float* p) const { std::free(p); }
+  };
+  static constexpr int64_t kGemmMaxPixels = 64;
+
   const ir::Node& node_;
   ref::nn::ConvAttrs attrs_;
   Activation act_;
+  // W packed for the GEMM path, and the buffer it was packed from.
+  std::unique_ptr<float, FreeDeleter> packed_w_;
+  const void* packed_w_data_ = nullptr;
   ir::Node nchw_node_;
   std::unique_ptr<Kernel> reference_;
   std::optional<Plan> plan_;

@@ -1,5 +1,8 @@
 #include "engine/kernels/cpu/ref/common.h"
 
+#include <algorithm>
+#include <cstring>
+
 namespace kiln::kernels::cpu::ref {
 
 absl::StatusOr<int> NormalizeAxis(const ir::Node& node, int64_t axis, int rank) {
@@ -42,6 +45,17 @@ int64_t Product(const std::vector<int64_t>& dims, size_t begin, size_t end) {
   int64_t p = 1;
   for (size_t i = begin; i < end; ++i) p *= dims[i];
   return p;
+}
+
+void ParallelCopy(void* dst, const void* src, int64_t bytes) {
+  constexpr int64_t kChunk = int64_t{1} << 16;
+  const int64_t chunks = (bytes + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (chunks >= 8)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t at = c * kChunk;
+    std::memcpy(static_cast<char*>(dst) + at, static_cast<const char*>(src) + at,
+                std::min(kChunk, bytes - at));
+  }
 }
 
 std::vector<int64_t> Strides(const std::vector<int64_t>& dims) {

@@ -205,6 +205,10 @@ absl::StatusOr<std::vector<int64_t>> BroadcastShapes(const ir::Node& node,
 /// Product of dims[begin, end) (1 for an empty range).
 int64_t Product(const std::vector<int64_t>& dims, size_t begin, size_t end);
 
+/// dst = src for `bytes` bytes (no overlap), split over the OpenMP threads from 512 KB on: a
+/// copy between parallel kernels that one core alone would make the others wait for.
+void ParallelCopy(void* dst, const void* src, int64_t bytes);
+
 /// Row-major strides of `dims`.
 std::vector<int64_t> Strides(const std::vector<int64_t>& dims);
 

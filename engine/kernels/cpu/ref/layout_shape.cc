@@ -13,7 +13,7 @@ namespace {
 absl::Status CopyWithDims(KernelContext& ctx, const ir::Tensor& x, std::vector<int64_t> dims) {
   ASSIGN_OR_RETURN(ir::Tensor * out, ctx.output(0, x.dtype(), std::move(dims)));
   if (x.byte_size() > 0 && out->raw_data() != x.raw_data()) {
-    std::memcpy(out->raw_data(), x.raw_data(), x.byte_size());
+    ParallelCopy(out->raw_data(), x.raw_data(), x.byte_size());
   }
   return absl::OkStatus();
 }
