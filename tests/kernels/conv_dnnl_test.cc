@@ -330,58 +330,82 @@ TEST(DnnlConvTest, ResidualIsAddedBeforeTheActivation) {
   }
 }
 
-// Channels-last fp32 1x1 convolutions on small images run as a GEMM (conv_dnnl.cc): every
+// Channels-last fp32 convolutions on small images run as one GEMM per kernel tap
+// (conv_dnnl.cc): 1x1 in place, 3x3 with padding, strides 2, an uneven dilated window; every
 // activation, with and without the bias and the residual, batch 2 and a channel count that is
 // no multiple of 16, against the reference on the NCHW tensors (the bound of Check).
-TEST(DnnlConvTest, SmallImage1x1AsGemmMatchesReference) {
+TEST(DnnlConvTest, SmallImagesAsGemmMatchReference) {
   std::mt19937 rng(23);
-  const Dims x_dims = {2, 37, 5, 6}, w_dims = {70, 37, 1, 1}, y_dims = {2, 70, 5, 6};
-  for (const Act& act : Activations()) {
-    for (bool with_bias : {false, true}) {
-      for (bool with_z : {false, true}) {
-        if (with_z && !with_bias) continue;  // Z is input 3: B comes with it
-        SCOPED_TRACE(::testing::Message()
-                     << "act=\"" << act.name << "\" bias=" << with_bias << " z=" << with_z);
-        const ir::Tensor x = Random(x_dims, DataType::kF32, rng);
-        const ir::Tensor w = Random(w_dims, DataType::kF32, rng);
-        const ir::Tensor b = with_bias ? Random({70}, DataType::kF32, rng) : ir::Tensor();
-        const ir::Tensor z = with_z ? Random(y_dims, DataType::kF32, rng) : ir::Tensor();
-        Attrs attrs = {{"activation", StringAttr(act.name)}};
-        attrs.insert(attrs.end(), act.attrs.begin(), act.attrs.end());
-        ConvGraph ref_graph(ir::OpType::kFusedConv, attrs, x, w, b, true, z);
-        auto ref = Make(*ref_graph.Def(0), *ref_graph.node);
-        ASSERT_TRUE(ref);
-        const std::vector<float> want = ToFloats(RunKernel(*ref, {x, w, b, z}));
-        // sum |w * x| + |b| + |z| per output element: the reference on absolute values.
-        const ir::Tensor ab = with_bias ? Abs(b) : ir::Tensor(),
-                         az = with_z ? Abs(z) : ir::Tensor();
-        ConvGraph abs_graph(ir::OpType::kFusedConv, {{"activation", StringAttr("")}}, Abs(x),
-                            Abs(w), ab, true, az);
-        auto abs_kernel = Make(*abs_graph.Def(0), *abs_graph.node);
-        ASSERT_TRUE(abs_kernel);
-        const std::vector<float> mag = ToFloats(RunKernel(*abs_kernel, {Abs(x), Abs(w), ab, az}));
-        Attrs cl = attrs;
-        cl.push_back({kernels::kChannelsLastAttr, IntAttr(1)});
-        const ir::Tensor xi = *ir::ChannelsLastCopy(x, true);
-        const ir::Tensor zi = with_z ? *ir::ChannelsLastCopy(z, true) : ir::Tensor();
-        ConvGraph graph(ir::OpType::kFusedConv, cl, xi, w, b, true, zi);
-        const kernels::KernelDef* def = graph.Def(DetectCpuFeatures());
-        ASSERT_TRUE(def);
-        ASSERT_EQ(def->isa, Isa::kDnnl);
-        auto fast = Make(*def, *graph.node);
-        ASSERT_TRUE(fast);
-        for (int run = 0; run < 2; ++run) {  // the second run reuses the packed W
-          ir::Tensor y = RunKernel(*fast, {xi, w, b, zi});
-          ASSERT_TRUE(y.defined());
-          y = *ir::ChannelsLastCopy(y, false);
-          const std::vector<float> got = ToFloats(y);
-          ASSERT_EQ(got.size(), want.size());
-          // The K = 37 products, the bias and Z summed in fp32 in two orders, each within
-          // (K + 2) 2^-24 sum|terms| of the exact sum; the activation's slope (at most 1.5)
-          // scales the difference.
-          for (size_t i = 0; i < got.size(); ++i) {
-            ASSERT_LE(std::fabs(got[i] - want[i]), 1.5 * 2 * 39 * 0x1p-24 * mag[i])
-                << "run " << run << " element " << i << ": " << got[i] << " vs " << want[i];
+  const std::vector<ConvCase> cases = {
+      {"1x1", {2, 37, 5, 6}, {70, 37, 1, 1}, {}},
+      {"1x1_stride2", {2, 37, 9, 11}, {70, 37, 1, 1}, {{"strides", IntsAttr({2, 2})}}},
+      {"3x3_pad1", {2, 37, 5, 6}, {70, 37, 3, 3}, {{"pads", IntsAttr({1, 1, 1, 1})}}},
+      {"3x3_stride2",
+       {1, 20, 14, 14},
+       {33, 20, 3, 3},
+       {{"strides", IntsAttr({2, 2})}, {"pads", IntsAttr({1, 1, 1, 1})}}},
+      {"2x3_dilated",
+       {1, 9, 8, 9},
+       {17, 9, 2, 3},
+       {{"dilations", IntsAttr({2, 1})}, {"pads", IntsAttr({1, 0, 0, 2})}}},
+  };
+  for (const ConvCase& cs : cases) {
+    const int64_t k = cs.w[1] * cs.w[2] * cs.w[3];
+    for (const Act& act : Activations()) {
+      for (bool with_bias : {false, true}) {
+        for (bool with_z : {false, true}) {
+          if (with_z && !with_bias) continue;  // Z is input 3: B comes with it
+          SCOPED_TRACE(::testing::Message() << cs.name << " act=\"" << act.name
+                                            << "\" bias=" << with_bias << " z=" << with_z);
+          const ir::Tensor x = Random(cs.x, DataType::kF32, rng);
+          const ir::Tensor w = Random(cs.w, DataType::kF32, rng);
+          const ir::Tensor b = with_bias ? Random({cs.w[0]}, DataType::kF32, rng) : ir::Tensor();
+          Attrs attrs = cs.attrs;
+          attrs.push_back({"activation", StringAttr(act.name)});
+          attrs.insert(attrs.end(), act.attrs.begin(), act.attrs.end());
+          // Y's dims from a run of the reference without Z.
+          ConvGraph shape_graph(ir::OpType::kFusedConv, attrs, x, w, b);
+          auto shape_kernel = Make(*shape_graph.Def(0), *shape_graph.node);
+          ASSERT_TRUE(shape_kernel);
+          const Dims y_dims = RunKernel(*shape_kernel, {x, w, b}).dims();
+          ASSERT_LE(y_dims[2] * y_dims[3], 64) << "a small image";
+          const ir::Tensor z = with_z ? Random(y_dims, DataType::kF32, rng) : ir::Tensor();
+          ConvGraph ref_graph(ir::OpType::kFusedConv, attrs, x, w, b, true, z);
+          auto ref = Make(*ref_graph.Def(0), *ref_graph.node);
+          ASSERT_TRUE(ref);
+          const std::vector<float> want = ToFloats(RunKernel(*ref, {x, w, b, z}));
+          // sum |w * x| + |b| + |z| per output element: the reference on absolute values.
+          const ir::Tensor ab = with_bias ? Abs(b) : ir::Tensor();
+          const ir::Tensor az = with_z ? Abs(z) : ir::Tensor();
+          Attrs abs_attrs = cs.attrs;
+          abs_attrs.push_back({"activation", StringAttr("")});
+          ConvGraph abs_graph(ir::OpType::kFusedConv, abs_attrs, Abs(x), Abs(w), ab, true, az);
+          auto abs_kernel = Make(*abs_graph.Def(0), *abs_graph.node);
+          ASSERT_TRUE(abs_kernel);
+          const std::vector<float> mag = ToFloats(RunKernel(*abs_kernel, {Abs(x), Abs(w), ab, az}));
+          Attrs cl = attrs;
+          cl.push_back({kernels::kChannelsLastAttr, IntAttr(1)});
+          const ir::Tensor xi = *ir::ChannelsLastCopy(x, true);
+          const ir::Tensor zi = with_z ? *ir::ChannelsLastCopy(z, true) : ir::Tensor();
+          ConvGraph graph(ir::OpType::kFusedConv, cl, xi, w, b, true, zi);
+          const kernels::KernelDef* def = graph.Def(DetectCpuFeatures());
+          ASSERT_TRUE(def);
+          ASSERT_EQ(def->isa, Isa::kDnnl);
+          auto fast = Make(*def, *graph.node);
+          ASSERT_TRUE(fast);
+          for (int run = 0; run < 2; ++run) {  // the second run reuses the packed W
+            ir::Tensor y = RunKernel(*fast, {xi, w, b, zi});
+            ASSERT_TRUE(y.defined());
+            y = *ir::ChannelsLastCopy(y, false);
+            const std::vector<float> got = ToFloats(y);
+            ASSERT_EQ(got.size(), want.size());
+            // The K products, the bias and Z summed in fp32 in two orders (or groupings), each
+            // within (K + 2) 2^-24 sum|terms| of the exact sum; the activation's slope (at
+            // most 1.5) scales the difference.
+            for (size_t i = 0; i < got.size(); ++i) {
+              ASSERT_LE(std::fabs(got[i] - want[i]), 1.5 * 2 * (k + 2) * 0x1p-24 * mag[i])
+                  << "run " << run << " element " << i << ": " << got[i] << " vs " << want[i];
+            }
           }
         }
       }

@@ -289,64 +289,82 @@ class ConvKernel final : public Kernel {
   }
 
   // Whether the run goes to the AVX-512 GEMM (avx512/gemm.h) instead of oneDNN: an fp32
-  // channels-last 1x1 convolution with unit strides, no padding and one group is a matrix
-  // product of X [N*H*W, C] and W^T [C, M] into Y [N*H*W, M], read and written in place. It
-  // takes it for small images (at most kGemmMaxPixels outputs per image: ResNet-50's 7 x 7
-  // stage), where each weight is used for few products and the convolution streams W from
-  // memory: oneDNN's 1x1 kernels ran those at ~115 GFLOP/s on one core with W from memory, the
-  // GEMM, which fetches the next weight strip while it computes, at ~150.
+  // channels-last 2-D convolution with one group on small images (at most kGemmMaxPixels
+  // outputs per image: ResNet-50's 7 x 7 stage), where each weight serves few products and the
+  // convolution streams W from memory: oneDNN ran those at ~115 GFLOP/s on one core with W from
+  // memory; the GEMM fetches the next weight strip while it computes.
   bool GemmApplies(const ref::nn::ConvSetup& s) const {
     static const bool cpu_ok = (DetectCpuFeatures() & kernels::IsaCpuFeatures(Isa::kAvx512)) ==
                                kernels::IsaCpuFeatures(Isa::kAvx512);
-    const ir::Tensor& w = *s.in.w;
-    if (!cpu_ok || !channels_last_ || s.in.x->dtype() != DataType::kF32 || attrs_.group != 1 ||
-        w.rank() != 4 || w.dim(2) != 1 || w.dim(3) != 1 || s.out_dims.size() != 4) {
-      return false;
-    }
-    for (int64_t v : s.win.strides) {
-      if (v != 1) return false;
-    }
-    for (const auto* pads : {&s.win.pad_begin, &s.win.pad_end}) {
-      for (int64_t v : *pads) {
-        if (v != 0) return false;
-      }
-    }
-    return s.out_dims[2] * s.out_dims[3] <= kGemmMaxPixels;
+    return cpu_ok && channels_last_ && s.in.x->dtype() == DataType::kF32 && attrs_.group == 1 &&
+           s.in.w->rank() == 4 && s.out_dims.size() == 4 && s.win.rank() == 2 &&
+           s.out_dims[2] * s.out_dims[3] <= kGemmMaxPixels;
   }
 
-  // The 1x1 convolution as a GEMM: Y = X W^T + B in its epilogue (one fp32 sum per element,
-  // the bias added last, as oneDNN adds it), then Y = act(Y + Z). W is packed at the first run
-  // of a weight buffer (as the oneDNN path reorders it).
+  // The convolution as one GEMM per kernel tap (kh, kw): Y [N*OH*OW, M] += A_tap W_tap^T with
+  // A_tap [N*OH*OW, C] the input pixel each output reads through that tap (zero where it falls in
+  // the padding; X itself for a 1x1 kernel with unit strides and no padding) and W_tap [M, C].
+  // Each tap's epilogue adds its fp32 sum to Y (the first tap to B, or to nothing): every output
+  // is one fp32 sum of its K * taps products and the bias, grouped by tap. Then Y = act(Y + Z).
+  // W is packed at the first run of a weight buffer (as the oneDNN path reorders it).
   absl::Status RunGemm(KernelContext& ctx, const ref::nn::ConvSetup& s) {
-    const ir::Tensor& x = *s.in.x;
+    const ir::Tensor& x = *s.in.x;  // NCHW dims over NHWC bytes
     const ir::Tensor& w = *s.in.w;
-    const int64_t c = w.dim(1), m = w.dim(0);
+    const int64_t c = w.dim(1), m = w.dim(0), kh = w.dim(2), kw = w.dim(3), taps = kh * kw;
+    const int64_t strip = avx512::PackedBStripElemsF32(c) * ((m + 63) / 64);  // one tap's B
     if (packed_w_data_ != w.raw_data()) {
-      const int64_t strips = (m + 63) / 64;
-      packed_w_.reset(static_cast<float*>(
-          std::aligned_alloc(64, strips * avx512::PackedBStripElemsF32(c) * sizeof(float))));
+      packed_w_.reset(static_cast<float*>(std::aligned_alloc(64, taps * strip * sizeof(float))));
       if (!packed_w_) return absl::ResourceExhaustedError("out of memory packing W");
-      // B[k][n] = W[n][k]: rows of W are B's columns.
-      avx512::PackBF32Strided(w.data<float>(), c, m, /*b_rs=*/1, /*b_cs=*/c, packed_w_.get());
+      // Tap t's B[k][n] = W[n][k][t]: element (n, k, t) of W at (n * C + k) * taps + t.
+      for (int64_t t = 0; t < taps; ++t) {
+        avx512::PackBF32Strided(w.data<float>() + t, c, m, /*b_rs=*/taps, /*b_cs=*/c * taps,
+                                packed_w_.get() + t * strip);
+      }
       packed_w_data_ = w.raw_data();
     }
+    const ref::nn::Window& win = s.win;
+    const int64_t batch = x.dim(0), h = x.dim(2), wd = x.dim(3);
+    const int64_t oh = s.out_dims[2], ow = s.out_dims[3], pixels = batch * oh * ow;
+    const bool in_place = taps == 1 && win.strides[0] == 1 && win.strides[1] == 1 &&
+                          win.pad_begin[0] == 0 && win.pad_begin[1] == 0 && oh == h && ow == wd;
     ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, DataType::kF32, s.out_dims));
-    avx512::GemmArgs g;
-    g.m = x.num_elements() / c;  // N * H * W pixels, C channels each
-    g.n = m;
-    g.k = c;
-    g.a = x.raw_data();
-    g.a_rs = c;
-    g.b_packed_f32 = packed_w_.get();
-    g.y = y->raw_data();
-    g.y_rs = m;
-    if (s.in.b != nullptr) {
-      g.scale = true;  // 1 * sum + 1 * B: the one rounding of sum + B
-      g.c = s.in.b->raw_data();
-      g.c_rs = 0;
-      g.c_cs = 1;
+    if (!in_place) gathered_.resize(pixels * c);
+    for (int64_t t = 0; t < taps; ++t) {
+      const float* a = x.data<float>();
+      if (!in_place) {
+        const int64_t ti = t / kw, tj = t % kw;
+#pragma omp parallel for schedule(static) if (pixels * c >= (int64_t{1} << 15))
+        for (int64_t p = 0; p < pixels; ++p) {
+          const int64_t n = p / (oh * ow), i = p / ow % oh, j = p % ow;
+          const int64_t ii = i * win.strides[0] - win.pad_begin[0] + ti * win.dilations[0];
+          const int64_t jj = j * win.strides[1] - win.pad_begin[1] + tj * win.dilations[1];
+          float* row = gathered_.data() + p * c;
+          if (ii < 0 || ii >= h || jj < 0 || jj >= wd) {
+            std::memset(row, 0, c * sizeof(float));
+          } else {
+            std::memcpy(row, a + ((n * h + ii) * wd + jj) * c, c * sizeof(float));
+          }
+        }
+        a = gathered_.data();
+      }
+      avx512::GemmArgs g;
+      g.m = pixels;
+      g.n = m;
+      g.k = c;
+      g.a = a;
+      g.a_rs = c;
+      g.b_packed_f32 = packed_w_.get() + t * strip;
+      g.y = y->raw_data();
+      g.y_rs = m;
+      // 1 * sum + 1 * (B, or Y so far): the one rounding of that addition.
+      if (t > 0 || s.in.b != nullptr) {
+        g.scale = true;
+        g.c = t > 0 ? y->raw_data() : s.in.b->raw_data();
+        g.c_rs = t > 0 ? m : 0;
+        g.c_cs = 1;
+      }
+      avx512::GemmAvx512(g);
     }
-    avx512::GemmAvx512(g);
     const ir::Tensor* z = ctx.input(3);
     if (z != nullptr) {
       if (z->num_elements() != y->num_elements() || z->dtype() != DataType::kF32) {
@@ -532,9 +550,10 @@ class ConvKernel final : public Kernel {
   const ir::Node& node_;
   ref::nn::ConvAttrs attrs_;
   Activation act_;
-  // W packed for the GEMM path, and the buffer it was packed from.
+  // The GEMM path's W packed per tap, the buffer it was packed from, and one tap's A.
   std::unique_ptr<float, FreeDeleter> packed_w_;
   const void* packed_w_data_ = nullptr;
+  std::vector<float> gathered_;
   ir::Node nchw_node_;
   std::unique_ptr<Kernel> reference_;
   std::optional<Plan> plan_;
