@@ -20,6 +20,11 @@
 // Channels-last (kChannelsLastAttr, set by passes/layout.h): X and Y are NHWC tensors and the
 // primitive reads and writes them as they are, with no reorder; the reference kernel, when it
 // runs instead, gets NCHW copies.
+//
+// Small images: an fp32 channels-last convolution with one group and at most kGemmMaxPixels
+// outputs per image runs on the AVX-512 GEMM instead, one matrix product per kernel tap
+// (GemmApplies, RunGemm): with few products per weight the work is streaming W from memory,
+// which the GEMM overlaps with the arithmetic.
 #include <omp.h>
 
 #include <cstdlib>
