@@ -21,10 +21,10 @@
 // primitive reads and writes them as they are, with no reorder; the reference kernel, when it
 // runs instead, gets NCHW copies.
 //
-// Small images: an fp32 channels-last convolution with one group and at most kGemmMaxPixels
-// outputs per image runs on the AVX-512 GEMM instead, one matrix product per kernel tap
-// (GemmApplies, RunGemm): with few products per weight the work is streaming W from memory,
-// which the GEMM overlaps with the arithmetic.
+// Small images: an fp32 channels-last convolution with one group, at most kGemmMaxPixels
+// outputs per image and at least kGemmMinWeightBytes of W runs on the AVX-512 GEMM instead, one
+// matrix product per kernel tap (GemmApplies, RunGemm): with few products per weight the work is
+// streaming W from memory, which the GEMM overlaps with the arithmetic.
 #include <omp.h>
 
 #include <cstdlib>
@@ -295,15 +295,18 @@ class ConvKernel final : public Kernel {
 
   // Whether the run goes to the AVX-512 GEMM (avx512/gemm.h) instead of oneDNN: an fp32
   // channels-last 2-D convolution with one group on small images (at most kGemmMaxPixels
-  // outputs per image: ResNet-50's 7 x 7 stage), where each weight serves few products and the
-  // convolution streams W from memory: oneDNN ran those at ~115 GFLOP/s on one core with W from
-  // memory; the GEMM fetches the next weight strip while it computes.
+  // outputs per image: ResNet-50's 7 x 7 stage) whose W is too large to stay in a core's L2
+  // (kGemmMinWeightBytes): each weight serves few products and the convolution streams W from
+  // memory. oneDNN ran those at ~115 GFLOP/s on one core; the GEMM, which fetches the next
+  // weight strip while it computes, at ~150. Smaller weights stay on oneDNN (MobileNetV2's
+  // 7 x 7 stage ran ~5% slower on 2 threads through the GEMM).
   bool GemmApplies(const ref::nn::ConvSetup& s) const {
     static const bool cpu_ok = (DetectCpuFeatures() & kernels::IsaCpuFeatures(Isa::kAvx512)) ==
                                kernels::IsaCpuFeatures(Isa::kAvx512);
     return cpu_ok && channels_last_ && s.in.x->dtype() == DataType::kF32 && attrs_.group == 1 &&
            s.in.w->rank() == 4 && s.out_dims.size() == 4 && s.win.rank() == 2 &&
-           s.out_dims[2] * s.out_dims[3] <= kGemmMaxPixels;
+           s.out_dims[2] * s.out_dims[3] <= kGemmMaxPixels &&
+           s.in.w->byte_size() >= kGemmMinWeightBytes;
   }
 
   // The convolution as one GEMM per kernel tap (kh, kw): Y [N*OH*OW, M] += A_tap W_tap^T with
@@ -551,6 +554,7 @@ class ConvKernel final : public Kernel {
     void operator()(float* p) const { std::free(p); }
   };
   static constexpr int64_t kGemmMaxPixels = 64;
+  static constexpr int64_t kGemmMinWeightBytes = int64_t{2} << 20;
 
   const ir::Node& node_;
   ref::nn::ConvAttrs attrs_;
