@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <iostream>
+#include <map>
 #include <numeric>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
@@ -36,6 +38,93 @@ absl::StatusOr<int> Count(const Args& args, const char* flag, int dflt, int lo, 
   return v;
 }
 
+// The median of `v` (sorted in place; 0 when empty).
+double Median(std::vector<double>& v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Per-kernel times over `runs` runs: the time from one kernel's end to the next's, taken by the
+// run's observer (what a kernel costs, its OpenMP fork and join included). Prints the time per
+// op type and kernel, then the kernels taking the most time.
+absl::Status Profile(runtime::Session& session, const plan::Engine& engine,
+                     const std::vector<ir::Tensor>& inputs, int runs) {
+  std::vector<std::vector<double>> per_step;
+  std::vector<const ir::Node*> nodes;
+  std::vector<double> totals;
+  for (int r = 0; r < runs; ++r) {
+    size_t step = 0;
+    auto last = Clock::now();
+    const auto start = last;
+    auto observe = [&](const ir::Node& node, const std::vector<const ir::Tensor*>&,
+                       const std::vector<const ir::Tensor*>&) {
+      const auto now = Clock::now();
+      if (step == per_step.size()) {
+        per_step.emplace_back();
+        nodes.push_back(&node);
+      }
+      per_step[step++].push_back(std::chrono::duration<double, std::milli>(now - last).count());
+      last = now;
+    };
+    RETURN_IF_ERROR(session.Run(inputs, observe).status());
+    totals.push_back(MsSince(start));
+  }
+  const v1::EngineMetadata& m = engine.metadata;
+  const bool recorded = m.kernels_size() == static_cast<int>(per_step.size());
+  struct Row {
+    std::string id, op, kind, name;
+    double ms;
+  };
+  std::vector<Row> rows;
+  double sum = 0.0;
+  for (size_t i = 0; i < per_step.size(); ++i) {
+    Row row;
+    row.ms = Median(per_step[i]);
+    sum += row.ms;
+    row.id = absl::StrCat("k", i);
+    row.op = ir::OpName(nodes[i]->op);
+    row.name = nodes[i]->name;
+    if (recorded) {
+      const auto& k = m.kernels(static_cast<int>(i));
+      row.id = k.id();
+      row.op = k.op_type();
+      row.kind = absl::StrCat(k.backend(), "/", k.isa(), "/", k.dtype());
+      if (k.nodes_size() > 0) row.name = k.nodes(0).node_name();
+    }
+    rows.push_back(std::move(row));
+  }
+  auto share = [&](double ms) { return sum > 0 ? 100.0 * ms / sum : 0.0; };
+  std::cout << absl::StrFormat(
+      "profile: %d run(s) with a timestamp after each of %d kernels: median %.3f ms, kernel "
+      "medians sum to %.3f ms\n",
+      runs, rows.size(), Median(totals), sum);
+  std::map<std::string, std::pair<double, int>> by_kind;
+  for (const Row& r : rows) {
+    auto& e = by_kind[absl::StrCat(r.op, " ", r.kind)];
+    e.first += r.ms;
+    ++e.second;
+  }
+  std::vector<std::pair<std::string, std::pair<double, int>>> kinds(by_kind.begin(), by_kind.end());
+  std::sort(kinds.begin(), kinds.end(),
+            [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+  std::cout << absl::StrFormat("  %-40s %9s %6s %7s\n", "op and kernel", "ms", "%", "kernels");
+  for (const auto& [kind, e] : kinds) {
+    std::cout << absl::StrFormat("  %-40s %9.3f %6.1f %7d\n", kind, e.first, share(e.first),
+                                 e.second);
+  }
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const Row& a, const Row& b) { return a.ms > b.ms; });
+  const size_t shown = std::min<size_t>(rows.size(), 15);
+  std::cout << absl::StrFormat("  the %d slowest kernels:\n", shown);
+  for (size_t i = 0; i < shown; ++i) {
+    const Row& r = rows[i];
+    std::cout << absl::StrFormat("  %-6s %-16s %9.3f %6.1f  %s '%s'\n", r.id, r.op, r.ms,
+                                 share(r.ms), r.kind, r.name);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ApplyThreads(const Args& args) {
@@ -51,7 +140,8 @@ absl::Status Bench(int argc, char** argv) {
                        {"--input-range", true},
                        {"--runs", true},
                        {"--warmup", true},
-                       {"--threads", true}});
+                       {"--threads", true},
+                       {"--profile", false}});
   if (!parsed.ok()) return UsageError(std::string(parsed.status().message()));
   const Args& args = *parsed;
   if (args.positional.size() != 1) return UsageError("bench takes exactly one ENGINE");
@@ -88,6 +178,7 @@ absl::Status Bench(int argc, char** argv) {
       args.positional[0], engine->metadata.policy().empty() ? "-" : engine->metadata.policy(),
       source, runtime::Threads(), runs, warmup, ms.front(), at(0.5), at(0.9), mean, ms.back(),
       load_ms);
+  if (args.flags.count("--profile")) RETURN_IF_ERROR(Profile(*session, *engine, inputs, runs));
   return absl::OkStatus();
 }
 

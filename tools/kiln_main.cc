@@ -41,7 +41,7 @@ constexpr char kUsage[] = R"(usage:
              [--no-suggest]
   kiln run ENGINE --inputs DIR --outputs DIR [--repeat N] [--threads N]
   kiln bench ENGINE [--inputs DIR | --seed N ...] [--runs N] [--warmup N]
-             [--threads N]
+             [--threads N] [--profile]
   kiln inspect ENGINE [--json]
   kiln explain MODEL.onnx [--policy ...] [--rule ...] [--constraints ...] [--typing ...] --node NAME
   kiln compare ENGINE_A ENGINE_B [--inputs DIR | --seed N ...] [--atol A] [--rtol R]
@@ -55,7 +55,8 @@ constexpr char kUsage[] = R"(usage:
            against the fp32 reference (default atol 1e-2, rtol 1e-2), and with an output out
            of tolerance a searched policy raising the fewest nodes (--suggest-policy OUT)
   compare  per-tensor comparison of two engines of the same model (A against B)
-  bench    engine latency (min, median, p90) over N runs after warm-up, and its load time
+  bench    engine latency (min, median, p90) over N runs after warm-up, and its load time;
+           --profile: then each kernel's median time over N more runs, by op and the slowest
   explain  why a node gets its precision: every rule that matched, the winner, the assigned and
            the effective precision
 

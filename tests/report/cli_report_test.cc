@@ -157,6 +157,13 @@ TEST(CliBench, PrintsLatencyWithTheThreadCount) {
   EXPECT_THAT(r.out, HasSubstr("threads 1, 3 run(s)"));
   EXPECT_THAT(r.out, HasSubstr("median"));
   EXPECT_THAT(r.out, HasSubstr("load (open, verify, ready)"));
+  // --profile: every kernel timed, by op and kernel kind, the slowest named.
+  CliResult p = Kiln(dir, {"bench", dir.File("e.kiln"), "--runs", "2", "--profile"});
+  ASSERT_EQ(p.exit_code, 0) << Describe(p);
+  EXPECT_THAT(p.out, HasSubstr("profile: 2 run(s) with a timestamp after each of"));
+  EXPECT_THAT(p.out, HasSubstr("op and kernel"));
+  EXPECT_THAT(p.out, HasSubstr("slowest kernels"));
+  EXPECT_THAT(p.out, ::testing::ContainsRegex("Conv +cpu/"));
   CliResult bad = Kiln(dir, {"bench", dir.File("e.kiln"), "--runs", "0"});
   EXPECT_EQ(bad.exit_code, 2) << Describe(bad);
   CliResult bad_threads = Kiln(dir, {"run", dir.File("e.kiln"), "--inputs", dir.path(), "--outputs",
