@@ -2,6 +2,7 @@
 // Flatten, Expand, Tile, Pad, DepthToSpace, SpaceToDepth, Identity, Dropout. Expected values are
 // worked out by hand (or are the ONNX spec's examples). Data-movement ops must reproduce bits
 // exactly, so comparisons are exact.
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -85,6 +86,43 @@ TEST(Transpose, Fp16BitsUnchanged) {
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].dtype(), DataType::kF16);
   EXPECT_THAT(Bits16(out[0]), ElementsAre(0x7d01, 0x3c00, 0x0001, 0xfc00));
+}
+
+// Every permutation of 4 axes, on shapes with size-1 axes, odd sizes and tiles larger than 32
+// (the batched-transpose path: NCHW to NHWC and back, [S, H*D] to [H*D, S]; the general gather
+// for the rest), against the index formula; and one large enough to run on the threads.
+TEST(Transpose, EveryPermutationMatchesTheIndexFormula) {
+  const std::vector<std::vector<int64_t>> shapes = {
+      {2, 3, 5, 7}, {1, 3, 37, 40}, {1, 40, 1, 33}, {3, 1, 1, 2}, {1, 128, 12, 64}};
+  for (const auto& dims : shapes) {
+    std::vector<int64_t> perm = {0, 1, 2, 3};
+    do {
+      const int64_t n = dims[0] * dims[1] * dims[2] * dims[3];
+      std::vector<int64_t> v(n);
+      for (int64_t i = 0; i < n; ++i) v[i] = i * 7919 + 13;
+      auto out = RunNodeOk({OpType::kTranspose, {{"perm", IntsAttr(perm)}}, {MakeInt64(dims, v)}});
+      ASSERT_EQ(out.size(), 1u);
+      std::vector<int64_t> od(4);
+      for (int a = 0; a < 4; ++a) od[a] = dims[perm[a]];
+      ASSERT_THAT(out[0].dims(), ElementsAreArray(od));
+      const int64_t* y = out[0].data<int64_t>();
+      int64_t at = 0;
+      std::vector<int64_t> idx(4, 0), in_idx(4, 0);
+      for (idx[0] = 0; idx[0] < od[0]; ++idx[0]) {
+        for (idx[1] = 0; idx[1] < od[1]; ++idx[1]) {
+          for (idx[2] = 0; idx[2] < od[2]; ++idx[2]) {
+            for (idx[3] = 0; idx[3] < od[3]; ++idx[3], ++at) {
+              for (int a = 0; a < 4; ++a) in_idx[perm[a]] = idx[a];
+              const int64_t src =
+                  ((in_idx[0] * dims[1] + in_idx[1]) * dims[2] + in_idx[2]) * dims[3] + in_idx[3];
+              ASSERT_EQ(y[at], v[src]) << ir::DimsToString(dims) << " perm "
+                                       << ir::DimsToString(perm) << " element " << at;
+            }
+          }
+        }
+      }
+    } while (std::next_permutation(perm.begin(), perm.end()));
+  }
 }
 
 TEST(Transpose, BadPerm) {

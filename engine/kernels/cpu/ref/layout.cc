@@ -5,8 +5,10 @@
 // dtype (DispatchBySize). Shape-only ops live in layout_shape.cc, Concat/Split in
 // layout_concat.cc, Resize/Upsample in layout_resize.cc.
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <limits>
+#include <optional>
 
 #include "engine/kernels/cpu/ref/common.h"
 #include "engine/kernels/cpu/ref/register.h"
@@ -107,11 +109,67 @@ std::vector<int64_t> MakeMap(int64_t n, int64_t stride, F coord) {
   return m;
 }
 
+// out[b][c][r] = in[b][r][c] for b < batch, r < rows, c < cols, in tiles of 32 x 32 (both sides
+// touch whole cache lines of a tile), split over the threads from a hundred KB on.
+template <typename U>
+void TransposeTiles(const U* in, U* out, int64_t batch, int64_t rows, int64_t cols) {
+  constexpr int64_t kTile = 32;
+  const int64_t rt = (rows + kTile - 1) / kTile, ct = (cols + kTile - 1) / kTile;
+  const int64_t bytes = batch * rows * cols * static_cast<int64_t>(sizeof(U));
+  const int64_t tiles = batch * rt * ct;
+#pragma omp parallel for schedule(static) if (bytes >= (int64_t{1} << 17) && tiles > 1)
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t b = t / (rt * ct), r0 = t / ct % rt * kTile, c0 = t % ct * kTile;
+    const int64_t r1 = std::min(rows, r0 + kTile), c1 = std::min(cols, c0 + kTile);
+    const U* src = in + b * rows * cols;
+    U* dst = out + b * rows * cols;
+    for (int64_t c = c0; c < c1; ++c) {
+      for (int64_t r = r0; r < r1; ++r) dst[c * rows + r] = src[r * cols + c];
+    }
+  }
+}
+
+// When `perm` of `view_dims` only swaps two blocks of axes behind a leading block (axes of size
+// 1 dropped, axes that stay neighbours merged), e.g. NCHW to NHWC ([N, C, HW] to [N, HW, C]):
+// {batch, rows, cols} of that transpose; nullopt otherwise.
+std::optional<std::array<int64_t, 3>> AsBatchedTranspose(const std::vector<int64_t>& view_dims,
+                                                         const std::vector<int64_t>& perm) {
+  // Output axes (as input axes) without the size-1 ones, merged where consecutive in the input.
+  std::vector<std::pair<int64_t, int64_t>> groups;  // {first input axis, size}, output order
+  int64_t prev = -2;
+  for (int64_t a : perm) {
+    if (view_dims[a] == 1) continue;
+    if (!groups.empty() && a == prev + 1) {
+      groups.back().second *= view_dims[a];
+    } else {
+      groups.push_back({a, view_dims[a]});
+    }
+    prev = a;
+  }
+  // A group that follows the previous one in the input as well merges with it only if it
+  // also comes right after it in the output: what is left is the order of the blocks.
+  const size_t n = groups.size();
+  if (n == 2 && groups[0].first > groups[1].first) {
+    return std::array<int64_t, 3>{1, groups[1].second, groups[0].second};
+  }
+  if (n == 3 && groups[0].first < groups[2].first && groups[2].first < groups[1].first) {
+    return std::array<int64_t, 3>{groups[0].second, groups[2].second, groups[1].second};
+  }
+  return std::nullopt;
+}
+
 // Output = `in` viewed with `view_dims`, transposed by `perm`, stored with `out_dims`.
 absl::Status PermuteView(KernelContext& ctx, const ir::Tensor& in,
                          const std::vector<int64_t>& view_dims, const std::vector<int64_t>& perm,
                          std::vector<int64_t> out_dims) {
   ASSIGN_OR_RETURN(ir::Tensor * out, ctx.output(0, in.dtype(), std::move(out_dims)));
+  if (const auto t = AsBatchedTranspose(view_dims, perm)) {
+    return DispatchBySize(in.dtype(), [&](auto tag) -> absl::Status {
+      using U = typename decltype(tag)::type;
+      TransposeTiles(in.data<U>(), out->data<U>(), (*t)[0], (*t)[1], (*t)[2]);
+      return absl::OkStatus();
+    });
+  }
   std::vector<int64_t> strides = Strides(view_dims);
   std::vector<int64_t> iter(perm.size());
   AxisMaps maps(perm.size());
