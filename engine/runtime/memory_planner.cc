@@ -7,6 +7,12 @@ namespace {
 
 constexpr uint64_t kAlign = 64;
 
+// Ops whose output 0 holds input 0's bytes unchanged (layout_shape.cc).
+bool IsShapeOnly(ir::OpType op) {
+  return op == ir::OpType::kReshape || op == ir::OpType::kFlatten || op == ir::OpType::kSqueeze ||
+         op == ir::OpType::kUnsqueeze || op == ir::OpType::kIdentity;
+}
+
 // Free blocks of the arena, merged when adjacent; allocation is best fit, else the arena grows.
 class FreeList {
  public:
@@ -71,8 +77,16 @@ MemoryPlan PlanMemory(const ir::Graph& graph, const std::vector<ir::Node*>& orde
   }
   std::vector<std::vector<int>> dies_at(order.size());
   std::vector<int> slot_of(graph.values().size(), -1);
+  std::vector<bool> handed_over(graph.values().size(), false);
   FreeList free_list;
   for (int i = 0; i < static_cast<int>(order.size()); ++i) {
+    // A shape-only op whose data input dies here hands that input's slot to its output: the
+    // output is the input's bytes, so its kernel finds them in place and copies nothing.
+    const ir::Value* view_of = nullptr;
+    if (IsShapeOnly(order[i]->op) && order[i]->num_inputs() > 0 && order[i]->inputs[0]) {
+      const ir::Value* in = order[i]->inputs[0];
+      if (slot_of[in->id] >= 0 && last_use[in->id] == i) view_of = in;
+    }
     for (const ir::Value* v : order[i]->outputs) {
       if (!v || v->is_graph_output || v->constant) continue;
       if (!v->shape.is_static() || DataTypeSize(v->dtype) == 0) {
@@ -89,11 +103,18 @@ MemoryPlan PlanMemory(const ir::Graph& graph, const std::vector<ir::Node*>& orde
           (static_cast<uint64_t>(n) * DataTypeSize(v->dtype) + kAlign - 1) / kAlign * kAlign;
       if (bytes == 0) bytes = kAlign;
       slot_of[v->id] = static_cast<int>(plan.slots.size());
-      plan.slots.push_back({v->id, free_list.Allocate(bytes), bytes});
+      if (view_of != nullptr && v == order[i]->outputs[0] && v->dtype == view_of->dtype &&
+          plan.slots[slot_of[view_of->id]].bytes == bytes) {
+        plan.slots.push_back({v->id, plan.slots[slot_of[view_of->id]].offset, bytes});
+        handed_over[view_of->id] = true;
+      } else {
+        plan.slots.push_back({v->id, free_list.Allocate(bytes), bytes});
+      }
       plan.total_activation_bytes += bytes;
       dies_at[std::max(i, last_use[v->id])].push_back(v->id);
     }
     for (int id : dies_at[i]) {
+      if (handed_over[id]) continue;  // its bytes live on as the view's
       const auto& s = plan.slots[slot_of[id]];
       free_list.Free(s.offset, s.bytes);
     }

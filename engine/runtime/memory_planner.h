@@ -1,7 +1,9 @@
 // Activation memory planning: every activation with a static size gets an offset in one arena;
 // activations whose lifetimes (first definition to last use, in execution order) do not overlap
 // share memory. Graph inputs, outputs and constants are not planned (they are owned elsewhere);
-// activations with symbolic sizes are allocated at run time.
+// activations with symbolic sizes are allocated at run time. The output of a shape-only op
+// (Reshape, Flatten, Squeeze, Unsqueeze, Identity) takes over its input's slot when the input
+// dies there: the bytes are already in place and the kernel copies nothing.
 #pragma once
 
 #include <cstdint>

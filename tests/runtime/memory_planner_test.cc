@@ -81,6 +81,34 @@ TEST(MemoryPlannerTest, LiveValuesNeverOverlap) {
   EXPECT_EQ(p.arena_bytes, p.total_activation_bytes);  // nothing dies early here
 }
 
+// Relu -> v0 -> Reshape -> v1 -> Relu -> v2 -> Relu: the Reshape's output takes v0's slot (v0
+// dies there), so the kernel finds the bytes in place; a Reshape whose input lives on (read
+// again later) gets a slot of its own.
+TEST(MemoryPlannerTest, ShapeOnlyOutputTakesTheSlotOfAnInputDyingThere) {
+  for (bool input_read_later : {false, true}) {
+    Chain c(4);
+    c.order[1]->op = ir::OpType::kReshape;
+    if (input_read_later) c.order[3]->inputs.push_back(c.order[0]->outputs[0]);
+    c.g.RebuildEdges();
+    MemoryPlan p = PlanMemory(c.g, c.order);
+    ASSERT_EQ(p.slots.size(), 3u);  // v0, v1, v2
+    EXPECT_EQ(p.slots[1].offset == p.slots[0].offset, !input_read_later) << input_read_later;
+    // Live values never overlap: v1 and v2, and v0 with both while it is still read.
+    const auto overlap = [&](size_t i, size_t j) {
+      const auto& a = p.slots[i];
+      const auto& b = p.slots[j];
+      return !(a.offset + a.bytes <= b.offset || b.offset + b.bytes <= a.offset);
+    };
+    EXPECT_FALSE(overlap(1, 2));
+    if (input_read_later) {
+      EXPECT_FALSE(overlap(0, 1));
+      EXPECT_FALSE(overlap(0, 2));
+    } else {
+      EXPECT_FALSE(overlap(0, 2));  // v0's bytes live on as v1 until v2 is computed
+    }
+  }
+}
+
 TEST(MemoryPlannerTest, SymbolicSizesAreDynamic) {
   Chain c(3);
   c.g.values()[1]->shape = ir::Shape{true, {ir::Dim::Symbol("n")}};
