@@ -1,15 +1,14 @@
 // The AVX-512 GEMM core (gemm.h). Compiled with AVX-512 flags (engine/CMakeLists.txt).
 //
 // Blocking: the output is cut into strips of kNr = 64 columns and tiles of kMr = 6 rows (the
-// fp32 kernels also 7, RowTiles). The fp32 kernels read A's rows in place (fp32 A with unit column
-// stride) or from one fp32 copy made per call (other types and strides); the dot path packs A once
-// per call into row tiles
-// ([K/2][6][2] bf16 pairs);
-// each task packs one B strip ([K][64] fp32 or [K/2][64][2] bf16) into a thread buffer, where it
-// stays in L2 while every row tile of the task runs the micro-kernel over the full K with its
-// 6 x 64 accumulators in 24 zmm registers (7 x 64 in 28). Keeping the whole K in registers makes
-// the accumulation order exactly the one gemm.h defines, with no partial sums to combine. Tasks
-// (batch x strip x row group) are spread over the OpenMP threads.
+// fp32 kernels also 7, RowTiles). The fp32 kernels read A's rows in place (fp32 A with unit
+// column stride) or from one fp32 copy made per call (other types and strides); the dot path
+// packs A once per call into row tiles ([K/2][6][2] bf16 pairs). Each task packs one B strip
+// ([K][64] fp32 or [K/2][64][2] bf16) into a thread buffer, where it stays in L2 while every row
+// tile of the task runs the micro-kernel over the full K with its 6 x 64 accumulators in 24 zmm
+// registers (7 x 64 in 28). Keeping the whole K in registers makes the accumulation order
+// exactly the one gemm.h defines, with no partial sums to combine. Tasks (batch x strip x row
+// group) are spread over the OpenMP threads.
 #include <cpuid.h>
 #include <immintrin.h>
 #include <omp.h>

@@ -4,8 +4,6 @@
 // reference's arithmetic in fp32 (max, exp of the shifted values, their sum, one division each)
 // with the vector exp and the sum in 16 lanes, then one rounding to the output type.
 #include <algorithm>
-#include <cstring>
-#include <limits>
 #include <memory>
 #include <vector>
 
