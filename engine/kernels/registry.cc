@@ -99,4 +99,9 @@ const Registry& Registry::Default() {
   return *reg;
 }
 
+absl::StatusOr<std::unique_ptr<Kernel>> ReferenceKernel(const ir::Node& node) {
+  ASSIGN_OR_RETURN(const KernelDef* def, Registry::Default().Find(node, 0));
+  return def->factory(node);
+}
+
 }  // namespace kiln::kernels

@@ -69,6 +69,10 @@ class Registry {
   std::vector<KernelDef> defs_;
 };
 
+/// The reference kernel of `node` (Registry::Default().Find(node, 0)), for a fast kernel to run
+/// what it does not cover.
+absl::StatusOr<std::unique_ptr<Kernel>> ReferenceKernel(const ir::Node& node);
+
 /// The dtype that keys `node`'s kernel under `type_source` (kUndefined when not known).
 DataType KernelKeyType(const ir::Node& node, int type_source);
 

@@ -102,8 +102,7 @@ std::optional<BinaryPlan> PlanBinary(std::vector<int64_t> a, std::vector<int64_t
 class ElementwiseKernel final : public Kernel {
  public:
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const ir::Node& node) {
-    ASSIGN_OR_RETURN(const KernelDef* ref_def, Registry::Default().Find(node, 0));
-    ASSIGN_OR_RETURN(std::unique_ptr<Kernel> reference, ref_def->factory(node));
+    ASSIGN_OR_RETURN(std::unique_ptr<Kernel> reference, ReferenceKernel(node));
     return std::unique_ptr<Kernel>(new ElementwiseKernel(node, std::move(reference)));
   }
 

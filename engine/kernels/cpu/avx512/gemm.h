@@ -24,7 +24,9 @@
 // the output storage type (round to nearest even, as engine/common/half.h).
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <memory>
 
 namespace kiln::kernels::cpu::avx512 {
 
@@ -79,6 +81,30 @@ void PackBF32(const float* b, int64_t k, int64_t n, float* out);
 
 /// PackBF32 of a B whose element (i, j) is b[i * b_rs + j * b_cs] (e.g. Gemm's transB).
 void PackBF32Strided(const float* b, int64_t k, int64_t n, int64_t b_rs, int64_t b_cs, float* out);
+
+/// A constant fp32 B packed once for GemmArgs::b_packed_f32 and kept while its source stays the
+/// same (buffer, shape, strides): the weight of a kernel that packs it at its first run. Defined
+/// in gemm_ops.cc (no ISA code).
+class PackedWeightF32 {
+ public:
+  /// The packed copy of `count` matrices k x n whose element (i, j) is
+  /// b[c * offset + i * b_rs + j * b_cs] (a convolution's kernel taps: count = taps, offset 1),
+  /// one after another, `PackedBElemsF32(k, n)` floats apart; made at the first call for this
+  /// source. nullptr when the memory cannot be had.
+  const float* Get(const float* b, int64_t k, int64_t n, int64_t b_rs, int64_t b_cs,
+                   int64_t count = 1, int64_t offset = 0);
+
+ private:
+  struct Free {
+    void operator()(float* p) const;
+  };
+  std::unique_ptr<float, Free> packed_;
+  const float* source_ = nullptr;
+  std::array<int64_t, 6> key_ = {};  // k, n, b_rs, b_cs, count, offset
+};
+
+/// fp32 values of a whole packed fp32 B of k x n: ceil(n / 64) strips.
+int64_t PackedBElemsF32(int64_t k, int64_t n);
 
 /// Packs fp16 B [k, n] (row-major) for GemmArgs::b_packed_f16: ceil(n / 64) strips of
 /// PackedBStripElemsF32(k) fp16 values ([k][64], zero padded past n). Each run widens a strip to

@@ -145,7 +145,7 @@ class GemmKernel final : public Kernel {
       // A constant fp32 B (a classifier's weight, usually transposed): packed once, at the
       // first run, as the build packs MatMul weights; the same values, read contiguously
       // (nullptr, and B read as it is, when the buffer cannot be had).
-      g.b_packed_f32 = PackedWeight(*b, k, n, g.b_rs, g.b_cs);
+      g.b_packed_f32 = packed_.Get(b->data<float>(), k, n, g.b_rs, g.b_cs);
     } else {
       ChooseBf16Path(g, node_, *a, *b, scan_);
     }
@@ -154,33 +154,11 @@ class GemmKernel final : public Kernel {
   }
 
  private:
-  const float* PackedWeight(const ir::Tensor& b, int64_t k, int64_t n, int64_t b_rs, int64_t b_cs) {
-    if (packed_data_ != b.raw_data() || packed_k_ != k || packed_n_ != n) {
-      const size_t bytes = static_cast<size_t>((n + 63) / 64 * PackedBStripElemsF32(k)) * 4;
-      packed_.reset(static_cast<float*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
-      if (!packed_) {
-        packed_data_ = nullptr;
-        return nullptr;
-      }
-      PackBF32Strided(b.data<float>(), k, n, b_rs, b_cs, packed_.get());
-      packed_data_ = b.raw_data();
-      packed_k_ = k;
-      packed_n_ = n;
-    }
-    return packed_.get();
-  }
-
-  struct Free {
-    void operator()(float* p) const { std::free(p); }
-  };
-
   const ir::Node& node_;
   bool trans_a_ = false, trans_b_ = false;
   float alpha_ = 1.0f, beta_ = 1.0f;
   WeightScan scan_;
-  std::unique_ptr<float, Free> packed_;  // B packed (64-byte aligned), for packed_data_
-  const void* packed_data_ = nullptr;
-  int64_t packed_k_ = 0, packed_n_ = 0;
+  PackedWeightF32 packed_;  // a constant fp32 B
 };
 
 // numpy.matmul: 1-D operands are promoted (and the added dim dropped), batch dims broadcast.
@@ -404,6 +382,26 @@ void RegisterGemmOps(Registry& r) {
   fused.dtypes = {DataType::kBF16};
   fused.cpu_features = kCpuAvx512Bf16;
   r.Add(fused);
+}
+
+int64_t PackedBElemsF32(int64_t k, int64_t n) { return (n + 63) / 64 * PackedBStripElemsF32(k); }
+
+void PackedWeightF32::Free::operator()(float* p) const { std::free(p); }
+
+const float* PackedWeightF32::Get(const float* b, int64_t k, int64_t n, int64_t b_rs, int64_t b_cs,
+                                  int64_t count, int64_t offset) {
+  const std::array<int64_t, 6> key = {k, n, b_rs, b_cs, count, offset};
+  if (packed_ != nullptr && source_ == b && key_ == key) return packed_.get();
+  const int64_t elems = PackedBElemsF32(k, n);
+  const size_t bytes = static_cast<size_t>(count * elems) * sizeof(float);
+  packed_.reset(static_cast<float*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
+  if (packed_ == nullptr) return nullptr;
+  for (int64_t c = 0; c < count; ++c) {
+    PackBF32Strided(b + c * offset, k, n, b_rs, b_cs, packed_.get() + c * elems);
+  }
+  source_ = b;
+  key_ = key;
+  return packed_.get();
 }
 
 }  // namespace kiln::kernels::cpu::avx512

@@ -42,20 +42,10 @@ const float* RowParam(const ir::Tensor* p, const std::vector<int64_t>& x_dims, i
   }
 }
 
-// The dtype of output k as the graph types it; `fallback` when it does not.
-DataType OutputType(const ir::Node& node, int k, DataType fallback) {
-  if (k < node.num_outputs() && node.outputs[k] != nullptr &&
-      node.outputs[k]->dtype != DataType::kUndefined) {
-    return node.outputs[k]->dtype;
-  }
-  return fallback;
-}
-
 class NormKernel final : public Kernel {
  public:
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const ir::Node& node) {
-    ASSIGN_OR_RETURN(const KernelDef* ref_def, Registry::Default().Find(node, 0));
-    ASSIGN_OR_RETURN(std::unique_ptr<Kernel> reference, ref_def->factory(node));
+    ASSIGN_OR_RETURN(std::unique_ptr<Kernel> reference, ReferenceKernel(node));
     return std::unique_ptr<Kernel>(new NormKernel(node, std::move(reference)));
   }
 
@@ -79,7 +69,7 @@ class NormKernel final : public Kernel {
     const DataType t = x->dtype();
     if (add && (x2->dtype() != t || x2->dims() != x->dims())) return reference_->Run(ctx);
     for (int k = 0; k < (add ? 2 : 1); ++k) {
-      if (OutputType(node_, k, t) != t) return reference_->Run(ctx);
+      if (ref::OutputDtype(node_, k, t) != t) return reference_->Run(ctx);
     }
     auto axis = ref::NormalizeAxis(node_, node_.GetInt("axis", -1), x->rank());
     if (!axis.ok()) return reference_->Run(ctx);

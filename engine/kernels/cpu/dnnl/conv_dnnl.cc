@@ -27,7 +27,6 @@
 // streaming W from memory, which the GEMM overlaps with the arithmetic.
 #include <omp.h>
 
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -176,8 +175,7 @@ class ConvKernel final : public Kernel {
     // node's is made from an NCHW copy of the node (kept here, as kernels keep their node).
     k->nchw_node_ = node;
     k->nchw_node_.attrs.erase(kChannelsLastAttr);
-    ASSIGN_OR_RETURN(const KernelDef* ref_def, Registry::Default().Find(k->nchw_node_, 0));
-    ASSIGN_OR_RETURN(k->reference_, ref_def->factory(k->nchw_node_));
+    ASSIGN_OR_RETURN(k->reference_, ReferenceKernel(k->nchw_node_));
     return std::unique_ptr<Kernel>(std::move(k));
   }
 
@@ -238,11 +236,7 @@ class ConvKernel final : public Kernel {
     // The residual Z (conv+residual fusion): the primitive adds the destination's prior
     // contents (its sum post-op, before the activation), so Z is copied there first.
     if (const ir::Tensor* z = ctx.input(3)) {
-      if (z->dims() != y->dims() || z->dtype() != dt) {
-        return ref::InvalidNode(node_, "Z of ", DataTypeName(z->dtype()), " ",
-                                ir::DimsToString(z->dims()), " does not match Y (",
-                                ir::DimsToString(y->dims()), ")");
-      }
+      RETURN_IF_ERROR(CheckResidual(*z, *y));
       if (sums == nullptr || dt == DataType::kF32) {
         // On the threads: between two parallel primitives (ResNet-50: ~2% of a 2-thread run).
         ref::ParallelCopy(y->raw_data(), z->raw_data(), z->byte_size());
@@ -319,17 +313,11 @@ class ConvKernel final : public Kernel {
     const ir::Tensor& x = *s.in.x;  // NCHW dims over NHWC bytes
     const ir::Tensor& w = *s.in.w;
     const int64_t c = w.dim(1), m = w.dim(0), kh = w.dim(2), kw = w.dim(3), taps = kh * kw;
-    const int64_t strip = avx512::PackedBStripElemsF32(c) * ((m + 63) / 64);  // one tap's B
-    if (packed_w_data_ != w.raw_data()) {
-      packed_w_.reset(static_cast<float*>(std::aligned_alloc(64, taps * strip * sizeof(float))));
-      if (!packed_w_) return absl::ResourceExhaustedError("out of memory packing W");
-      // Tap t's B[k][n] = W[n][k][t]: element (n, k, t) of W at (n * C + k) * taps + t.
-      for (int64_t t = 0; t < taps; ++t) {
-        avx512::PackBF32Strided(w.data<float>() + t, c, m, /*b_rs=*/taps, /*b_cs=*/c * taps,
-                                packed_w_.get() + t * strip);
-      }
-      packed_w_data_ = w.raw_data();
-    }
+    // Tap t's B[k][n] = W[n][k][t]: element (n, k, t) of W at (n * C + k) * taps + t.
+    const float* packed = packed_w_.Get(w.data<float>(), c, m, /*b_rs=*/taps, /*b_cs=*/c * taps,
+                                        /*count=*/taps, /*offset=*/1);
+    if (packed == nullptr) return absl::ResourceExhaustedError("out of memory packing W");
+    const int64_t strip = avx512::PackedBElemsF32(c, m);  // one tap's B
     const ref::nn::Window& win = s.win;
     const int64_t batch = x.dim(0), h = x.dim(2), wd = x.dim(3);
     const int64_t oh = s.out_dims[2], ow = s.out_dims[3], pixels = batch * oh * ow;
@@ -361,7 +349,7 @@ class ConvKernel final : public Kernel {
       g.k = c;
       g.a = a;
       g.a_rs = c;
-      g.b_packed_f32 = packed_w_.get() + t * strip;
+      g.b_packed_f32 = packed + t * strip;
       g.y = y->raw_data();
       g.y_rs = m;
       // 1 * sum + 1 * (B, or Y so far): the one rounding of that addition.
@@ -375,10 +363,7 @@ class ConvKernel final : public Kernel {
     }
     const ir::Tensor* z = ctx.input(3);
     if (z != nullptr) {
-      if (z->num_elements() != y->num_elements() || z->dtype() != DataType::kF32) {
-        return ref::InvalidNode(node_, "Z of ", DataTypeName(z->dtype()), " ",
-                                ir::DimsToString(z->dims()), " does not match Y");
-      }
+      RETURN_IF_ERROR(CheckResidual(*z, *y));
       float* yp = y->data<float>();
       const float* zp = z->data<float>();
       const int64_t n = y->num_elements();
@@ -387,6 +372,14 @@ class ConvKernel final : public Kernel {
     }
     if (act_.kind != ActKind::kNone) ApplyActivation(y->data<float>(), *y);
     return absl::OkStatus();
+  }
+
+  // The residual Z must be Y's dims and dtype (it is added element by element).
+  absl::Status CheckResidual(const ir::Tensor& z, const ir::Tensor& y) const {
+    if (z.dims() == y.dims() && z.dtype() == y.dtype()) return absl::OkStatus();
+    return ref::InvalidNode(node_, "Z of ", DataTypeName(z.dtype()), " ",
+                            ir::DimsToString(z.dims()), " does not match Y (",
+                            DataTypeName(y.dtype()), " ", ir::DimsToString(y.dims()), ")");
   }
 
   // The reference kernel; a channels-last node's on NCHW copies of X and Y.
@@ -550,18 +543,14 @@ class ConvKernel final : public Kernel {
     });
   }
 
-  struct FreeDeleter {
-    void operator()(float* p) const { std::free(p); }
-  };
   static constexpr int64_t kGemmMaxPixels = 64;
   static constexpr int64_t kGemmMinWeightBytes = int64_t{2} << 20;
 
   const ir::Node& node_;
   ref::nn::ConvAttrs attrs_;
   Activation act_;
-  // The GEMM path's W packed per tap, the buffer it was packed from, and one tap's A.
-  std::unique_ptr<float, FreeDeleter> packed_w_;
-  const void* packed_w_data_ = nullptr;
+  // The GEMM path's W packed per tap, and one tap's A.
+  avx512::PackedWeightF32 packed_w_;
   std::vector<float> gathered_;
   ir::Node nchw_node_;
   std::unique_ptr<Kernel> reference_;

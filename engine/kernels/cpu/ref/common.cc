@@ -47,6 +47,14 @@ int64_t Product(const std::vector<int64_t>& dims, size_t begin, size_t end) {
   return p;
 }
 
+DataType OutputDtype(const ir::Node& node, int k, DataType fallback) {
+  if (k < static_cast<int>(node.outputs.size()) && node.outputs[k] != nullptr &&
+      node.outputs[k]->dtype != DataType::kUndefined) {
+    return node.outputs[k]->dtype;
+  }
+  return fallback;
+}
+
 void ParallelCopy(void* dst, const void* src, int64_t bytes) {
   constexpr int64_t kChunk = int64_t{1} << 16;
   const int64_t chunks = (bytes + kChunk - 1) / kChunk;

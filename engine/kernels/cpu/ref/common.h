@@ -216,6 +216,10 @@ std::vector<int64_t> Strides(const std::vector<int64_t>& dims);
 std::vector<int64_t> BroadcastStrides(const std::vector<int64_t>& in,
                                       const std::vector<int64_t>& out);
 
+/// The dtype of output k as the graph types it; `fallback` (usually input 0's dtype) when the
+/// graph leaves it undefined.
+DataType OutputDtype(const ir::Node& node, int k, DataType fallback);
+
 /// Requires input `i` to be present; error names the node and the input index.
 absl::StatusOr<const ir::Tensor*> RequireInput(const ir::Node& node, KernelContext& ctx, int i);
 

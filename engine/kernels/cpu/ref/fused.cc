@@ -30,16 +30,6 @@ namespace {
 
 // ---- Shared pieces: dtypes, conversion, activation epilogue --------------------------------
 
-// The dtype of output k from the graph; `fallback` (input 0's dtype) when the graph leaves it
-// undefined.
-DataType OutputDtype(const ir::Node& node, int k, DataType fallback) {
-  if (k < static_cast<int>(node.outputs.size()) && node.outputs[k] != nullptr &&
-      node.outputs[k]->dtype != DataType::kUndefined) {
-    return node.outputs[k]->dtype;
-  }
-  return fallback;
-}
-
 // Factory-time check that every output the graph types is a float type.
 absl::Status CheckOutputDtypes(const ir::Node& node) {
   for (size_t k = 0; k < node.outputs.size(); ++k) {
