@@ -4,6 +4,7 @@
 
 #include "engine/common/cpu_features.h"
 #include "engine/common/half.h"
+#include "engine/kernels/cpu/avx512/math.h"
 #include "gtest/gtest.h"
 #include "tests/testing/node_runner.h"
 
@@ -55,6 +56,35 @@ TEST(Avx512FusedMatMulTest, MatchesReferenceForEveryActivationAndDtype) {
       for (size_t i = 0; i < a.size(); ++i) {
         EXPECT_LE(std::fabs(a[i] - b[i]), 1e-4 + rel * std::fabs(b[i]) + rel * 0.5)
             << DataTypeName(dt) << " " << act << " element " << i;
+      }
+    }
+  }
+}
+
+// fp32 GELU runs in the GEMM's epilogue: the same numbers, bit for bit, as the GELU pass over
+// the stored bias sum (GeluF32), for every tile height and a partial column strip.
+TEST(Avx512FusedMatMulTest, GeluInTheEpilogueIsThePassOverTheSum) {
+  const uint64_t need = kCpuAvx512F | kCpuAvx512Bw | kCpuAvx512Vl | kCpuAvx512Dq;
+  if ((DetectCpuFeatures() & need) != need) GTEST_SKIP() << "needs AVX-512";
+  std::mt19937 rng(5);
+  for (int64_t m : {1, 6, 7, 13, 40}) {
+    for (int64_t n : {19, 64, 70}) {
+      NodeSpec spec{ir::OpType::kFusedMatMul};
+      spec.since_version = 1;
+      spec.attrs = {{"activation", StringAttr("Gelu")}};
+      spec.inputs = {Random({m, 33}, DataType::kF32, rng), Random({33, n}, DataType::kF32, rng),
+                     Random({n}, DataType::kF32, rng)};
+      spec.output_dtypes = {DataType::kF32};
+      auto gelu = RunNode(spec);
+      ASSERT_TRUE(gelu.ok()) << gelu.status();
+      spec.attrs = {{"activation", StringAttr("")}};
+      auto sum = RunNode(spec);
+      ASSERT_TRUE(sum.ok()) << sum.status();
+      std::vector<float> want = ToFloats((*sum)[0]), got = ToFloats((*gelu)[0]);
+      kernels::cpu::avx512::GeluF32(want.data(), want.data(), static_cast<int64_t>(want.size()));
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_EQ(got[i], want[i]) << "M " << m << " N " << n << " element " << i;
       }
     }
   }

@@ -20,8 +20,9 @@
 //   inputs as zero, which the precision contract does not allow).
 //
 // Epilogue (Gemm; `scale` set): v = alpha * acc, then v = v + beta * C (when C is given), each
-// step rounded to fp32, as the reference kernel does; MatMul: v = acc. Then v is rounded once to
-// the output storage type (round to nearest even, as engine/common/half.h).
+// step rounded to fp32, as the reference kernel does; MatMul: v = acc. Then (fp32, `gelu`)
+// v = GELU(v), and v is rounded once to the output storage type (round to nearest even, as
+// engine/common/half.h).
 #pragma once
 
 #include <array>
@@ -62,6 +63,9 @@ struct GemmArgs {
   const float* b_packed_f32 = nullptr;
   /// fp16 only: B already packed by PackBHalf, as b_packed for bf16.
   const uint16_t* b_packed_f16 = nullptr;
+  /// fp32 only: the epilogue's value v becomes GELU(v) (GeluF32 of math.h) before it is stored,
+  /// while the tile is in registers; `acc` still gets the dot products.
+  bool gelu = false;
 };
 
 /// bf16 values of one strip (64 columns) of a packed B with `k` rows.

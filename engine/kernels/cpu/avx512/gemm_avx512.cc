@@ -20,6 +20,7 @@
 
 #include "engine/common/half.h"
 #include "engine/kernels/cpu/avx512/gemm.h"
+#include "engine/kernels/cpu/avx512/math.h"
 #include "engine/kernels/cpu/avx512/vec_convert_inl.h"
 
 namespace kiln::kernels::cpu::avx512 {
@@ -344,7 +345,11 @@ static void StoreTile(const GemmArgs& g, int64_t bi, int64_t i0, int mr, int64_t
       }
       switch (g.type) {
         case GemmType::kF32:
-          _mm512_mask_storeu_ps(reinterpret_cast<float*>(y) + q * 16, m, v);
+          if (g.gelu) {
+            _mm512_store_ps(crow + q * 16, v);  // the row's values, GELU below
+          } else {
+            _mm512_mask_storeu_ps(reinterpret_cast<float*>(y) + q * 16, m, v);
+          }
           break;
         case GemmType::kF16:
           _mm256_mask_storeu_epi16(reinterpret_cast<uint16_t*>(y) + q * 16, m, FloatToHalf16(v));
@@ -354,6 +359,7 @@ static void StoreTile(const GemmArgs& g, int64_t bi, int64_t i0, int mr, int64_t
           break;
       }
     }
+    if (g.gelu && g.type == GemmType::kF32) GeluF32(crow, reinterpret_cast<float*>(y), nc);
   }
 }
 

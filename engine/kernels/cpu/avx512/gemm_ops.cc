@@ -164,9 +164,13 @@ class GemmKernel final : public Kernel {
 // numpy.matmul: 1-D operands are promoted (and the added dim dropped), batch dims broadcast.
 // With `bias` (FusedMatMul's [N] or [1] bias, A's dtype), the GEMM epilogue adds it to the fp32
 // dot product before the one rounding to the output type. `fused`: FusedMatMul, whose member 0
-// (the MatMul) is kept inside: offered to an interior tap as the fp32 dot products.
+// (the MatMul) is kept inside: offered to an interior tap as the fp32 dot products. With
+// `bias_sum` (FusedMatMul with GELU): the interior tap of member 1, the bias sum, is asked for
+// into it, and when nobody wants it an fp32 GEMM applies GELU in its epilogue
+// (GemmArgs::gelu) and returns gelu_done.
 absl::StatusOr<ir::Tensor*> MatMulCore(const ir::Node& node, KernelContext& ctx,
-                                       const ir::Tensor* bias, bool fused, WeightScan& scan) {
+                                       const ir::Tensor* bias, bool fused, WeightScan& scan,
+                                       float** bias_sum = nullptr, bool* gelu_done = nullptr) {
   ASSIGN_OR_RETURN(const ir::Tensor* a, RequireInput(node, ctx, 0));
   ASSIGN_OR_RETURN(const ir::Tensor* b, RequireInput(node, ctx, 1));
   if (a->dtype() != b->dtype()) return InvalidNode(node, "A and B must have the same dtype");
@@ -247,6 +251,11 @@ absl::StatusOr<ir::Tensor*> MatMulCore(const ir::Node& node, KernelContext& ctx,
     g.c_cs = bias->num_elements() == n ? 1 : 0;
   }
   if (fused) g.acc = ctx.interior(0, y->num_elements());
+  if (bias_sum != nullptr) {
+    *bias_sum = ctx.interior(1, y->num_elements());
+    g.gelu = *bias_sum == nullptr && g.type == GemmType::kF32;
+    *gelu_done = g.gelu;
+  }
   if (!packed.empty() && b->dtype() == DataType::kF32) {
     g.b_packed_f32 = b->data<float>();
   } else if (!packed.empty() && b->dtype() == DataType::kF16) {
@@ -298,8 +307,15 @@ class FusedMatMulKernel final : public Kernel {
   }
 
   absl::Status Run(KernelContext& ctx) override {
-    ASSIGN_OR_RETURN(ir::Tensor * y, MatMulCore(node_, ctx, ctx.input(2), /*fused=*/true, scan_));
-    if (act_.kind == ref::ActKind::kNone) return absl::OkStatus();
+    // fp32 GELU in the GEMM's epilogue (the arithmetic of the pass below, while the tile is in
+    // registers) unless a tap wants the bias sum, which the GEMM then never stores.
+    float* sum = nullptr;
+    bool gelu_done = false;
+    const bool gelu = act_.kind == ref::ActKind::kGelu;
+    ASSIGN_OR_RETURN(ir::Tensor * y,
+                     MatMulCore(node_, ctx, ctx.input(2), /*fused=*/true, scan_,
+                                gelu ? &sum : nullptr, gelu ? &gelu_done : nullptr));
+    if (act_.kind == ref::ActKind::kNone || gelu_done) return absl::OkStatus();
     return ref::DispatchFloat(y->dtype(), [&](auto tag) -> absl::Status {
       using T = typename decltype(tag)::type;
       T* p = y->data<T>();
@@ -329,20 +345,19 @@ class FusedMatMulKernel final : public Kernel {
         }
       };
       // Member 1, the bias Add, is the activation's input: offered as stored.
-      if (float* sum = ctx.interior(1, n)) widen(p, sum, n);
+      if (!gelu) sum = ctx.interior(1, n);
+      if (sum != nullptr) widen(p, sum, n);
       if (act_.kind == ref::ActKind::kGelu) {
-        // ew::GeluOp's arithmetic in fp32, erf 16 at a time (math.h): within the vector erf's
-        // bound of the scalar one.
+        // ew::GeluOp's arithmetic in fp32, erf 16 at a time (GeluF32, math.h): within the
+        // vector erf's bound of the scalar one.
         constexpr int64_t kChunk = 1024;
         const int64_t chunks = (n + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static)
         for (int64_t c = 0; c < chunks; ++c) {
           const int64_t begin = c * kChunk, m = std::min(kChunk, n - begin);
-          alignas(64) float x[kChunk], e[kChunk];
+          alignas(64) float x[kChunk];
           widen(p + begin, x, m);
-          for (int64_t i = 0; i < m; ++i) e[i] = x[i] * 0.70710678118654752440084436210485f;
-          ErfF32(e, e, m);
-          for (int64_t i = 0; i < m; ++i) x[i] = 0.5f * x[i] * (1.0f + e[i]);
+          GeluF32(x, x, m);
           narrow(x, p + begin, m);
         }
         return absl::OkStatus();

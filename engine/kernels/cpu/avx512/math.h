@@ -15,6 +15,11 @@ void ErfF32(const float* x, float* y, int64_t n);
 /// subnormal results included; 0 below -104, +Inf past FLT_MAX, NaN stays NaN. `y` may be `x`.
 void ExpF32(const float* x, float* y, int64_t n);
 
+/// y[i] = GELU(x[i]) for i < n as the reference's GeluOp computes it in fp32: e = x * (1/sqrt 2)
+/// rounded, e = erf(e) by ErfF32, then y = (0.5 * x) * (1 + e), each step rounded to fp32.
+/// `y` may be `x`.
+void GeluF32(const float* x, float* y, int64_t n);
+
 /// y[i] = exp(x[i] - max) / sum for i < n (n >= 1): the max over the row (NaN ignored; a NaN
 /// makes the whole row NaN through the sum), ExpF32 of each difference, their sum kept in 16
 /// lanes (element i added to lane i % 16 in order of i, then lanes 0..15 added in order), then

@@ -49,11 +49,20 @@ __m512 Exp16(__m512 x) {
   return _mm512_maskz_scalef_ps(live, p, n);
 }
 
+// GeluF32 of 16 floats.
+__m512 Gelu16(__m512 x) {
+  const __m512 e = _ZGVeN16v_erff(_mm512_mul_ps(x, _mm512_set1_ps(0.70710678118654752440f)));
+  return _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), x),
+                       _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+}
+
 }  // namespace
 
 void ErfF32(const float* x, float* y, int64_t n) { Map16<_ZGVeN16v_erff>(x, y, n); }
 
 void ExpF32(const float* x, float* y, int64_t n) { Map16<Exp16>(x, y, n); }
+
+void GeluF32(const float* x, float* y, int64_t n) { Map16<Gelu16>(x, y, n); }
 
 void SoftmaxRowF32(const float* x, float* y, int64_t n) {
   const int64_t full = n / 16 * 16;
