@@ -465,10 +465,10 @@ TEST(Avx512Exp, WithinOneUlpOfExactDownToSubnormalResults) {
   kernels::cpu::avx512::ExpF32(x.data(), y.data(), static_cast<int64_t>(x.size()));
   for (size_t i = 0; i < x.size(); ++i) {
     const float exact = static_cast<float>(std::exp(static_cast<double>(x[i])));
-    // Within one ulp (math.h): the polynomial's truncation is under 0.05 ulp and its rounding
-    // errors stay under half an ulp, so the result is the exact value rounded either way; in the
-    // subnormal range the one rounding by vscalefps keeps that (the distance counts subnormal
-    // steps, bit patterns being ordered).
+    // Within one ulp (math.h): the polynomial's truncation is under 0.05 ulp, the rest is the
+    // rounding of r and of Horner's steps (one ulp is the bound measured over this sample); in
+    // the subnormal range vscalefps rounds once more (the distance counts subnormal steps, bit
+    // patterns being ordered).
     ASSERT_LE(UlpDistance(y[i], exact), 1) << "exp(" << x[i] << ") = " << y[i];
   }
   const float special[4] = {-INFINITY, INFINITY, NAN, 89.0f};

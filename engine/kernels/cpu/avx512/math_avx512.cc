@@ -35,9 +35,9 @@ __m512 Exp16(__m512 x) {
   x = _mm512_min_ps(_mm512_set1_ps(89.0f), _mm512_max_ps(_mm512_set1_ps(-104.0f), x));
   const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f),
-                              x);  // ln2 to 15 bits: n * it is exact
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860682030941723e-6f), r);  // ln2 - that
+  // r = x - n ln2 with ln2 = 0.693145751953125 (15 bits: n times it is exact) + 1.4286068e-6.
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860682030941723e-6f), r);
   __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
