@@ -930,11 +930,13 @@ struct Shape {
   int64_t m, n, k;
 };
 
-// Odd sizes, edge tiles (rows % 6, columns % 64, odd K for the bf16 pairs), K = 0 and 1.
+// Odd sizes, edge tiles (rows % 6, columns % 64, odd K for the bf16 pairs), K = 0 and 1; the
+// fp32 6-row tile's unrolled loop with every K % 4 (K = 2: no unrolled step at all).
 std::vector<Shape> Shapes() {
-  std::vector<Shape> s = {{1, 1, 1},  {1, 64, 1},    {6, 64, 8},     {7, 65, 3},
-                          {5, 17, 2}, {13, 130, 33}, {64, 64, 64},   {37, 200, 129},
-                          {2, 3, 0},  {3, 1, 5},     {12, 128, 768}, {128, 96, 64}};
+  std::vector<Shape> s = {{1, 1, 1},   {1, 64, 1},    {6, 64, 8},     {7, 65, 3},
+                          {5, 17, 2},  {13, 130, 33}, {64, 64, 64},   {37, 200, 129},
+                          {2, 3, 0},   {3, 1, 5},     {12, 128, 768}, {128, 96, 64},
+                          {24, 70, 2}, {18, 64, 7},   {30, 100, 14}};
   std::mt19937 gen(7);
   for (int i = 0; i < 12; ++i) {
     s.push_back({1 + static_cast<int64_t>(gen() % 40), 1 + static_cast<int64_t>(gen() % 150),
