@@ -375,6 +375,9 @@ static void KernelF32Six(int64_t k, const float* a, int64_t lda, const float* bp
       KILN_GEMM_STORE4(0, 1, 2, 3) KILN_GEMM_STORE4(4, 5, 6, 7) KILN_GEMM_STORE4(8, 9, 10, 11)
       KILN_GEMM_STORE4(12, 13, 14, 15) KILN_GEMM_STORE4(16, 17, 18, 19)
       KILN_GEMM_STORE4(20, 21, 22, 23)
+      // Upper register halves clean on the way out, as the compiler leaves them after its own
+      // AVX code (it cannot see this block's).
+      "vzeroupper\n\t"
       : [a0] "+r"(a), [a3] "+r"(a3), [b] "+r"(bp), [pf] "+r"(pf), [groups] "+r"(groups),
         [rest] "+r"(rest)
       : [lda] "r"(lda_bytes), [pf_step] "r"(pf_step), [out] "r"(out)
