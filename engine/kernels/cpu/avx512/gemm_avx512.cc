@@ -300,7 +300,7 @@ static void KernelBf16(int64_t kp, const uint16_t* ap, const uint16_t* bp, float
 // strip is read at consecutive addresses, which the hardware prefetchers follow; dropping them
 // from the C++ kernels alone changed nothing measurable). The next strip's lines `pf` go to L2
 // one per four k steps, spread to cover `pf_lines`. Measured on the GEMM benchmark: packed
-// weights ~77% -> 80-85% of the fp32 peak on 1 and 2 threads; BERT-base fp32 ~1-2% faster. The
+// weights ~77% -> 81-84% of the fp32 peak on 1 thread, 86-87% on 2; BERT-base fp32 ~1-2%. The
 // C++ loop compiled with k unrolled spills B registers and ran slower.
 // clang-format off
 #define KILN_GEMM_B_ROW(OFF)                \
