@@ -14,6 +14,7 @@
 #include "engine/import/shape_inference.h"
 #include "engine/kernels/cpu/avx512/gemm.h"
 #include "engine/kernels/registry.h"
+#include "engine/passes/conv_chain.h"
 #include "engine/passes/layout.h"
 #include "engine/passes/precision_lowering.h"
 #include "engine/plan/engine_blob.h"
@@ -402,6 +403,30 @@ absl::StatusOr<Compiled> Compile(ir::Graph& g, const precision::Policy& policy,
       }
       sum.layout_convolutions = layout.convolutions;
       sum.layout_transposes = layout.transposes;
+      // Inverted-residual blocks as one kernel each (fp32 convolutions only: after lowering).
+      auto chain_kernel = [&](const ir::Node& n) {
+        auto def = reg.Find(n);
+        return def.ok() && (*def)->isa != kernels::Isa::kRef;
+      };
+      ASSIGN_OR_RETURN(passes::ChainResult chains,
+                       passes::ChainConvolutions(g, live, chain_kernel, options.fusion, logger));
+      if (!chains.added.empty()) {
+        defs.resize(g.nodes().size(), nullptr);
+        removed.resize(g.nodes().size(), false);
+        for (const ir::Node* n : chains.removed) removed[n->id] = true;
+        ASSIGN_OR_RETURN(order, g.TopologicalOrder());
+        live.clear();
+        for (ir::Node* n : order) {
+          if (!removed[n->id]) live.push_back(n);
+        }
+        for (ir::Node* n : chains.added) {
+          ASSIGN_OR_RETURN(defs[n->id], reg.Find(*n));
+          c_required_features |=
+              kernels::IsaCpuFeatures(defs[n->id]->isa) | defs[n->id]->cpu_features;
+        }
+        for (const std::string& f : chains.applied) logger->info("fusion {}", f);
+        sum.fusions += static_cast<int>(chains.applied.size());
+      }
     }
   }
 

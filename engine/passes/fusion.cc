@@ -323,17 +323,7 @@ class Fuser {
 
   // True when a --no-fuse selector excludes a fusion of `members` producing `op`.
   bool Excluded(const std::vector<ir::Node*>& members, ir::OpType op, const char* pattern) {
-    for (const std::string& sel : o_.no_fuse) {
-      auto colon = sel.find(':');
-      std::string kind = sel.substr(0, colon), arg = sel.substr(colon + 1);
-      if (kind == "pattern" && arg == pattern) return true;
-      if (kind == "op" && arg == ir::OpName(op)) return true;
-      for (const ir::Node* n : members) {
-        if (kind == "op" && arg == ir::OpName(n->op)) return true;
-        if (kind == "scope" && absl::StartsWith(n->name, arg)) return true;
-      }
-    }
-    return false;
+    return FusionExcluded(o_, {members.begin(), members.end()}, op, pattern);
   }
 
   std::string Names(const std::vector<ir::Node*>& members) {
@@ -590,6 +580,21 @@ class Fuser {
 
 }  // namespace
 
+bool FusionExcluded(const FusionOptions& options, const std::vector<const ir::Node*>& members,
+                    ir::OpType op, const char* pattern) {
+  for (const std::string& sel : options.no_fuse) {
+    auto colon = sel.find(':');
+    std::string kind = sel.substr(0, colon), arg = sel.substr(colon + 1);
+    if (kind == "pattern" && arg == pattern) return true;
+    if (kind == "op" && arg == ir::OpName(op)) return true;
+    for (const ir::Node* n : members) {
+      if (kind == "op" && arg == ir::OpName(n->op)) return true;
+      if (kind == "scope" && absl::StartsWith(n->name, arg)) return true;
+    }
+  }
+  return false;
+}
+
 absl::Status ValidateNoFuse(const std::vector<std::string>& selectors) {
   for (const std::string& s : selectors) {
     auto colon = s.find(':');
@@ -600,12 +605,14 @@ absl::Status ValidateNoFuse(const std::vector<std::string>& selectors) {
     }
     std::string name = s.substr(colon + 1);
     bool linear = name == "conv+batchnorm" || name == "conv+activation" ||
-                  name == "conv+residual" || name == "matmul+bias" || name == "add+layernorm";
+                  name == "conv+residual" || name == "matmul+bias" || name == "add+layernorm" ||
+                  name == "conv-chain";
     if (kind == "pattern" && !precision::PatternFromName(name) && !linear) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--no-fuse '", s,
           "': unknown pattern (layernorm, rmsnorm, gelu, softmax, attention, "
-          "conv+batchnorm, conv+activation, conv+residual, matmul+bias, add+layernorm)"));
+          "conv+batchnorm, conv+activation, conv+residual, matmul+bias, add+layernorm, "
+          "conv-chain)"));
     }
   }
   return absl::OkStatus();

@@ -38,7 +38,7 @@ namespace kiln::passes {
 
 /// `--fusion on|off` and `--no-fuse SELECTOR` (op:TYPE, scope:PREFIX, pattern:NAME where NAME is
 /// a recognised pattern or conv+batchnorm, conv+activation, conv+residual, matmul+bias,
-/// add+layernorm).
+/// add+layernorm, conv-chain (passes/conv_chain.h)).
 struct FusionOptions {
   bool enabled = true;
   std::vector<std::string> no_fuse;
@@ -53,6 +53,11 @@ struct FusionResult {
   std::vector<std::string> applied;   // "layernorm: 9 nodes ('/ln/ReduceMean' ...) -> ..."
   std::vector<std::string> refusals;  // why a fusion did not happen, naming nodes and rule
 };
+
+/// Whether a `--no-fuse` selector of `options` excludes a fusion of `members` into `op` that the
+/// selector `pattern:<pattern>` names.
+bool FusionExcluded(const FusionOptions& options, const std::vector<const ir::Node*>& members,
+                    ir::OpType op, const char* pattern);
 
 /// Checks `--no-fuse` selectors (InvalidArgument naming a bad one).
 absl::Status ValidateNoFuse(const std::vector<std::string>& selectors);

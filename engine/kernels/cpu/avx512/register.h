@@ -17,6 +17,7 @@ void RegisterUnary(Registry& r);        // unary_ops.cc: Erf, Softmax on float, 
 void RegisterElementwise(Registry& r);  // elementwise_ops.cc: same-shape Add, Sub, Mul, Sum, Relu
 void RegisterPoolOps(Registry& r);      // pool_ops.cc: channels-last MaxPool, GlobalAveragePool
 void RegisterNormOps(Registry& r);      // norm_ops.cc: LayerNormalization, AddLayerNorm
+void RegisterConvChain(Registry& r);    // conv_chain_ops.cc: channels-last FusedConvChain
 
 /// Registers every AVX-512 kernel.
 inline void RegisterAvx512(Registry& r) {
@@ -26,6 +27,7 @@ inline void RegisterAvx512(Registry& r) {
   RegisterElementwise(r);
   RegisterPoolOps(r);
   RegisterNormOps(r);
+  RegisterConvChain(r);
 }
 
 }  // namespace kiln::kernels::cpu::avx512

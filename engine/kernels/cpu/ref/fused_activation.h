@@ -41,10 +41,12 @@ struct Identity {
   }
 };
 
-/// Reads `activation` (and its parameters) and checks it is one of `allowed` ("" is none).
+/// Reads `activation` (and its parameters) and checks it is one of `allowed` ("" is none);
+/// `prefix` + those names for a kernel with several activations (the convolution chain's).
 inline absl::StatusOr<Activation> ReadActivation(
-    const ir::Node& node, const std::vector<std::pair<std::string, ActKind>>& allowed) {
-  const std::string name = node.GetString("activation", "");
+    const ir::Node& node, const std::vector<std::pair<std::string, ActKind>>& allowed,
+    const std::string& prefix = "") {
+  const std::string name = node.GetString(prefix + "activation", "");
   Activation a;
   bool found = false;
   std::string names;
@@ -56,11 +58,12 @@ inline absl::StatusOr<Activation> ReadActivation(
     }
   }
   if (!found) {
-    return InvalidNode(node, "unsupported activation \"", name, "\" (expected one of ", names, ")");
+    return InvalidNode(node, "unsupported ", prefix, "activation \"", name, "\" (expected one of ",
+                       names, ")");
   }
-  a.alpha = node.GetFloat("activation_alpha", 0.01f);
-  a.lo = node.GetFloat("activation_min", -std::numeric_limits<float>::infinity());
-  a.hi = node.GetFloat("activation_max", std::numeric_limits<float>::infinity());
+  a.alpha = node.GetFloat(prefix + "activation_alpha", 0.01f);
+  a.lo = node.GetFloat(prefix + "activation_min", -std::numeric_limits<float>::infinity());
+  a.hi = node.GetFloat(prefix + "activation_max", std::numeric_limits<float>::infinity());
   return a;
 }
 

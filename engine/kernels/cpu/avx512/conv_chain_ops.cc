@@ -1,0 +1,313 @@
+// FusedConvChain: the channels-last fp32 convolution chain of an inverted-residual block
+// (conv_chain.h; made by passes/conv_chain.h from FusedConv / Conv nodes running NHWC).
+//
+// Inputs: 0 X [N, H, W, C0] (NHWC), 1 W0 [C1, C0, 1, 1] and 2 B0 [C1] of the 1x1 expansion (both
+// absent when the chain starts at the depthwise convolution), 3 W1 [C1, 1, kh, kw] and 4 B1 [C1]
+// of the depthwise convolution, 5 W2 [C2, C1, 1, 1] and 6 B2 [C2] of the 1x1 projection, 7 the
+// optional residual Z [N, OH, OW, C2]; every bias optional. Output Y [N, OH, OW, C2].
+// Attributes: `strides` and `pads` (ONNX order: top, left, bottom, right) of the depthwise
+// convolution, and the activation of each convolution as FusedConv has it, prefixed `expand_`,
+// `depthwise_` and `project_` (none, Relu, LeakyRelu or Clip).
+//
+// The weights are packed at the first run of each weight buffer (as the oneDNN convolution
+// reorders its W); the per-thread scratch is sized at the first run of each shape.
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/common/cpu_features.h"
+#include "engine/kernels/cpu/avx512/conv_chain.h"
+#include "engine/kernels/cpu/avx512/register.h"
+#include "engine/kernels/cpu/ref/common.h"
+#include "engine/kernels/cpu/ref/fused_activation.h"
+
+namespace kiln::kernels::cpu::avx512 {
+
+int64_t ChainPadded(int64_t c) { return (c + 15) / 16 * 16; }
+
+int64_t ChainPackedElems(int64_t k, int64_t n) { return ChainPadded(n) * k; }
+
+void ChainPack1x1(const float* w, int64_t k, int64_t n, float* out) {
+  std::memset(out, 0, ChainPackedElems(k, n) * sizeof(float));
+  for (int64_t j = 0; j < n; ++j) {
+    float* panel = out + (j / 16) * k * 16 + j % 16;
+    for (int64_t i = 0; i < k; ++i) panel[i * 16] = w[j * k + i];
+  }
+}
+
+void ChainPackDepthwise(const float* w, int64_t c, int64_t taps, float* out) {
+  const int64_t cp = ChainPadded(c);
+  std::memset(out, 0, taps * cp * sizeof(float));
+  for (int64_t ch = 0; ch < c; ++ch) {
+    for (int64_t t = 0; t < taps; ++t) out[t * cp + ch] = w[ch * taps + t];
+  }
+}
+
+namespace {
+
+enum Input { kX = 0, kW0, kB0, kW1, kB1, kW2, kB2, kZ, kNumInputs };
+
+const char* const kPrefixes[3] = {"expand_", "depthwise_", "project_"};
+
+const std::vector<std::pair<std::string, ref::ActKind>>& ChainActivations() {
+  static const auto* v =
+      new std::vector<std::pair<std::string, ref::ActKind>>{{"", ref::ActKind::kNone},
+                                                            {"Relu", ref::ActKind::kRelu},
+                                                            {"LeakyRelu", ref::ActKind::kLeakyRelu},
+                                                            {"Clip", ref::ActKind::kClip}};
+  return *v;
+}
+
+ChainActivation ToChain(const ref::Activation& a) {
+  ChainActivation c;
+  switch (a.kind) {
+    case ref::ActKind::kRelu:
+      c.kind = ChainActivation::kRelu;
+      break;
+    case ref::ActKind::kLeakyRelu:
+      c.kind = ChainActivation::kLeakyRelu;
+      break;
+    case ref::ActKind::kClip:
+      c.kind = ChainActivation::kClip;
+      break;
+    default:
+      c.kind = ChainActivation::kNone;
+  }
+  c.alpha = a.alpha;
+  c.lo = a.lo;
+  c.hi = a.hi;
+  return c;
+}
+
+struct FreeAligned {
+  void operator()(float* p) const { std::free(p); }
+};
+using AlignedFloats = std::unique_ptr<float, FreeAligned>;
+
+AlignedFloats AllocateAligned(int64_t floats) {
+  const size_t bytes = (static_cast<size_t>(std::max<int64_t>(floats, 16)) * 4 + 63) / 64 * 64;
+  return AlignedFloats(static_cast<float*>(std::aligned_alloc(64, bytes)));
+}
+
+// The weights and biases the kernel reads, with their shapes checked against each other.
+struct ChainWeights {
+  const ir::Tensor* w[3] = {nullptr, nullptr, nullptr};  // W0 (or nullptr), W1, W2
+  const ir::Tensor* b[3] = {nullptr, nullptr, nullptr};
+  int64_t c0 = 0, c1 = 0, c2 = 0, kh = 0, kw = 0;
+};
+
+class ConvChainKernel final : public Kernel {
+ public:
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const ir::Node& node) {
+    auto k = std::unique_ptr<ConvChainKernel>(new ConvChainKernel(node));
+    for (int s = 0; s < 3; ++s) {
+      ASSIGN_OR_RETURN(const ref::Activation a,
+                       ref::ReadActivation(node, ChainActivations(), kPrefixes[s]));
+      k->act_[s] = ToChain(a);
+    }
+    const std::vector<int64_t> strides = node.GetInts("strides", {1, 1});
+    const std::vector<int64_t> pads = node.GetInts("pads", {0, 0, 0, 0});
+    if (strides.size() != 2 || strides[0] < 1 || strides[1] < 1) {
+      return ref::InvalidNode(node, "strides must be two values >= 1");
+    }
+    if (pads.size() != 4 || *std::min_element(pads.begin(), pads.end()) < 0) {
+      return ref::InvalidNode(node, "pads must be four values >= 0");
+    }
+    k->strides_ = {strides[0], strides[1]};
+    k->pads_ = {pads[0], pads[1], pads[2], pads[3]};
+    return std::unique_ptr<Kernel>(std::move(k));
+  }
+
+  // fp32 X and Y, the weights fp32 constants (not overridable graph inputs).
+  static bool Supports(const ir::Node& node) {
+    const ir::Value* x = node.input(kX);
+    if (!x || x->dtype != DataType::kF32 || node.num_outputs() != 1 || !node.outputs[0]) {
+      return false;
+    }
+    for (int i = kW0; i < kZ; ++i) {
+      const ir::Value* v = node.input(i);
+      if (v == nullptr) continue;
+      if (!v->constant || v->is_graph_input || v->dtype != DataType::kF32) return false;
+    }
+    const ir::Value* z = node.input(kZ);
+    return node.input(kW1) && node.input(kW2) && (!z || z->dtype == DataType::kF32);
+  }
+
+  absl::Status Run(KernelContext& ctx) override {
+    ASSIGN_OR_RETURN(const ChainWeights cw, Weights(ctx));
+    ASSIGN_OR_RETURN(const ir::Tensor* x, ref::RequireInput(node_, ctx, kX));
+    if (x->rank() != 4 || x->dtype() != DataType::kF32) {
+      return ref::InvalidNode(node_, "X must be a rank-4 float NHWC tensor, got ",
+                              DataTypeName(x->dtype()), " ", ir::DimsToString(x->dims()));
+    }
+    const auto& d = x->dims();
+    if (d[3] != cw.c0) {
+      return ref::InvalidNode(node_, "X has ", d[3], " channels, the first convolution's W ",
+                              cw.c0);
+    }
+    const int64_t hp = d[1] + pads_[0] + pads_[2], wp = d[2] + pads_[1] + pads_[3];
+    if (hp < cw.kh || wp < cw.kw) {
+      return ref::InvalidNode(node_, "the padded input ", hp, "x", wp,
+                              " is smaller than the depthwise window ", cw.kh, "x", cw.kw);
+    }
+    const int64_t oh = (hp - cw.kh) / strides_[0] + 1, ow = (wp - cw.kw) / strides_[1] + 1;
+    const std::vector<int64_t> y_dims = {d[0], oh, ow, cw.c2};
+    const ir::Tensor* z = ctx.input(kZ);
+    if (z != nullptr && (z->dims() != y_dims || z->dtype() != DataType::kF32)) {
+      return ref::InvalidNode(node_, "Z of ", DataTypeName(z->dtype()), " ",
+                              ir::DimsToString(z->dims()), " does not match Y (float ",
+                              ir::DimsToString(y_dims), ")");
+    }
+    ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, DataType::kF32, y_dims));
+    if (y->num_elements() == 0 || x->num_elements() == 0) return absl::OkStatus();
+    RETURN_IF_ERROR(Pack(cw));
+
+    ConvChainArgs a;
+    a.n = d[0];
+    a.h = d[1];
+    a.w = d[2];
+    a.c0 = cw.c0;
+    a.x = x->data<float>();
+    a.w0 = cw.w[0] ? packed_[0].get() : nullptr;
+    a.b0 = bias_[0].get();
+    a.c1 = cw.c1;
+    a.w1 = packed_[1].get();
+    a.b1 = bias_[1].get();
+    a.kh = cw.kh;
+    a.kw = cw.kw;
+    a.sh = strides_[0];
+    a.sw = strides_[1];
+    a.pad_top = pads_[0];
+    a.pad_left = pads_[1];
+    a.oh = oh;
+    a.ow = ow;
+    a.w2 = packed_[2].get();
+    a.b2 = bias_[2].get();
+    a.c2 = cw.c2;
+    for (int s = 0; s < 3; ++s) (s == 0 ? a.act0 : s == 1 ? a.act1 : a.act2) = act_[s];
+    a.z = z ? z->data<float>() : nullptr;
+    a.y = y->data<float>();
+    a.threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), a.n * oh));
+    const int64_t need = ConvChainScratchFloats(a) * a.threads;
+    if (need > scratch_floats_) {
+      scratch_ = AllocateAligned(need);
+      if (!scratch_) return absl::ResourceExhaustedError("out of memory for the chain's rows");
+      scratch_floats_ = need;
+    }
+    a.scratch = scratch_.get();
+    ConvChainAvx512(a);
+    return absl::OkStatus();
+  }
+
+ private:
+  explicit ConvChainKernel(const ir::Node& node) : node_(node) {}
+
+  // W0 [C1, C0, 1, 1] (optional), W1 [C1, 1, kh, kw], W2 [C2, C1, 1, 1], biases [C1], [C1], [C2].
+  absl::StatusOr<ChainWeights> Weights(KernelContext& ctx) const {
+    ChainWeights cw;
+    const int w_in[3] = {kW0, kW1, kW2}, b_in[3] = {kB0, kB1, kB2};
+    const char* names[3] = {"W0", "W1", "W2"};
+    for (int s = 0; s < 3; ++s) {
+      cw.w[s] = ctx.input(w_in[s]);
+      cw.b[s] = ctx.input(b_in[s]);
+      if (cw.w[s] == nullptr) {
+        if (s == 0 && cw.b[s] == nullptr) continue;
+        return ref::InvalidNode(node_, "input ", names[s], " is missing");
+      }
+      if (cw.w[s]->rank() != 4 || cw.w[s]->dtype() != DataType::kF32) {
+        return ref::InvalidNode(node_, names[s], " must be a rank-4 float tensor, got ",
+                                ir::DimsToString(cw.w[s]->dims()));
+      }
+    }
+    const auto& w1 = cw.w[1]->dims();
+    cw.c1 = w1[0];
+    cw.kh = w1[2];
+    cw.kw = w1[3];
+    if (w1[1] != 1 || cw.kh < 1 || cw.kw < 1 || cw.kh > 16) {
+      return ref::InvalidNode(node_, "W1 ", ir::DimsToString(w1),
+                              " is not a depthwise window [C, 1, kh, kw] with kh <= 16");
+    }
+    cw.c0 = cw.c1;
+    if (cw.w[0] != nullptr) {
+      const auto& w0 = cw.w[0]->dims();
+      if (w0[0] != cw.c1 || w0[2] != 1 || w0[3] != 1) {
+        return ref::InvalidNode(node_, "W0 ", ir::DimsToString(w0), " is not a 1x1 kernel of ",
+                                cw.c1, " outputs");
+      }
+      cw.c0 = w0[1];
+    }
+    const auto& w2 = cw.w[2]->dims();
+    if (w2[1] != cw.c1 || w2[2] != 1 || w2[3] != 1) {
+      return ref::InvalidNode(node_, "W2 ", ir::DimsToString(w2), " is not a 1x1 kernel of ", cw.c1,
+                              " inputs");
+    }
+    cw.c2 = w2[0];
+    const int64_t outs[3] = {cw.c1, cw.c1, cw.c2};
+    for (int s = 0; s < 3; ++s) {
+      const ir::Tensor* b = cw.b[s];
+      if (b && (b->rank() != 1 || b->dim(0) != outs[s] || b->dtype() != DataType::kF32)) {
+        return ref::InvalidNode(node_, "bias ", s, " ", ir::DimsToString(b->dims()),
+                                " must be float [", outs[s], "]");
+      }
+    }
+    return cw;
+  }
+
+  // Packs the weights and pads the biases when a weight buffer differs from the last run's.
+  absl::Status Pack(const ChainWeights& cw) {
+    std::array<const void*, 6> sources = {};
+    for (int s = 0; s < 3; ++s) {
+      sources[2 * s] = cw.w[s] ? cw.w[s]->raw_data() : nullptr;
+      sources[2 * s + 1] = cw.b[s] ? cw.b[s]->raw_data() : nullptr;
+    }
+    if (packed_[1] && sources == sources_) return absl::OkStatus();
+    const int64_t ins[3] = {cw.c0, 1, cw.c1}, outs[3] = {cw.c1, cw.c1, cw.c2};
+    for (int s = 0; s < 3; ++s) {
+      const int64_t elems =
+          s == 1 ? cw.kh * cw.kw * ChainPadded(cw.c1) : ChainPackedElems(ins[s], outs[s]);
+      packed_[s] = AllocateAligned(elems);
+      bias_[s] = AllocateAligned(ChainPadded(outs[s]));
+      if (!packed_[s] || !bias_[s]) return absl::ResourceExhaustedError("out of memory packing W");
+      if (cw.w[s] != nullptr) {
+        if (s == 1) {
+          ChainPackDepthwise(cw.w[s]->data<float>(), cw.c1, cw.kh * cw.kw, packed_[s].get());
+        } else {
+          ChainPack1x1(cw.w[s]->data<float>(), ins[s], outs[s], packed_[s].get());
+        }
+      }
+      std::memset(bias_[s].get(), 0, ChainPadded(outs[s]) * sizeof(float));
+      if (cw.b[s] != nullptr) {
+        std::memcpy(bias_[s].get(), cw.b[s]->raw_data(), outs[s] * sizeof(float));
+      }
+    }
+    sources_ = sources;
+    return absl::OkStatus();
+  }
+
+  const ir::Node& node_;
+  ChainActivation act_[3];
+  std::array<int64_t, 2> strides_ = {1, 1};
+  std::array<int64_t, 4> pads_ = {0, 0, 0, 0};
+  AlignedFloats packed_[3], bias_[3];
+  std::array<const void*, 6> sources_ = {};
+  AlignedFloats scratch_;
+  int64_t scratch_floats_ = 0;
+};
+
+}  // namespace
+
+void RegisterConvChain(Registry& r) {
+  KernelDef def{ir::OpType::kFusedConvChain, {DataType::kF32}, 0, Backend::kCpu, Isa::kAvx512,
+                &ConvChainKernel::Create};
+  def.supports = &ConvChainKernel::Supports;
+  r.Add(def);
+}
+
+}  // namespace kiln::kernels::cpu::avx512

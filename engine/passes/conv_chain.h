@@ -1,0 +1,52 @@
+// Convolution chains (DESIGN.md §1, §5): the inverted-residual block of MobileNet-style networks
+// as one kernel.
+//
+// A 1x1 expansion, a depthwise convolution and a 1x1 projection (with its residual, if any) that
+// run one after another on channels-last fp32 tensors become one FusedConvChain
+// (kernels/cpu/avx512/conv_chain.h), which computes the block row by row so that the expanded
+// tensors (six times the block's input, several MB at 112 x 112 and 56 x 56) stay in cache
+// instead of going to memory and back twice. Only where that pays: the expanded tensor is at
+// least 1 MiB (kMinExpandedBytes in conv_chain.cc gives what was measured); smaller ones stay in
+// L2 between the separate kernels, which are as fast there. (The kernel also takes a chain
+// without the expansion, which measured slower and is not made.)
+//
+// Members: Conv or FusedConv nodes the layout pass runs channels-last (kChannelsLastAttr), fp32
+// in and out, W (and B) fp32 constants, activation none, Relu, LeakyRelu or Clip, no dilation,
+// explicit pads; the 1x1 convolutions with unit strides, no padding and one group, the depthwise
+// one with group = channels = outputs; only the projection may carry a residual. Each interior
+// value is read by the next member alone. Numbers: every member still computes its fp32 sum of
+// products plus bias, then its activation, and hands on fp32 values: only the order within each
+// sum changes, as between any two fp32 convolution kernels. Nothing is lowered: all members are
+// fp32 already (after precision lowering).
+//
+// Runs after the layout pass, with fusion on (`--fusion off` or `--no-fuse pattern:conv-chain`,
+// `op:...`, `scope:...` keep the convolutions apart), and only where `chain_kernel` says a kernel
+// takes the chain.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/ir/graph.h"
+#include "engine/passes/fusion.h"
+#include "spdlog/logger.h"
+
+namespace kiln::passes {
+
+/// What chaining did.
+struct ChainResult {
+  std::vector<ir::Node*> added;    // the FusedConvChain nodes
+  std::vector<ir::Node*> removed;  // their members, left without inputs or outputs
+  std::vector<std::string> applied;
+};
+
+/// Rewrites `live` (the graph's live nodes in execution order). Edges are rebuilt; the caller
+/// drops `removed` from its live list and chooses the kernels of `added`.
+absl::StatusOr<ChainResult> ChainConvolutions(
+    ir::Graph& graph, const std::vector<ir::Node*>& live,
+    const std::function<bool(const ir::Node&)>& chain_kernel, const FusionOptions& options,
+    spdlog::logger* logger);
+
+}  // namespace kiln::passes

@@ -1,0 +1,305 @@
+// The AVX-512 FusedConvChain (cpu/avx512/conv_chain_ops.cc) against its members run one after
+// another by the reference FusedConv kernel: shapes with channel counts that are not whole
+// vectors, strides, asymmetric pads, batches, a band of rows smaller than the image, with and
+// without the expansion, the biases and the residual, on one and on two threads.
+#include <omp.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/common/cpu_features.h"
+#include "engine/kernels/kernel.h"
+#include "engine/kernels/registry.h"
+#include "gtest/gtest.h"
+#include "tests/testing/node_runner.h"
+
+namespace kiln::testing {
+namespace {
+
+using Dims = std::vector<int64_t>;
+using Attrs = std::vector<std::pair<std::string, ir::Attribute>>;
+
+bool HasAvx512() {
+  const uint64_t need = kernels::IsaCpuFeatures(kernels::Isa::kAvx512);
+  return (DetectCpuFeatures() & need) == need;
+}
+
+struct Act {
+  std::string name;  // "" none, "Relu", "LeakyRelu", "Clip"
+  float a = 0, b = 0;
+};
+
+// Attributes of activation `act` with `prefix` ("" for a FusedConv).
+void AddAct(Attrs& attrs, const std::string& prefix, const Act& act) {
+  attrs.push_back({prefix + "activation", StringAttr(act.name)});
+  if (act.name == "LeakyRelu") attrs.push_back({prefix + "activation_alpha", FloatAttr(act.a)});
+  if (act.name == "Clip") {
+    attrs.push_back({prefix + "activation_min", FloatAttr(act.a)});
+    attrs.push_back({prefix + "activation_max", FloatAttr(act.b)});
+  }
+}
+
+struct ChainCase {
+  const char* name;
+  int64_t n, c0, h, w, c1, kh, kw;
+  Dims strides, pads;
+  int64_t c2;
+  bool expand, biases, residual;
+  Act act[3];
+};
+
+std::vector<ChainCase> Cases() {
+  const Act none, relu{"Relu"}, leaky{"LeakyRelu", 0.1f}, relu6{"Clip", 0.0f, 6.0f},
+      clip{"Clip", -1.0f, 2.0f};
+  return {
+      {"inverted_residual",
+       1,
+       16,
+       20,
+       20,
+       96,
+       3,
+       3,
+       {1, 1},
+       {1, 1, 1, 1},
+       16,
+       true,
+       true,
+       true,
+       {relu6, relu6, none}},
+      {"stride2_odd_channels",
+       2,
+       5,
+       13,
+       11,
+       20,
+       3,
+       3,
+       {2, 2},
+       {1, 1, 1, 1},
+       7,
+       true,
+       true,
+       false,
+       {relu, leaky, clip}},
+      {"no_expansion_5x5_asymmetric_pads",
+       1,
+       24,
+       9,
+       17,
+       24,
+       5,
+       5,
+       {1, 1},
+       {2, 1, 2, 3},
+       40,
+       false,
+       false,
+       true,
+       {none, relu, relu}},
+      // 70 rows: several bands of rows per thread, and a ring that wraps.
+      {"tall_image",
+       1,
+       8,
+       70,
+       6,
+       48,
+       3,
+       3,
+       {1, 1},
+       {0, 1, 2, 1},
+       9,
+       true,
+       true,
+       true,
+       {relu6, none, leaky}},
+      {"window_1x3_strides_2x1",
+       1,
+       3,
+       8,
+       15,
+       32,
+       1,
+       3,
+       {2, 1},
+       {0, 0, 0, 0},
+       33,
+       true,
+       false,
+       false,
+       {clip, relu6, none}},
+  };
+}
+
+ir::Tensor Random(const Dims& dims, std::mt19937& rng, float scale) {
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(ir::NumElementsOf(dims));
+  for (float& f : v) f = d(rng);
+  return MakeFloat(dims, v);
+}
+
+ir::Tensor Abs(const ir::Tensor& t) {
+  std::vector<float> v = ToFloats(t);
+  for (float& f : v) f = std::fabs(f);
+  return MakeFloat(t.dims(), v);
+}
+
+// NCHW <-> NHWC copies of a rank-4 float tensor.
+ir::Tensor ToNhwc(const ir::Tensor& t) {
+  const auto& d = t.dims();
+  std::vector<float> in = ToFloats(t), out(in.size());
+  for (int64_t n = 0; n < d[0]; ++n)
+    for (int64_t c = 0; c < d[1]; ++c)
+      for (int64_t p = 0; p < d[2] * d[3]; ++p)
+        out[(n * d[2] * d[3] + p) * d[1] + c] = in[(n * d[1] + c) * d[2] * d[3] + p];
+  return MakeFloat({d[0], d[2], d[3], d[1]}, out);
+}
+
+ir::Tensor ToNchw(const ir::Tensor& t) {
+  const auto& d = t.dims();
+  std::vector<float> in = ToFloats(t), out(in.size());
+  for (int64_t n = 0; n < d[0]; ++n)
+    for (int64_t p = 0; p < d[1] * d[2]; ++p)
+      for (int64_t c = 0; c < d[3]; ++c)
+        out[(n * d[3] + c) * d[1] * d[2] + p] = in[(n * d[1] * d[2] + p) * d[3] + c];
+  return MakeFloat({d[0], d[3], d[1], d[2]}, out);
+}
+
+struct Operands {
+  ir::Tensor x, w[3], b[3], z;  // x and z NCHW
+};
+
+Operands Make(const ChainCase& c, std::mt19937& rng) {
+  Operands o;
+  o.x = Random({c.n, c.c0, c.h, c.w}, rng, 1.0f);
+  if (c.expand) o.w[0] = Random({c.c1, c.c0, 1, 1}, rng, 1.0f / std::sqrt(float(c.c0)));
+  o.w[1] = Random({c.c1, 1, c.kh, c.kw}, rng, 1.0f / std::sqrt(float(c.kh * c.kw)));
+  o.w[2] = Random({c.c2, c.c1, 1, 1}, rng, 1.0f / std::sqrt(float(c.c1)));
+  const int64_t outs[3] = {c.c1, c.c1, c.c2};
+  for (int s = 0; s < 3 && c.biases; ++s) {
+    if (s > 0 || c.expand) o.b[s] = Random({outs[s]}, rng, 0.5f);
+  }
+  if (c.residual) {
+    const int64_t oh = (c.h + c.pads[0] + c.pads[2] - c.kh) / c.strides[0] + 1;
+    const int64_t ow = (c.w + c.pads[1] + c.pads[3] - c.kw) / c.strides[1] + 1;
+    o.z = Random({c.n, c.c2, oh, ow}, rng, 1.0f);
+  }
+  return o;
+}
+
+// The members one after another through the reference FusedConv (NCHW); `act` false drops the
+// activations (the bound's chain of absolute values).
+ir::Tensor Reference(const ChainCase& c, const Operands& o, bool act) {
+  ir::Tensor v = o.x;
+  for (int s = 0; s < 3; ++s) {
+    if (s == 0 && !c.expand) continue;
+    NodeSpec spec{ir::OpType::kFusedConv, {}, {v, o.w[s], o.b[s]}};
+    if (s == 2 && o.z.defined()) spec.inputs.push_back(o.z);
+    spec.since_version = 1;
+    spec.cpu_features = 0;  // the reference kernel
+    if (s == 1) {
+      spec.attrs = {
+          {"group", IntAttr(c.c1)}, {"strides", IntsAttr(c.strides)}, {"pads", IntsAttr(c.pads)}};
+    }
+    AddAct(spec.attrs, "", act ? c.act[s] : Act{});
+    v = RunNodeOk0(spec);
+    if (!v.defined()) return v;
+  }
+  return v;
+}
+
+// The chain node on NHWC X (and Z), Y back in NCHW; run twice (weights packed at the first run).
+ir::Tensor Chain(const ChainCase& c, const Operands& o) {
+  NodeSpec spec{ir::OpType::kFusedConvChain, {}, {}};
+  spec.inputs = {ToNhwc(o.x), o.w[0], o.b[0], o.w[1],
+                 o.b[1],      o.w[2], o.b[2], o.z.defined() ? ToNhwc(o.z) : ir::Tensor()};
+  spec.constant_inputs = {1, 2, 3, 4, 5, 6};
+  spec.since_version = 1;
+  spec.runs = 2;
+  spec.attrs = {{"strides", IntsAttr(c.strides)}, {"pads", IntsAttr(c.pads)}};
+  const char* prefixes[3] = {"expand_", "depthwise_", "project_"};
+  for (int s = 0; s < 3; ++s) AddAct(spec.attrs, prefixes[s], c.act[s]);
+  ir::Tensor y = RunNodeOk0(spec);
+  return y.defined() ? ToNchw(y) : y;
+}
+
+// Each output is, in the chain and in the reference alike, three fp32 sums in some order (at most
+// c0, kh * kw and c1 products, plus the bias and the residual): each rounding moves a partial sum
+// by at most 2^-24 of the sum of its terms' magnitudes, the activations are 1-Lipschitz and no
+// larger in magnitude than their argument (Clip ranges here contain 0, LeakyRelu alpha < 1), so
+// the two results differ by at most 2 * (c0 + kh * kw + c1 + 3) * 2^-24 times the same chain run
+// on absolute values without the activations.
+TEST(ConvChainTest, MatchesTheMembersRunOneAfterAnother) {
+  if (!HasAvx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  std::mt19937 rng(7);
+  const int saved = omp_get_max_threads();
+  for (const ChainCase& c : Cases()) {
+    SCOPED_TRACE(c.name);
+    const Operands o = Make(c, rng);
+    const ir::Tensor ref = Reference(c, o, true);
+    Operands a = o;
+    a.x = Abs(o.x);
+    for (int s = 0; s < 3; ++s) {
+      if (o.w[s].defined()) a.w[s] = Abs(o.w[s]);
+      if (o.b[s].defined()) a.b[s] = Abs(o.b[s]);
+    }
+    if (o.z.defined()) a.z = Abs(o.z);
+    const ir::Tensor abs = Reference(c, a, false);
+    ASSERT_TRUE(ref.defined() && abs.defined());
+    std::vector<float> runs[2];
+    for (int threads : {1, 2}) {
+      omp_set_num_threads(threads);
+      const ir::Tensor y = Chain(c, o);
+      ASSERT_TRUE(y.defined());
+      ASSERT_EQ(y.dims(), ref.dims());
+      runs[threads - 1] = ToFloats(y);
+    }
+    omp_set_num_threads(saved);
+    const std::vector<float> r = ToFloats(ref), m = ToFloats(abs);
+    const double gamma = 2.0 * (c.c0 + c.kh * c.kw + c.c1 + 3) * std::ldexp(1.0, -24);
+    for (size_t i = 0; i < r.size(); ++i) {
+      ASSERT_LE(std::fabs(runs[0][i] - r[i]), gamma * m[i] + 1e-30) << "element " << i;
+    }
+    // Two threads split the rows (each recomputing the expanded rows its first window needs):
+    // the same code on the same values, so the same bits.
+    EXPECT_EQ(runs[0], runs[1]);
+  }
+}
+
+TEST(ConvChainTest, BadShapesNameTheNode) {
+  if (!HasAvx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  std::mt19937 rng(3);
+  const ChainCase c = Cases()[0];
+  const Operands o = Make(c, rng);
+  NodeSpec spec{ir::OpType::kFusedConvChain, {}, {}};
+  spec.since_version = 1;
+  spec.constant_inputs = {1, 2, 3, 4, 5, 6};
+  spec.attrs = {{"strides", IntsAttr(c.strides)}, {"pads", IntsAttr(c.pads)}};
+  // X with the wrong channel count.
+  spec.inputs = {ToNhwc(Random({1, c.c0 + 1, 8, 8}, rng, 1.0f)),
+                 o.w[0],
+                 o.b[0],
+                 o.w[1],
+                 o.b[1],
+                 o.w[2],
+                 o.b[2]};
+  ExpectNodeError(spec, absl::StatusCode::kInvalidArgument, "channels");
+  // A residual of the wrong shape.
+  spec.inputs = {ToNhwc(o.x), o.w[0], o.b[0], o.w[1],
+                 o.b[1],      o.w[2], o.b[2], Random({1, 3, 3, c.c2}, rng, 1.0f)};
+  ExpectNodeError(spec, absl::StatusCode::kInvalidArgument, "does not match Y");
+  // A window larger than the padded input.
+  spec.inputs = {ToNhwc(Random({1, c.c0, 1, 1}, rng, 1.0f)),
+                 o.w[0],
+                 o.b[0],
+                 Random({c.c1, 1, 5, 5}, rng, 1.0f),
+                 o.b[1],
+                 o.w[2],
+                 o.b[2]};
+  ExpectNodeError(spec, absl::StatusCode::kInvalidArgument, "smaller than the depthwise window");
+}
+
+}  // namespace
+}  // namespace kiln::testing

@@ -1,0 +1,201 @@
+// Convolution chains (passes/conv_chain.h): an fp32 inverted-residual block whose expanded tensor
+// is large becomes one FusedConvChain that computes what the separate convolutions compute, its
+// members stay visible (fusion label, provenance, the accuracy report's interior tensors), and
+// `--fusion off`, `--no-fuse pattern:conv-chain` and a bf16 policy keep the convolutions apart.
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "engine/builder/builder.h"
+#include "engine/common/cpu_features.h"
+#include "engine/kernels/registry.h"
+#include "engine/plan/engine_blob.h"
+#include "engine/report/analysis.h"
+#include "engine/runtime/session.h"
+#include "gtest/gtest.h"
+#include "tests/testing/onnx_models.h"
+
+namespace kiln::testing {
+namespace {
+
+// 16 channels at 64 x 64, expanded to 96: 1.5 MB expanded tensors, above the chain threshold.
+constexpr int64_t kC = 16, kE = 96, kS = 64;
+
+std::vector<float> Wave(int64_t n, float scale, float phase) {
+  std::vector<float> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = scale * std::sin(0.61f * i + phase);
+  return v;
+}
+
+void Ints(onnx::NodeProto* n, const std::string& name, const std::vector<int64_t>& v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INTS);
+  for (int64_t x : v) a->add_ints(x);
+}
+
+void Conv(onnx::GraphProto* g, const std::string& name, const std::string& x, int64_t cin,
+          int64_t cout, int64_t k, int64_t group, int64_t stride, const std::string& y) {
+  const int64_t per_group = cin / group;
+  AddFloatInitializer(
+      g, name + ".w", {cout, per_group, k, k},
+      Wave(cout * per_group * k * k, 1.0f / std::sqrt(float(per_group * k * k)), 0.3f + cout));
+  AddFloatInitializer(g, name + ".b", {cout}, Wave(cout, 0.1f, 1.0f));
+  auto* n = AddOnnxNode(g, "Conv", {x, name + ".w", name + ".b"}, {y}, name);
+  Ints(n, "pads", {k / 2, k / 2, k / 2, k / 2});
+  Ints(n, "strides", {stride, stride});
+  auto* a = n->add_attribute();
+  a->set_name("group");
+  a->set_type(onnx::AttributeProto::INT);
+  a->set_i(group);
+}
+
+void Relu6(onnx::GraphProto* g, const std::string& x, const std::string& y) {
+  AddOnnxNode(g, "Clip", {x, "zero", "six"}, {y}, "/clip_" + y);
+}
+
+// x -> block 1 (expand, Clip, depthwise, Clip, project, + x) -> block 2 (the same with stride 2,
+// projecting to 24 channels, no residual) -> y.
+onnx::ModelProto Blocks() {
+  onnx::ModelProto m;
+  m.set_ir_version(10);
+  auto* op = m.add_opset_import();
+  op->set_domain("");
+  op->set_version(21);
+  auto* g = m.mutable_graph();
+  g->set_name("blocks");
+  AddFloatInitializer(g, "zero", {}, {0.0f});
+  AddFloatInitializer(g, "six", {}, {6.0f});
+  AddTensorValueInfo(g->mutable_input(), "x", {1, kC, kS, kS});
+  Conv(g, "/b1/expand", "x", kC, kE, 1, 1, 1, "e1");
+  Relu6(g, "e1", "e1r");
+  Conv(g, "/b1/dw", "e1r", kE, kE, 3, kE, 1, "d1");
+  Relu6(g, "d1", "d1r");
+  Conv(g, "/b1/project", "d1r", kE, kC, 1, 1, 1, "p1");
+  AddOnnxNode(g, "Add", {"p1", "x"}, {"s1"}, "/b1/add");
+  Conv(g, "/b2/expand", "s1", kC, kE, 1, 1, 1, "e2");
+  Relu6(g, "e2", "e2r");
+  Conv(g, "/b2/dw", "e2r", kE, kE, 3, kE, 2, "d2");
+  Relu6(g, "d2", "d2r");
+  Conv(g, "/b2/project", "d2r", kE, 24, 1, 1, 1, "y");
+  AddTensorValueInfo(g->mutable_output(), "y", {1, 24, kS / 2, kS / 2});
+  return m;
+}
+
+std::shared_ptr<const plan::Engine> Build(const std::string& policy, bool fusion,
+                                          std::vector<std::string> no_fuse = {},
+                                          bool channels_last = true) {
+  builder::BuildOptions o;
+  o.policy = policy;
+  o.fusion.enabled = fusion;
+  o.fusion.no_fuse = std::move(no_fuse);
+  o.channels_last = channels_last;
+  auto r = builder::BuildEngine(SerializeModel(Blocks()), o, nullptr);
+  EXPECT_TRUE(r.ok()) << r.status();
+  if (!r.ok()) return nullptr;
+  auto e = plan::LoadEngineFromBytes(std::make_shared<const std::string>(r->blob));
+  EXPECT_TRUE(e.ok()) << e.status();
+  return e.ok() ? *std::move(e) : nullptr;
+}
+
+int Chains(const plan::Engine& e) {
+  int n = 0;
+  for (const ir::Node* node : e.order) n += node->op == ir::OpType::kFusedConvChain;
+  return n;
+}
+
+bool HasAvx512() {
+  const uint64_t need = kernels::IsaCpuFeatures(kernels::Isa::kAvx512);
+  return (DetectCpuFeatures() & need) == need;
+}
+
+std::vector<ir::Tensor> Input() {
+  auto t = ir::Tensor::Allocate(DataType::kF32, {1, kC, kS, kS});
+  std::vector<float> v = Wave(kC * kS * kS, 1.0f, 0.0f);
+  std::copy(v.begin(), v.end(), t->data<float>());
+  return {*std::move(t)};
+}
+
+ir::Tensor RunEngine(const std::shared_ptr<const plan::Engine>& e) {
+  auto s = runtime::Session::Create(e);
+  EXPECT_TRUE(s.ok()) << s.status();
+  auto out = (*s)->Run(Input());
+  EXPECT_TRUE(out.ok()) << out.status();
+  return out.ok() && !out->empty() ? (*out)[0] : ir::Tensor();
+}
+
+TEST(ConvChainPassTest, BlocksBecomeChainsThatComputeWhatTheConvolutionsCompute) {
+  if (!HasAvx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  auto chained = Build("fp32", true);
+  auto separate = Build("fp32", true, {"pattern:conv-chain"});
+  ASSERT_NE(chained, nullptr);
+  ASSERT_NE(separate, nullptr);
+  EXPECT_EQ(Chains(*chained), 2);
+  EXPECT_EQ(Chains(*separate), 0);
+  for (size_t k = 0; k < chained->order.size(); ++k) {
+    if (chained->order[k]->op != ir::OpType::kFusedConvChain) continue;
+    // Each chain carries its members' ONNX nodes: expand, Clip, depthwise, Clip, project (and
+    // the residual Add in the first block), each with the chain's fusion label.
+    const v1::Kernel& kd = chained->metadata.kernels(static_cast<int>(k));
+    EXPECT_GE(kd.nodes_size(), 5);
+    for (const auto& p : kd.nodes()) {
+      EXPECT_TRUE(absl::StartsWith(p.fusion(), "conv-chain(")) << p.fusion();
+    }
+  }
+  // fp32 sums of at most 96 * 1 and 9 terms per layer in different orders, through six layers:
+  // each rounding is within 2^-24 of its sum's terms, 96 * 2^-24 < 6e-6; 3e-5 of the output
+  // range leaves room for six layers of it.
+  const ir::Tensor a = RunEngine(chained), b = RunEngine(separate);
+  ASSERT_TRUE(a.defined() && b.defined());
+  ASSERT_EQ(a.dims(), b.dims());
+  float range = 0, diff = 0;
+  for (int64_t i = 0; i < a.num_elements(); ++i) {
+    range = std::max(range, std::fabs(b.data<float>()[i]));
+    diff = std::max(diff, std::fabs(a.data<float>()[i] - b.data<float>()[i]));
+  }
+  EXPECT_GT(range, 0.1f);
+  EXPECT_LE(diff, 3e-5f * range);
+}
+
+TEST(ConvChainPassTest, FusionOffBf16AndNchwKeepTheConvolutionsApart) {
+  if (!HasAvx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  for (auto e : {Build("fp32", false), Build("bf16", true), Build("fp32", true, {"op:Conv"}),
+                 Build("fp32", true, {}, false)}) {
+    ASSERT_NE(e, nullptr);
+    EXPECT_EQ(Chains(*e), 0);
+  }
+  // A scope selector keeps only its block apart.
+  for (const char* scope : {"scope:/b1/", "scope:/b2/"}) {
+    auto one = Build("fp32", true, {scope});
+    ASSERT_NE(one, nullptr);
+    EXPECT_EQ(Chains(*one), 1) << scope;
+  }
+}
+
+// The accuracy report sees inside a chain: the expanded and depthwise tensors are recomputed from
+// the kernel's inputs by the reference kernels and compared, each within fp32 rounding.
+TEST(ConvChainPassTest, ReportComparesTheTensorsInsideAChain) {
+  if (!HasAvx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  auto chained = Build("fp32", true);
+  auto ref = Build("fp32", false, {}, false);
+  ASSERT_NE(chained, nullptr);
+  ASSERT_NE(ref, nullptr);
+  auto a = report::EngineAnalysis::Create(chained, ref, report::Tolerance{});
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE((*a)->AddSample(Input()).ok());
+  const v1::AccuracyReport r = (*a)->Report();
+  int inside = 0;
+  for (const v1::TensorReport& t : r.tensors()) {
+    inside += t.inside_fused_kernel();
+    // As above: within 3e-5 of the tensor's range.
+    EXPECT_LE(t.accumulated().max_abs(), 3e-5 * std::max(1.0, t.ref_max_abs())) << t.tensor();
+  }
+  // e1, e1r, d1, d1r, p1 and e2, e2r, d2, d2r: kept inside the two chains.
+  EXPECT_EQ(inside, 9);
+  EXPECT_TRUE(r.pass());
+}
+
+}  // namespace
+}  // namespace kiln::testing
