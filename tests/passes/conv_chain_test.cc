@@ -23,19 +23,6 @@ namespace {
 // 16 channels at 64 x 64, expanded to 96: 1.5 MB expanded tensors, above the chain threshold.
 constexpr int64_t kC = 16, kE = 96, kS = 64;
 
-std::vector<float> Wave(int64_t n, float scale, float phase) {
-  std::vector<float> v(n);
-  for (int64_t i = 0; i < n; ++i) v[i] = scale * std::sin(0.61f * i + phase);
-  return v;
-}
-
-void Ints(onnx::NodeProto* n, const std::string& name, const std::vector<int64_t>& v) {
-  auto* a = n->add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto::INTS);
-  for (int64_t x : v) a->add_ints(x);
-}
-
 void Conv(onnx::GraphProto* g, const std::string& name, const std::string& x, int64_t cin,
           int64_t cout, int64_t k, int64_t group, int64_t stride, const std::string& y) {
   const int64_t per_group = cin / group;
@@ -44,12 +31,9 @@ void Conv(onnx::GraphProto* g, const std::string& name, const std::string& x, in
       Wave(cout * per_group * k * k, 1.0f / std::sqrt(float(per_group * k * k)), 0.3f + cout));
   AddFloatInitializer(g, name + ".b", {cout}, Wave(cout, 0.1f, 1.0f));
   auto* n = AddOnnxNode(g, "Conv", {x, name + ".w", name + ".b"}, {y}, name);
-  Ints(n, "pads", {k / 2, k / 2, k / 2, k / 2});
-  Ints(n, "strides", {stride, stride});
-  auto* a = n->add_attribute();
-  a->set_name("group");
-  a->set_type(onnx::AttributeProto::INT);
-  a->set_i(group);
+  AddIntsAttribute(n, "pads", {k / 2, k / 2, k / 2, k / 2});
+  AddIntsAttribute(n, "strides", {stride, stride});
+  AddIntAttribute(n, "group", group);
 }
 
 void Relu6(onnx::GraphProto* g, const std::string& x, const std::string& y) {

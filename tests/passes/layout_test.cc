@@ -25,33 +25,13 @@ namespace {
 
 constexpr int64_t kC = 8, kH = 10, kW = 10;
 
-std::vector<float> Wave(int64_t n, float scale, float phase) {
-  std::vector<float> v(n);
-  for (int64_t i = 0; i < n; ++i) v[i] = scale * std::sin(0.61f * i + phase);
-  return v;
-}
-
-void Ints(onnx::NodeProto* n, const std::string& name, const std::vector<int64_t>& v) {
-  auto* a = n->add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto::INTS);
-  for (int64_t x : v) a->add_ints(x);
-}
-
-void Int(onnx::NodeProto* n, const std::string& name, int64_t v) {
-  auto* a = n->add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto::INT);
-  a->set_i(v);
-}
-
 onnx::NodeProto* Conv(onnx::GraphProto* g, const std::string& name, const std::string& x,
                       int64_t cin, int64_t cout, int64_t k, const std::string& y) {
   AddFloatInitializer(g, name + ".w", {cout, cin, k, k},
                       Wave(cout * cin * k * k, 1.0f / std::sqrt(float(cin * k * k)), 0.3f));
   AddFloatInitializer(g, name + ".b", {cout}, Wave(cout, 0.1f, 1.0f));
   auto* n = AddOnnxNode(g, "Conv", {x, name + ".w", name + ".b"}, {y}, name);
-  Ints(n, "pads", {k / 2, k / 2, k / 2, k / 2});
+  AddIntsAttribute(n, "pads", {k / 2, k / 2, k / 2, k / 2});
   return n;
 }
 
@@ -72,10 +52,10 @@ onnx::ModelProto ResidualNet() {
   AddOnnxNode(g, "Add", {"c2", "s"}, {"sum"}, "/block/add");
   AddOnnxNode(g, "Relu", {"sum"}, {"r2"}, "/block/relu2");
   auto* pool = AddOnnxNode(g, "MaxPool", {"r2"}, {"p"}, "/pool");
-  Ints(pool, "kernel_shape", {2, 2});
-  Ints(pool, "strides", {2, 2});
+  AddIntsAttribute(pool, "kernel_shape", {2, 2});
+  AddIntsAttribute(pool, "strides", {2, 2});
   Conv(g, "/branch", "p", kC, kC, 3, "b");
-  Int(AddOnnxNode(g, "Concat", {"p", "b"}, {"cat"}, "/concat"), "axis", 1);
+  AddIntAttribute(AddOnnxNode(g, "Concat", {"p", "b"}, {"cat"}, "/concat"), "axis", 1);
   Conv(g, "/head", "cat", 2 * kC, 4, 3, "y");
   AddOnnxNode(g, "GlobalAveragePool", {"y"}, {"gap"}, "/gap");
   AddTensorValueInfo(g->mutable_output(), "y", {1, 4, kH / 2, kW / 2});

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -48,6 +49,27 @@ onnx::TensorProto* AddFloatInitializer(onnx::GraphProto* graph, const std::strin
   for (int64_t d : dims) t->add_dims(d);
   for (float v : values) t->add_float_data(v);
   return t;
+}
+
+std::vector<float> Wave(int64_t n, float scale, float phase) {
+  std::vector<float> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = scale * std::sin(0.61f * i + phase);
+  return v;
+}
+
+void AddIntsAttribute(onnx::NodeProto* node, const std::string& name,
+                      const std::vector<int64_t>& values) {
+  auto* a = node->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INTS);
+  for (int64_t x : values) a->add_ints(x);
+}
+
+void AddIntAttribute(onnx::NodeProto* node, const std::string& name, int64_t value) {
+  auto* a = node->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INT);
+  a->set_i(value);
 }
 
 onnx::ModelProto AddReluMulModel(int64_t ir_version, int64_t opset) {

@@ -27,6 +27,15 @@ onnx::TensorProto* AddFloatInitializer(onnx::GraphProto* graph, const std::strin
                                        const std::vector<int64_t>& dims,
                                        const std::vector<float>& values);
 
+/// `n` values scale * sin(0.61 i + phase): deterministic weights and inputs without a pattern
+/// a wrong index would keep.
+std::vector<float> Wave(int64_t n, float scale, float phase);
+
+/// Adds an INTS / INT attribute to `node`.
+void AddIntsAttribute(onnx::NodeProto* node, const std::string& name,
+                      const std::vector<int64_t>& values);
+void AddIntAttribute(onnx::NodeProto* node, const std::string& name, int64_t value);
+
 /// The weights of AddReluMulModel: w = {1, -2, 3, -4, 5, -6}, shape [2, 3].
 extern const std::vector<float> kAddReluMulWeights;
 
