@@ -374,11 +374,14 @@ absl::StatusOr<Compiled> Compile(ir::Graph& g, const precision::Policy& policy,
   if (options.channels_last) {
     // Convolutions (and the pools between them) keep their activations NHWC where a kernel
     // takes them so; an engine so built needs that kernel (the reference ones are NCHW only).
+    auto fast_kernel = [&](const ir::Node& n) {
+      auto def = reg.Find(n);
+      return def.ok() && (*def)->isa != kernels::Isa::kRef;
+    };
     auto channels_last_kernel = [&](const ir::Node& n) {
       ir::Node copy = n;
       copy.attrs[kernels::kChannelsLastAttr] = ir::Attribute::Int(1);
-      auto def = reg.Find(copy);
-      return def.ok() && (*def)->isa != kernels::Isa::kRef;
+      return fast_kernel(copy);
     };
     ASSIGN_OR_RETURN(passes::LayoutResult layout,
                      passes::KeepChannelsLast(g, live, channels_last_kernel, logger));
@@ -404,12 +407,8 @@ absl::StatusOr<Compiled> Compile(ir::Graph& g, const precision::Policy& policy,
       sum.layout_convolutions = layout.convolutions;
       sum.layout_transposes = layout.transposes;
       // Inverted-residual blocks as one kernel each (fp32 convolutions only: after lowering).
-      auto chain_kernel = [&](const ir::Node& n) {
-        auto def = reg.Find(n);
-        return def.ok() && (*def)->isa != kernels::Isa::kRef;
-      };
       ASSIGN_OR_RETURN(passes::ChainResult chains,
-                       passes::ChainConvolutions(g, live, chain_kernel, options.fusion, logger));
+                       passes::ChainConvolutions(g, live, fast_kernel, options.fusion, logger));
       if (!chains.added.empty()) {
         defs.resize(g.nodes().size(), nullptr);
         removed.resize(g.nodes().size(), false);

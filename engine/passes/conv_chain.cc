@@ -120,24 +120,17 @@ class Chainer {
     return uses == 1 && live_set_.contains(c) ? c : nullptr;
   }
 
+  // Expansion `e`, depthwise `d` and projection `p` as one FusedConvChain, when allowed and a
+  // kernel takes it.
   void Chain(ir::Node* e, ir::Node* d, ir::Node* p) {
-    std::vector<const ir::Node*> members;
-    if (e) members.push_back(e);
-    members.push_back(d);
-    members.push_back(p);
+    const std::vector<const ir::Node*> members = {e, d, p};
     if (FusionExcluded(o_, members, ir::OpType::kFusedConvChain, "conv-chain")) return;
     ir::Node chain;
     chain.op = ir::OpType::kFusedConvChain;
     chain.name = absl::StrCat(d->name, "/chain");
     chain.since_version = 1;
-    chain.inputs = {e ? e->inputs[0] : d->inputs[0],
-                    e ? e->inputs[1] : nullptr,
-                    e ? In(*e, 2) : nullptr,
-                    d->inputs[1],
-                    In(*d, 2),
-                    p->inputs[1],
-                    In(*p, 2),
-                    In(*p, 3)};
+    chain.inputs = {e->inputs[0], e->inputs[1], In(*e, 2), d->inputs[1],
+                    In(*d, 2),    p->inputs[1], In(*p, 2), In(*p, 3)};
     chain.outputs = {p->outputs[0]};
     chain.attrs["strides"] = ir::Attribute::Ints(d->GetInts("strides", {1, 1}));
     chain.attrs["pads"] = ir::Attribute::Ints(d->GetInts("pads", {0, 0, 0, 0}));
@@ -146,7 +139,6 @@ class Chainer {
         {"expand_", e}, {"depthwise_", d}, {"project_", p}};
     std::vector<std::string> labels, names;
     for (const auto& [prefix, n] : steps) {
-      if (!n) continue;
       for (const char* a : kActivationAttrs) {
         auto it = n->attrs.find(a);
         if (it != n->attrs.end()) chain.attrs[absl::StrCat(prefix, a)] = it->second;
@@ -168,7 +160,6 @@ class Chainer {
     added->attrs = chain.attrs;
     added->fusion = chain.fusion;
     for (const auto& [prefix, n] : steps) {
-      if (!n) continue;
       added->sources.insert(added->sources.end(), n->sources.begin(), n->sources.end());
       n->inputs.clear();
       n->outputs.clear();

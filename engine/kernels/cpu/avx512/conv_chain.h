@@ -29,35 +29,22 @@ struct ChainActivation {
   float alpha = 0.0f, lo = 0.0f, hi = 0.0f;
 };
 
-// The packing helpers are defined in conv_chain_ops.cc (no ISA code).
-
-/// Channels rounded up to whole 16-float vectors: the stride of the packed weights and biases.
-int64_t ChainPadded(int64_t c);
-
-/// Floats of packed 1x1 weights for `k` inputs and `n` outputs: ceil(n / 16) panels [k][16].
-int64_t ChainPackedElems(int64_t k, int64_t n);
-
-/// Packs 1x1 W [n, k] (ONNX [M, C, 1, 1]) into panels of 16 outputs, [n/16][k][16], zero padded.
-void ChainPack1x1(const float* w, int64_t k, int64_t n, float* out);
-
-/// Packs depthwise W [c, 1, kh, kw] as [kh * kw][ChainPadded(c)], zero padded.
-void ChainPackDepthwise(const float* w, int64_t c, int64_t taps, float* out);
-
 struct ConvChainArgs {
   int64_t n = 0, h = 0, w = 0, c0 = 0;  // X [n, h, w, c0]
   const float* x = nullptr;
-  // Expansion: packed W0 (ChainPack1x1 of [c1, c0]) and B0 [ChainPadded(c1)]; w0 nullptr when
-  // the chain starts at the depthwise convolution (then c1 == c0).
+  // Expansion: W0 [c1, c0] packed in panels of 16 outputs ([ceil(c1 / 16)][c0][16], zero padded)
+  // and B0 zero padded to whole vectors of 16; w0 nullptr when the chain starts at the depthwise
+  // convolution (then c1 == c0).
   const float* w0 = nullptr;
   const float* b0 = nullptr;
   ChainActivation act0;
   int64_t c1 = 0;
-  // Depthwise: ChainPackDepthwise of W1, B1 [ChainPadded(c1)].
+  // Depthwise: W1 [c1, 1, kh, kw] packed as [kh * kw][c1 padded to 16], B1 padded.
   const float* w1 = nullptr;
   const float* b1 = nullptr;
   ChainActivation act1;
   int64_t kh = 0, kw = 0, sh = 1, sw = 1, pad_top = 0, pad_left = 0, oh = 0, ow = 0;
-  // Projection: packed W2 (ChainPack1x1 of [c2, c1]), B2 [ChainPadded(c2)].
+  // Projection: W2 [c2, c1] packed as W0, B2 padded.
   const float* w2 = nullptr;
   const float* b2 = nullptr;
   ChainActivation act2;

@@ -30,10 +30,15 @@
 
 namespace kiln::kernels::cpu::avx512 {
 
+namespace {
+
+// Channels rounded up to whole 16-float vectors: the stride of the packed weights and biases.
 int64_t ChainPadded(int64_t c) { return (c + 15) / 16 * 16; }
 
+// Floats of packed 1x1 weights for `k` inputs and `n` outputs.
 int64_t ChainPackedElems(int64_t k, int64_t n) { return ChainPadded(n) * k; }
 
+// 1x1 W [n, k] (ONNX [M, C, 1, 1]) in panels of 16 outputs, [n/16][k][16], zero padded.
 void ChainPack1x1(const float* w, int64_t k, int64_t n, float* out) {
   std::memset(out, 0, ChainPackedElems(k, n) * sizeof(float));
   for (int64_t j = 0; j < n; ++j) {
@@ -42,6 +47,7 @@ void ChainPack1x1(const float* w, int64_t k, int64_t n, float* out) {
   }
 }
 
+// Depthwise W [c, 1, kh, kw] as [kh * kw][ChainPadded(c)], zero padded.
 void ChainPackDepthwise(const float* w, int64_t c, int64_t taps, float* out) {
   const int64_t cp = ChainPadded(c);
   std::memset(out, 0, taps * cp * sizeof(float));
@@ -49,8 +55,6 @@ void ChainPackDepthwise(const float* w, int64_t c, int64_t taps, float* out) {
     for (int64_t t = 0; t < taps; ++t) out[t * cp + ch] = w[ch * taps + t];
   }
 }
-
-namespace {
 
 enum Input { kX = 0, kW0, kB0, kW1, kB1, kW2, kB2, kZ, kNumInputs };
 
@@ -191,7 +195,9 @@ class ConvChainKernel final : public Kernel {
     a.w2 = packed_[2].get();
     a.b2 = bias_[2].get();
     a.c2 = cw.c2;
-    for (int s = 0; s < 3; ++s) (s == 0 ? a.act0 : s == 1 ? a.act1 : a.act2) = act_[s];
+    a.act0 = act_[0];
+    a.act1 = act_[1];
+    a.act2 = act_[2];
     a.z = z ? z->data<float>() : nullptr;
     a.y = y->data<float>();
     a.threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), a.n * oh));
