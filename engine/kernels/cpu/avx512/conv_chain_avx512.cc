@@ -49,6 +49,42 @@ struct Act {
   }
 };
 
+// Act's formula for a kind known at compile time.
+template <ChainActivation::Kind K>
+inline __m512 Apply(const Act& a, __m512 v) {
+  if constexpr (K == ChainActivation::kRelu) {
+    return _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ),
+                              _mm512_setzero_ps());
+  } else if constexpr (K == ChainActivation::kLeakyRelu) {
+    return _mm512_mask_mul_ps(v, _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ), a.alpha,
+                              v);
+  } else if constexpr (K == ChainActivation::kClip) {
+    v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, a.lo, _CMP_LT_OQ), a.lo);
+    return _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, a.hi, _CMP_GT_OQ), a.hi);
+  } else {
+    return v;
+  }
+}
+
+// A 1x1 tile's sums plus bias (+ z), activated and stored; fully unrolled so the sums stay in
+// registers.
+template <int MP, int NP, ChainActivation::Kind K>
+inline __attribute__((always_inline)) void TileStore(const __m512 (&acc)[MP][NP], const float* bias,
+                                                     const float* z, float* out, int64_t out_ps,
+                                                     __mmask16 last, const Act& act) {
+#pragma GCC unroll 4
+  for (int j = 0; j < NP; ++j) {
+    const __m512 bj = _mm512_loadu_ps(bias + j * 16);
+    const __mmask16 m = j == NP - 1 ? last : static_cast<__mmask16>(0xFFFF);
+#pragma GCC unroll 16
+    for (int i = 0; i < MP; ++i) {
+      __m512 v = _mm512_add_ps(acc[i][j], bj);
+      if (z != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, z + i * out_ps + j * 16));
+      _mm512_mask_storeu_ps(out + i * out_ps + j * 16, m, Apply<K>(act, v));
+    }
+  }
+}
+
 // One register tile of a 1x1 convolution: MP pixels x NP panels of 16 outputs.
 // out[p][j] = act(sum_k a[p][k] * b[k][j] + bias[j] (+ z[p][j])), k ascending; the last panel
 // stores the channels of `last` only (z and out have the output's channel count as stride).
@@ -56,25 +92,35 @@ template <int MP, int NP>
 void Tile(const float* a, int64_t a_ps, int64_t k, const float* b, int64_t b_ps, const float* bias,
           const float* z, float* out, int64_t out_ps, __mmask16 last, const Act& act) {
   __m512 acc[MP][NP];
+#pragma GCC unroll 16
   for (int i = 0; i < MP; ++i) {
+#pragma GCC unroll 4
     for (int j = 0; j < NP; ++j) acc[i][j] = _mm512_setzero_ps();
   }
   for (int64_t kk = 0; kk < k; ++kk) {
     __m512 bv[NP];
+#pragma GCC unroll 4
     for (int j = 0; j < NP; ++j) bv[j] = _mm512_loadu_ps(b + j * b_ps + kk * 16);
+#pragma GCC unroll 16
     for (int i = 0; i < MP; ++i) {
       const __m512 av = _mm512_set1_ps(a[i * a_ps + kk]);
+#pragma GCC unroll 4
       for (int j = 0; j < NP; ++j) acc[i][j] = _mm512_fmadd_ps(av, bv[j], acc[i][j]);
     }
   }
-  for (int j = 0; j < NP; ++j) {
-    const __m512 bj = _mm512_loadu_ps(bias + j * 16);
-    const __mmask16 m = j == NP - 1 ? last : static_cast<__mmask16>(0xFFFF);
-    for (int i = 0; i < MP; ++i) {
-      __m512 v = _mm512_add_ps(acc[i][j], bj);
-      if (z != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, z + i * out_ps + j * 16));
-      _mm512_mask_storeu_ps(out + i * out_ps + j * 16, m, act(v));
-    }
+  switch (act.kind) {
+    case ChainActivation::kNone:
+      TileStore<MP, NP, ChainActivation::kNone>(acc, bias, z, out, out_ps, last, act);
+      break;
+    case ChainActivation::kRelu:
+      TileStore<MP, NP, ChainActivation::kRelu>(acc, bias, z, out, out_ps, last, act);
+      break;
+    case ChainActivation::kLeakyRelu:
+      TileStore<MP, NP, ChainActivation::kLeakyRelu>(acc, bias, z, out, out_ps, last, act);
+      break;
+    case ChainActivation::kClip:
+      TileStore<MP, NP, ChainActivation::kClip>(acc, bias, z, out, out_ps, last, act);
+      break;
   }
 }
 
@@ -131,115 +177,180 @@ void Pointwise(const float* a, int64_t a_ps, int64_t p, int64_t k, const float* 
   }
 }
 
-// Depthwise geometry of one output row: the input rows of the window (nullptr in the padding).
-struct DwRow {
-  const float* const* rows;
-  int64_t in_ps, w, c, kh, kw, sw, pl;
+// The depthwise step's geometry and weights.
+struct DwGeom {
+  int64_t w, c, kh, kw, sh, sw, pad_top, pad_left, ow;
   const float* wt;  // [kh * kw][Pad16(c)]
   const float* bias;
 };
 
-// MP adjacent output pixels from ox whose windows lie inside the row, V channel vectors from
-// cv: every tap read unchecked, each pixel's V vectors from one contiguous run.
-template <int MP, int V>
-void DwBlock(const DwRow& d, int64_t ox, int64_t cv, int64_t cp, __mmask16 last, float* out,
-             int64_t out_ps, const Act& act) {
+// Where the depthwise step reads its input rows: the ring of E rows (`ring` slots, row iy in slot
+// iy % ring) or, without an expansion, X's rows (ring 0). `ps`: floats per pixel.
+struct DwSource {
+  const float* base;
+  int64_t ps, w, h, ring;
+  const float* Row(int64_t iy) const {
+    if (iy < 0 || iy >= h) return nullptr;  // zero padding: the row's taps are skipped
+    return base + (ring > 0 ? iy % ring : iy) * w * ps;
+  }
+};
+
+// MP adjacent output pixels from ox of one output row, V channel vectors from cv (the last one
+// masked by `last`), a KW-wide window at stride SW. Each input column under the tile is loaded
+// once and feeds every pixel whose window covers it; a row's KW x V weights stay in registers.
+// CHECK: skip the columns outside [0, w) (pixels whose window crosses the row's ends); without
+// it every column is inside. Each sum runs over the window in (row, column) order.
+template <int MP, int V, int SW, int KW, bool CHECK>
+void DwTile(const float* const* rows, const DwGeom& g, int64_t ps, int64_t ox, int64_t cv,
+            __mmask16 last, float* out, int64_t out_ps, const Act& act) {
+  constexpr int kCols = (MP - 1) * SW + KW;
+  const int64_t cp = Pad16(g.c);
+  const int64_t ix0 = ox * SW - g.pad_left;
   __m512 acc[MP][V];
+#pragma GCC unroll 8
   for (int i = 0; i < MP; ++i) {
+#pragma GCC unroll 2
     for (int v = 0; v < V; ++v) acc[i][v] = _mm512_setzero_ps();
   }
-  const int64_t step = d.sw * d.in_ps;
-  const float* wt = d.wt + cv;
-  for (int64_t r = 0; r < d.kh; ++r, wt += d.kw * cp) {
-    const float* row = d.rows[r];
+  for (int64_t r = 0; r < g.kh; ++r) {
+    const float* row = rows[r];
     if (row == nullptr) continue;
-    const float* in = row + (ox * d.sw - d.pl) * d.in_ps + cv;
-    for (int64_t t = 0; t < d.kw; ++t, in += d.in_ps) {
-      __m512 wv[V];
-      for (int v = 0; v < V; ++v) wv[v] = _mm512_loadu_ps(wt + t * cp + 16 * v);
+    const float* wr = g.wt + r * KW * cp + cv;
+    __m512 wv[KW][V];
+#pragma GCC unroll 8
+    for (int t = 0; t < KW; ++t) {
+#pragma GCC unroll 2
+      for (int v = 0; v < V; ++v) wv[t][v] = _mm512_loadu_ps(wr + t * cp + 16 * v);
+    }
+#pragma GCC unroll 32
+    for (int j = 0; j < kCols; ++j) {
+      if (CHECK && (ix0 + j < 0 || ix0 + j >= g.w)) continue;
+      const float* in = row + (ix0 + j) * ps + cv;
+      __m512 xv[V];
+#pragma GCC unroll 2
+      for (int v = 0; v < V; ++v) {
+        xv[v] =
+            v == V - 1 ? _mm512_maskz_loadu_ps(last, in + 16 * v) : _mm512_loadu_ps(in + 16 * v);
+      }
+#pragma GCC unroll 8
       for (int i = 0; i < MP; ++i) {
-        for (int v = 0; v < V; ++v) {
-          const __m512 x = v == V - 1 ? _mm512_maskz_loadu_ps(last, in + i * step + 16 * v)
-                                      : _mm512_loadu_ps(in + i * step + 16 * v);
-          acc[i][v] = _mm512_fmadd_ps(x, wv[v], acc[i][v]);
-        }
+        const int t = j - i * SW;
+        if (t < 0 || t >= KW) continue;
+#pragma GCC unroll 2
+        for (int v = 0; v < V; ++v) acc[i][v] = _mm512_fmadd_ps(xv[v], wv[t][v], acc[i][v]);
       }
     }
   }
-  for (int v = 0; v < V; ++v) {
-    const __m512 bv = _mm512_loadu_ps(d.bias + cv + 16 * v);
-    for (int i = 0; i < MP; ++i) {
-      _mm512_storeu_ps(out + (ox + i) * out_ps + cv + 16 * v, act(_mm512_add_ps(acc[i][v], bv)));
-    }
+  out += ox * out_ps + cv;
+  const float* bias = g.bias + cv;
+  switch (act.kind) {
+    case ChainActivation::kNone:
+      TileStore<MP, V, ChainActivation::kNone>(acc, bias, nullptr, out, out_ps, last, act);
+      break;
+    case ChainActivation::kRelu:
+      TileStore<MP, V, ChainActivation::kRelu>(acc, bias, nullptr, out, out_ps, last, act);
+      break;
+    case ChainActivation::kLeakyRelu:
+      TileStore<MP, V, ChainActivation::kLeakyRelu>(acc, bias, nullptr, out, out_ps, last, act);
+      break;
+    case ChainActivation::kClip:
+      TileStore<MP, V, ChainActivation::kClip>(acc, bias, nullptr, out, out_ps, last, act);
+      break;
   }
 }
 
-// MP adjacent interior output pixels from ox, two channel vectors at a time.
-template <int MP>
-void DwInterior(const DwRow& d, int64_t ox, float* out, int64_t out_ps, const Act& act) {
-  const int64_t cp = Pad16(d.c);
-  const __mmask16 full = 0xFFFF;
-  int64_t cv = 0;
-  for (; cv + 32 <= cp; cv += 32) {
-    DwBlock<MP, 2>(d, ox, cv, cp, cv + 32 > d.c ? TailMask(d.c) : full, out, out_ps, act);
-  }
-  if (cv < cp) DwBlock<MP, 1>(d, ox, cv, cp, TailMask(d.c), out, out_ps, act);
+using DwTileFn = void (*)(const float* const*, const DwGeom&, int64_t, int64_t, int64_t, __mmask16,
+                          float*, int64_t, const Act&);
+
+// Pixels per interior tile: 8 x 2 accumulators, 2 x KW weights and 2 columns in registers.
+constexpr int kDwPixels = 8;
+
+// The tiles of one (V, SW, KW): interior tiles of 1 .. kDwPixels pixels, and the border pixel.
+struct DwTiles {
+  std::array<DwTileFn, kDwPixels> interior;
+  DwTileFn border;
+};
+
+template <int V, int SW, int KW, size_t... I>
+constexpr DwTiles MakeDwTiles(std::index_sequence<I...>) {
+  return {{&DwTile<static_cast<int>(I) + 1, V, SW, KW, false>...}, &DwTile<1, V, SW, KW, true>};
 }
 
-// One output pixel whose window crosses the row's ends: taps outside read as zero (skipped).
-// Up to kDwBorderVectors channel vectors at once, so the sums of one pixel do not wait on each
-// other's latency.
-constexpr int kDwBorderVectors = 8;
+template <int V, int SW, int KW>
+constexpr DwTiles DwTilesOf() {
+  return MakeDwTiles<V, SW, KW>(std::make_index_sequence<kDwPixels>());
+}
 
-void DwBorder(const DwRow& d, int64_t ox, float* out, int64_t out_ps, const Act& act) {
-  const int64_t cp = Pad16(d.c);
-  const __mmask16 tail = TailMask(d.c);
-  for (int64_t c0 = 0; c0 < cp; c0 += 16 * kDwBorderVectors) {
-    const int nv = static_cast<int>(std::min<int64_t>(kDwBorderVectors, (cp - c0) / 16));
-    __m512 acc[kDwBorderVectors];
-    for (int j = 0; j < kDwBorderVectors; ++j) acc[j] = _mm512_setzero_ps();
-    for (int64_t r = 0; r < d.kh; ++r) {
-      const float* row = d.rows[r];
-      if (row == nullptr) continue;
-      for (int64_t t = 0; t < d.kw; ++t) {
-        const int64_t ix = ox * d.sw - d.pl + t;
-        if (ix < 0 || ix >= d.w) continue;
-        const float* in = row + ix * d.in_ps + c0;
-        const float* wt = d.wt + (r * d.kw + t) * cp + c0;
-        for (int j = 0; j < nv; ++j) {
-          const __mmask16 m = c0 + 16 * j + 16 > d.c ? tail : static_cast<__mmask16>(0xFFFF);
-          acc[j] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, in + 16 * j),
-                                   _mm512_loadu_ps(wt + 16 * j), acc[j]);
-        }
+// The tiles for windows kw wide at stride sw (3 or 5 wide, stride 1 or 2), V channel vectors;
+// nullptr for other windows (DwPixel computes those).
+const DwTiles* FastDwTiles(int64_t kw, int64_t sw, int v) {
+  static const DwTiles tiles[2][2][2] = {
+      {{DwTilesOf<1, 1, 3>(), DwTilesOf<2, 1, 3>()}, {DwTilesOf<1, 2, 3>(), DwTilesOf<2, 2, 3>()}},
+      {{DwTilesOf<1, 1, 5>(), DwTilesOf<2, 1, 5>()}, {DwTilesOf<1, 2, 5>(), DwTilesOf<2, 2, 5>()}},
+  };
+  if ((kw != 3 && kw != 5) || (sw != 1 && sw != 2)) return nullptr;
+  return &tiles[kw == 5][sw - 1][v - 1];
+}
+
+// One output pixel of any window and stride, nv (1 or 2) channel vectors from cv.
+void DwPixel(const float* const* rows, const DwGeom& g, int64_t ps, int64_t ox, int64_t cv, int nv,
+             __mmask16 last, float* out, int64_t out_ps, const Act& act) {
+  const int64_t cp = Pad16(g.c);
+  __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  for (int64_t r = 0; r < g.kh; ++r) {
+    if (rows[r] == nullptr) continue;
+    for (int64_t t = 0; t < g.kw; ++t) {
+      const int64_t ix = ox * g.sw - g.pad_left + t;
+      if (ix < 0 || ix >= g.w) continue;
+      const float* in = rows[r] + ix * ps + cv;
+      const float* wt = g.wt + (r * g.kw + t) * cp + cv;
+      for (int v = 0; v < nv; ++v) {
+        const __mmask16 m = v == nv - 1 ? last : static_cast<__mmask16>(0xFFFF);
+        acc[v] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, in + 16 * v),
+                                 _mm512_loadu_ps(wt + 16 * v), acc[v]);
       }
     }
-    for (int j = 0; j < nv; ++j) {
-      const __m512 bv = _mm512_loadu_ps(d.bias + c0 + 16 * j);
-      _mm512_storeu_ps(out + ox * out_ps + c0 + 16 * j, act(_mm512_add_ps(acc[j], bv)));
+  }
+  for (int v = 0; v < nv; ++v) {
+    const __mmask16 m = v == nv - 1 ? last : static_cast<__mmask16>(0xFFFF);
+    const __m512 bv = _mm512_loadu_ps(g.bias + cv + 16 * v);
+    _mm512_mask_storeu_ps(out + ox * out_ps + cv + 16 * v, m, act(_mm512_add_ps(acc[v], bv)));
+  }
+}
+
+// The depthwise output rows [oy0, oy1) into `out` (row oy at (oy - oy0) * ow * out_ps; out_ps
+// floats per pixel; channels past c are not stored). Channel blocks of two vectors outermost, so
+// a block's input rows stay in L1 from one output row to the next.
+void DepthwiseBand(const DwSource& s, const DwGeom& g, int64_t oy0, int64_t oy1, float* out,
+                   int64_t out_ps, const Act& act) {
+  const int64_t cp = Pad16(g.c);
+  // Interior pixels: ox * sw - pad_left >= 0 and ox * sw - pad_left + kw <= w.
+  int64_t x0 = 0, x1 = g.ow;
+  while (x0 < g.ow && x0 * g.sw - g.pad_left < 0) ++x0;
+  while (x1 > x0 && (x1 - 1) * g.sw - g.pad_left + g.kw > g.w) --x1;
+  const float* rows[16];  // kh <= 16 (the kernel class checks)
+  for (int64_t cv = 0; cv < cp; cv += 32) {
+    const int nv = cp - cv >= 32 ? 2 : 1;
+    const __mmask16 last = cv + 16 * nv >= cp ? TailMask(g.c) : static_cast<__mmask16>(0xFFFF);
+    const DwTiles* fast = FastDwTiles(g.kw, g.sw, nv);
+    for (int64_t oy = oy0; oy < oy1; ++oy) {
+      for (int64_t r = 0; r < g.kh; ++r) rows[r] = s.Row(oy * g.sh - g.pad_top + r);
+      float* o = out + (oy - oy0) * g.ow * out_ps;
+      if (fast == nullptr) {
+        for (int64_t ox = 0; ox < g.ow; ++ox)
+          DwPixel(rows, g, s.ps, ox, cv, nv, last, o, out_ps, act);
+        continue;
+      }
+      for (int64_t ox = 0; ox < x0; ++ox) fast->border(rows, g, s.ps, ox, cv, last, o, out_ps, act);
+      for (int64_t ox = x0; ox < x1; ox += kDwPixels) {
+        fast->interior[std::min<int64_t>(kDwPixels, x1 - ox) - 1](rows, g, s.ps, ox, cv, last, o,
+                                                                  out_ps, act);
+      }
+      for (int64_t ox = std::max(x1, x0); ox < g.ow; ++ox) {
+        fast->border(rows, g, s.ps, ox, cv, last, o, out_ps, act);
+      }
     }
   }
-}
-
-constexpr int kDwPixels = 4;  // 4 x 2 accumulators cover the FMA latency on both ports
-
-using DwFn = void (*)(const DwRow&, int64_t, float*, int64_t, const Act&);
-
-template <size_t... I>
-constexpr std::array<DwFn, sizeof...(I)> DwTiles(std::index_sequence<I...>) {
-  return {&DwInterior<static_cast<int>(I) + 1>...};
-}
-
-void DepthwiseRow(const DwRow& d, int64_t ow, float* out, int64_t out_ps, const Act& act) {
-  static const auto tiles = DwTiles(std::make_index_sequence<kDwPixels>());
-  // Interior: ox * sw - pl >= 0 and ox * sw - pl + kw <= w.
-  int64_t x0 = 0, x1 = ow;
-  while (x0 < ow && x0 * d.sw - d.pl < 0) ++x0;
-  while (x1 > x0 && (x1 - 1) * d.sw - d.pl + d.kw > d.w) --x1;
-  for (int64_t ox = 0; ox < x0; ++ox) DwBorder(d, ox, out, out_ps, act);
-  for (int64_t ox = x0; ox < x1; ox += kDwPixels) {
-    tiles[std::min<int64_t>(kDwPixels, x1 - ox) - 1](d, ox, out, out_ps, act);
-  }
-  for (int64_t ox = std::max(x1, x0); ox < ow; ++ox) DwBorder(d, ox, out, out_ps, act);
 }
 
 // Output rows per band and E rows in the ring: a band's E rows ((band - 1) * sh + kh, the ring)
@@ -280,13 +391,13 @@ void ConvChainAvx512(const ConvChainArgs& a) {
   const Band band = BandOf(a);
   const int64_t per_thread = ConvChainScratchFloats(a);
   const Act act0(a.act0), act1(a.act1), act2(a.act2);
+  const DwGeom dw{a.w, a.c1, a.kh, a.kw, a.sh, a.sw, a.pad_top, a.pad_left, a.ow, a.w1, a.b1};
 #pragma omp parallel num_threads(a.threads)
   {
     const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
     const int64_t q0 = total * t / nt, q1 = total * (t + 1) / nt;
     float* ring = a.scratch + t * per_thread;
     float* dband = ring + (expand ? band.ring * a.w * cp : 0);
-    const float* rows[16];  // kh <= 16 (the kernel class checks)
     int64_t image = -1, next = 0;
     for (int64_t q = q0; q < q1;) {
       // A band of output rows [oy0, oy1) of one image.
@@ -311,17 +422,8 @@ void ConvChainAvx512(const ConvChainArgs& a) {
         }
         next = std::max(next, hi);
       }
-      for (int64_t oy = oy0; oy < oy1; ++oy) {
-        for (int64_t r = 0; r < a.kh; ++r) {
-          const int64_t iy = oy * a.sh - a.pad_top + r;
-          rows[r] = iy < 0 || iy >= a.h ? nullptr
-                    : expand            ? ring + (iy % band.ring) * a.w * cp
-                                        : xb + iy * a.w * a.c0;
-        }
-        const DwRow d{rows, expand ? cp : a.c0, a.w,  a.c1, a.kh, a.kw,
-                      a.sw, a.pad_left,         a.w1, a.b1};
-        DepthwiseRow(d, a.ow, dband + (oy - oy0) * a.ow * cp, cp, act1);
-      }
+      const DwSource src{expand ? ring : xb, expand ? cp : a.c0, a.w, a.h, expand ? band.ring : 0};
+      DepthwiseBand(src, dw, oy0, oy1, dband, cp, act1);
       // The band's projection: its Y rows are consecutive.
       const int64_t yo = (b * a.oh + oy0) * a.ow * a.c2;
       Pointwise(dband, cp, (oy1 - oy0) * a.ow, a.c1, a.w2, a.c2, a.b2, a.z ? a.z + yo : nullptr,
