@@ -4,7 +4,9 @@
 //
 //   kiln_conv_bench [--benchmark_filter=...]
 //
-// Benchmark names: ConvChain/<h>x<w>x<c0>-<c1>-<c2>/s<stride>. Kernels use OMP_NUM_THREADS threads.
+// Benchmark names: ConvChain/<h>x<w>x<c0>-<c1>-<c2>/s<stride>[/no_expansion] and
+// Depthwise/<h>x<w>x<c>/s<stride> (the chain kernel running a depthwise convolution alone).
+// Kernels use OMP_NUM_THREADS threads.
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
@@ -22,13 +24,24 @@ namespace {
 
 struct Block {
   int64_t h, w, c0, c1, c2, stride;
+  bool expand = true, project = true;
 };
 
-// MobileNetV2's inverted-residual blocks at 224x224 (expansion 6), batch 1.
+// MobileNetV2's inverted-residual blocks at 224x224 (expansion 6), batch 1 (the first one has
+// no expansion), then depthwise convolutions alone.
 constexpr Block kBlocks[] = {
-    {112, 112, 16, 96, 24, 2}, {56, 56, 24, 144, 24, 1}, {56, 56, 24, 144, 32, 2},
-    {28, 28, 32, 192, 32, 1},  {14, 14, 64, 384, 64, 1}, {14, 14, 96, 576, 96, 1},
+    {112, 112, 16, 96, 24, 2},
+    {56, 56, 24, 144, 24, 1},
+    {56, 56, 24, 144, 32, 2},
+    {28, 28, 32, 192, 32, 1},
+    {14, 14, 64, 384, 64, 1},
+    {14, 14, 96, 576, 96, 1},
     {7, 7, 160, 960, 160, 1},
+    {112, 112, 32, 32, 16, 1, false},
+    {112, 112, 32, 32, 32, 1, false, false},
+    {28, 28, 192, 192, 192, 1, false, false},
+    {14, 14, 576, 576, 576, 1, false, false},
+    {7, 7, 960, 960, 960, 1, false, false},
 };
 
 std::vector<float> Random(int64_t n, unsigned seed) {
@@ -70,14 +83,16 @@ void RunChain(benchmark::State& state, Block b) {
   a.w2 = w2.data();
   a.b2 = b2.data();
   a.y = y.data();
+  if (!b.expand) a.w0 = nullptr;
+  if (!b.project) a.w2 = nullptr;
   a.threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), a.oh));
   std::vector<float> scratch(static_cast<size_t>(x::ConvChainScratchFloats(a) * a.threads + 16));
   // 64-byte aligned, as the kernel class hands it.
   a.scratch = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) & ~63);
   for (auto _ : state) x::ConvChainAvx512(a);
   benchmark::DoNotOptimize(y.data());
-  const double flops =
-      2.0 * (b.h * b.w * b.c0 * b.c1 + a.oh * a.ow * b.c1 * 9 + a.oh * a.ow * b.c1 * b.c2);
+  const double flops = 2.0 * ((b.expand ? b.h * b.w * b.c0 * b.c1 : 0) + a.oh * a.ow * b.c1 * 9 +
+                              (b.project ? a.oh * a.ow * b.c1 * b.c2 : 0));
   state.counters["GFLOPS"] =
       benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
@@ -86,7 +101,9 @@ void RegisterAll() {
   if (!(DetectCpuFeatures() & kCpuAvx512F)) return;
   for (const Block& b : kBlocks) {
     const std::string name =
-        absl::StrCat("ConvChain/", b.h, "x", b.w, "x", b.c0, "-", b.c1, "-", b.c2, "/s", b.stride);
+        b.project ? absl::StrCat("ConvChain/", b.h, "x", b.w, "x", b.c0, "-", b.c1, "-", b.c2, "/s",
+                                 b.stride, b.expand ? "" : "/no_expansion")
+                  : absl::StrCat("Depthwise/", b.h, "x", b.w, "x", b.c1, "/s", b.stride);
     benchmark::RegisterBenchmark(name.c_str(), RunChain, b)
         ->Unit(benchmark::kMicrosecond)
         ->UseRealTime()

@@ -48,6 +48,7 @@ struct ChainCase {
   int64_t c2;
   bool expand, biases, residual;
   Act act[3];
+  bool project = true;  // false: the chain ends at the depthwise convolution (c2 == c1)
 };
 
 std::vector<ChainCase> Cases() {
@@ -146,6 +147,39 @@ std::vector<ChainCase> Cases() {
        true,
        false,
        {relu, relu6, none}},
+      // Only the depthwise convolution, on X's own 40 channels (the last vector's loads masked).
+      {"depthwise_only",
+       2,
+       40,
+       10,
+       21,
+       40,
+       3,
+       3,
+       {1, 1},
+       {1, 1, 1, 1},
+       40,
+       false,
+       true,
+       false,
+       {none, relu6, none},
+       false},
+      {"expansion_and_depthwise_stride2",
+       1,
+       8,
+       17,
+       30,
+       24,
+       3,
+       3,
+       {2, 2},
+       {0, 0, 1, 1},
+       24,
+       true,
+       true,
+       false,
+       {relu, leaky, none},
+       false},
       // A window the register tiles do not cover (7 wide, stride 3): one pixel at a time.
       {"window_7x7_stride3",
        1,
@@ -208,10 +242,10 @@ Operands Make(const ChainCase& c, std::mt19937& rng) {
   o.x = Random({c.n, c.c0, c.h, c.w}, rng, 1.0f);
   if (c.expand) o.w[0] = Random({c.c1, c.c0, 1, 1}, rng, 1.0f / std::sqrt(float(c.c0)));
   o.w[1] = Random({c.c1, 1, c.kh, c.kw}, rng, 1.0f / std::sqrt(float(c.kh * c.kw)));
-  o.w[2] = Random({c.c2, c.c1, 1, 1}, rng, 1.0f / std::sqrt(float(c.c1)));
+  if (c.project) o.w[2] = Random({c.c2, c.c1, 1, 1}, rng, 1.0f / std::sqrt(float(c.c1)));
   const int64_t outs[3] = {c.c1, c.c1, c.c2};
   for (int s = 0; s < 3 && c.biases; ++s) {
-    if (s > 0 || c.expand) o.b[s] = Random({outs[s]}, rng, 0.5f);
+    if (o.w[s].defined()) o.b[s] = Random({outs[s]}, rng, 0.5f);
   }
   if (c.residual) {
     const int64_t oh = (c.h + c.pads[0] + c.pads[2] - c.kh) / c.strides[0] + 1;
@@ -226,7 +260,7 @@ Operands Make(const ChainCase& c, std::mt19937& rng) {
 ir::Tensor Reference(const ChainCase& c, const Operands& o, bool act) {
   ir::Tensor v = o.x;
   for (int s = 0; s < 3; ++s) {
-    if (s == 0 && !c.expand) continue;
+    if (!o.w[s].defined()) continue;
     NodeSpec spec{ir::OpType::kFusedConv, {}, {v, o.w[s], o.b[s]}};
     if (s == 2 && o.z.defined()) spec.inputs.push_back(o.z);
     spec.since_version = 1;
@@ -331,6 +365,10 @@ TEST(ConvChainTest, BadShapesNameTheNode) {
                  o.w[2],
                  o.b[2]};
   ExpectNodeError(spec, absl::StatusCode::kInvalidArgument, "smaller than the depthwise window");
+  // A residual without the projection it would be added to: no kernel takes the node.
+  spec.inputs = {ToNhwc(o.x), o.w[0],       o.b[0],       o.w[1],
+                 o.b[1],      ir::Tensor(), ir::Tensor(), ToNhwc(o.x)};
+  ExpectNodeError(spec, absl::StatusCode::kUnimplemented, "");
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 //   E = act0(X * W0 + B0)            1x1 expansion, C0 -> C1 channels (optional: E = X)
 //   D = act1(depthwise(E, W1) + B1)  kh x kw depthwise window, strides, zero padding
 //   Y = act2(D * W2 + B2 [+ Z])      1x1 projection, C1 -> C2 channels, optional residual Z
+//                                    (optional: Y = D, C2 = C1)
 //
 // X, Z and Y are NHWC. Each output element is, as in the three convolutions one after another,
 // one fp32 sum of its products plus the bias (then + Z), then the activation; every interior
@@ -14,7 +15,7 @@
 // Each thread takes a contiguous run of output rows, in bands of rows whose interior fits in L2
 // (kBandBytes): for a band it computes the rows of E its windows need that it has not yet
 // computed (each E row once per thread) into a ring, the depthwise rows into a band of D, and
-// the projection of that band into Y.
+// the projection of that band into Y (without a projection, the depthwise rows go to Y).
 #pragma once
 
 #include <cstdint>
@@ -44,7 +45,8 @@ struct ConvChainArgs {
   const float* b1 = nullptr;
   ChainActivation act1;
   int64_t kh = 0, kw = 0, sh = 1, sw = 1, pad_top = 0, pad_left = 0, oh = 0, ow = 0;
-  // Projection: W2 [c2, c1] packed as W0, B2 padded.
+  // Projection: W2 [c2, c1] packed as W0, B2 padded; w2 nullptr when the chain ends at the
+  // depthwise convolution (then c2 == c1, and no z).
   const float* w2 = nullptr;
   const float* b2 = nullptr;
   ChainActivation act2;

@@ -265,15 +265,15 @@ using DwTileFn = void (*)(const float* const*, const DwGeom&, int64_t, int64_t, 
 // Pixels per interior tile: 8 x 2 accumulators, 2 x KW weights and 2 columns in registers.
 constexpr int kDwPixels = 8;
 
-// The tiles of one (V, SW, KW): interior tiles of 1 .. kDwPixels pixels, and the border pixel.
+// The tiles of one (V, SW, KW) of 1 .. kDwPixels pixels: inside the row, and crossing its ends.
 struct DwTiles {
-  std::array<DwTileFn, kDwPixels> interior;
-  DwTileFn border;
+  std::array<DwTileFn, kDwPixels> interior, border;
 };
 
 template <int V, int SW, int KW, size_t... I>
 constexpr DwTiles MakeDwTiles(std::index_sequence<I...>) {
-  return {{&DwTile<static_cast<int>(I) + 1, V, SW, KW, false>...}, &DwTile<1, V, SW, KW, true>};
+  return {{&DwTile<static_cast<int>(I) + 1, V, SW, KW, false>...},
+          {&DwTile<static_cast<int>(I) + 1, V, SW, KW, true>...}};
 }
 
 template <int V, int SW, int KW>
@@ -324,10 +324,6 @@ void DwPixel(const float* const* rows, const DwGeom& g, int64_t ps, int64_t ox, 
 void DepthwiseBand(const DwSource& s, const DwGeom& g, int64_t oy0, int64_t oy1, float* out,
                    int64_t out_ps, const Act& act) {
   const int64_t cp = Pad16(g.c);
-  // Interior pixels: ox * sw - pad_left >= 0 and ox * sw - pad_left + kw <= w.
-  int64_t x0 = 0, x1 = g.ow;
-  while (x0 < g.ow && x0 * g.sw - g.pad_left < 0) ++x0;
-  while (x1 > x0 && (x1 - 1) * g.sw - g.pad_left + g.kw > g.w) --x1;
   const float* rows[16];  // kh <= 16 (the kernel class checks)
   for (int64_t cv = 0; cv < cp; cv += 32) {
     const int nv = cp - cv >= 32 ? 2 : 1;
@@ -341,21 +337,21 @@ void DepthwiseBand(const DwSource& s, const DwGeom& g, int64_t oy0, int64_t oy1,
           DwPixel(rows, g, s.ps, ox, cv, nv, last, o, out_ps, act);
         continue;
       }
-      for (int64_t ox = 0; ox < x0; ++ox) fast->border(rows, g, s.ps, ox, cv, last, o, out_ps, act);
-      for (int64_t ox = x0; ox < x1; ox += kDwPixels) {
-        fast->interior[std::min<int64_t>(kDwPixels, x1 - ox) - 1](rows, g, s.ps, ox, cv, last, o,
-                                                                  out_ps, act);
-      }
-      for (int64_t ox = std::max(x1, x0); ox < g.ow; ++ox) {
-        fast->border(rows, g, s.ps, ox, cv, last, o, out_ps, act);
+      for (int64_t ox = 0; ox < g.ow; ox += kDwPixels) {
+        const int64_t mp = std::min<int64_t>(kDwPixels, g.ow - ox);
+        // The tile's input columns, [ox * sw - pad_left, (ox + mp - 1) * sw - pad_left + kw).
+        const int64_t c0 = ox * g.sw - g.pad_left, c1 = (ox + mp - 1) * g.sw - g.pad_left + g.kw;
+        const auto& tiles = c0 < 0 || c1 > g.w ? fast->border : fast->interior;
+        tiles[mp - 1](rows, g, s.ps, ox, cv, last, o, out_ps, act);
       }
     }
   }
 }
 
-// Output rows per band and E rows in the ring: a band's E rows ((band - 1) * sh + kh, the ring)
-// and its D rows within kBandBytes, so both stay in L2 between the three steps; at least one
-// output row.
+// Output rows per band and E rows in the ring: what a band keeps in L2 between the steps (its E
+// rows, (band - 1) * sh + kh, in the ring, or those rows of X without an expansion, which the
+// depthwise step reads once per channel block; and its D rows when a projection follows) within
+// kBandBytes; at least one output row.
 constexpr int64_t kBandBytes = int64_t{384} << 10;
 
 struct Band {
@@ -364,11 +360,12 @@ struct Band {
 
 Band BandOf(const ConvChainArgs& a) {
   const int64_t cp = Pad16(a.c1);
-  const bool expand = a.w0 != nullptr;
+  const bool expand = a.w0 != nullptr, project = a.w2 != nullptr;
   Band b{1, a.kh};
   for (int64_t rows = 2; rows <= a.oh; ++rows) {
     const int64_t ring = (rows - 1) * a.sh + a.kh;
-    const int64_t bytes = ((expand ? ring * a.w : 0) + rows * a.ow) * cp * 4;
+    const int64_t bytes =
+        (ring * a.w * (expand ? cp : a.c0) + (project ? rows * a.ow * cp : 0)) * 4;
     if (bytes > kBandBytes) break;
     b = {rows, ring};
   }
@@ -381,7 +378,8 @@ int64_t ConvChainScratchFloats(const ConvChainArgs& a) {
   const int64_t cp = Pad16(a.c1);
   const Band band = BandOf(a);
   const int64_t ring = a.w0 != nullptr ? band.ring * a.w * cp : 0;
-  return ring + band.rows * a.ow * cp;  // both multiples of 16
+  const int64_t d = a.w2 != nullptr ? band.rows * a.ow * cp : 0;
+  return ring + d;  // both multiples of 16
 }
 
 void ConvChainAvx512(const ConvChainArgs& a) {
@@ -423,11 +421,15 @@ void ConvChainAvx512(const ConvChainArgs& a) {
         next = std::max(next, hi);
       }
       const DwSource src{expand ? ring : xb, expand ? cp : a.c0, a.w, a.h, expand ? band.ring : 0};
-      DepthwiseBand(src, dw, oy0, oy1, dband, cp, act1);
-      // The band's projection: its Y rows are consecutive.
+      // The band's Y rows are consecutive; without a projection the D rows are Y's.
       const int64_t yo = (b * a.oh + oy0) * a.ow * a.c2;
-      Pointwise(dband, cp, (oy1 - oy0) * a.ow, a.c1, a.w2, a.c2, a.b2, a.z ? a.z + yo : nullptr,
-                a.y + yo, a.c2, act2);
+      if (a.w2 == nullptr) {
+        DepthwiseBand(src, dw, oy0, oy1, a.y + yo, a.c2, act1);
+      } else {
+        DepthwiseBand(src, dw, oy0, oy1, dband, cp, act1);
+        Pointwise(dband, cp, (oy1 - oy0) * a.ow, a.c1, a.w2, a.c2, a.b2, a.z ? a.z + yo : nullptr,
+                  a.y + yo, a.c2, act2);
+      }
       q += oy1 - oy0;
     }
   }

@@ -3,8 +3,9 @@
 //
 // Inputs: 0 X [N, H, W, C0] (NHWC), 1 W0 [C1, C0, 1, 1] and 2 B0 [C1] of the 1x1 expansion (both
 // absent when the chain starts at the depthwise convolution), 3 W1 [C1, 1, kh, kw] and 4 B1 [C1]
-// of the depthwise convolution, 5 W2 [C2, C1, 1, 1] and 6 B2 [C2] of the 1x1 projection, 7 the
-// optional residual Z [N, OH, OW, C2]; every bias optional. Output Y [N, OH, OW, C2].
+// of the depthwise convolution, 5 W2 [C2, C1, 1, 1] and 6 B2 [C2] of the 1x1 projection (both
+// absent when the chain ends at the depthwise convolution: then C2 = C1), 7 the optional residual
+// Z [N, OH, OW, C2] (only after a projection); every bias optional. Output Y [N, OH, OW, C2].
 // Attributes: `strides` and `pads` (ONNX order: top, left, bottom, right) of the depthwise
 // convolution, and the activation of each convolution as FusedConv has it, prefixed `expand_`,
 // `depthwise_` and `project_` (none, Relu, LeakyRelu or Clip).
@@ -141,7 +142,9 @@ class ConvChainKernel final : public Kernel {
       if (!v->constant || v->is_graph_input || v->dtype != DataType::kF32) return false;
     }
     const ir::Value* z = node.input(kZ);
-    return node.input(kW1) && node.input(kW2) && (!z || z->dtype == DataType::kF32);
+    const bool project = node.input(kW2) != nullptr;
+    return node.input(kW1) && (project || (!node.input(kB2) && !z)) &&
+           (!z || z->dtype == DataType::kF32);
   }
 
   absl::Status Run(KernelContext& ctx) override {
@@ -164,6 +167,9 @@ class ConvChainKernel final : public Kernel {
     const int64_t oh = (hp - cw.kh) / strides_[0] + 1, ow = (wp - cw.kw) / strides_[1] + 1;
     const std::vector<int64_t> y_dims = {d[0], oh, ow, cw.c2};
     const ir::Tensor* z = ctx.input(kZ);
+    if (z != nullptr && cw.w[2] == nullptr) {
+      return ref::InvalidNode(node_, "a residual Z needs the projection W2");
+    }
     if (z != nullptr && (z->dims() != y_dims || z->dtype() != DataType::kF32)) {
       return ref::InvalidNode(node_, "Z of ", DataTypeName(z->dtype()), " ",
                               ir::DimsToString(z->dims()), " does not match Y (float ",
@@ -192,7 +198,7 @@ class ConvChainKernel final : public Kernel {
     a.pad_left = pads_[1];
     a.oh = oh;
     a.ow = ow;
-    a.w2 = packed_[2].get();
+    a.w2 = cw.w[2] ? packed_[2].get() : nullptr;
     a.b2 = bias_[2].get();
     a.c2 = cw.c2;
     a.act0 = act_[0];
@@ -215,7 +221,8 @@ class ConvChainKernel final : public Kernel {
  private:
   explicit ConvChainKernel(const ir::Node& node) : node_(node) {}
 
-  // W0 [C1, C0, 1, 1] (optional), W1 [C1, 1, kh, kw], W2 [C2, C1, 1, 1], biases [C1], [C1], [C2].
+  // W0 [C1, C0, 1, 1] (optional), W1 [C1, 1, kh, kw], W2 [C2, C1, 1, 1] (optional), biases [C1],
+  // [C1], [C2].
   absl::StatusOr<ChainWeights> Weights(KernelContext& ctx) const {
     ChainWeights cw;
     const int w_in[3] = {kW0, kW1, kW2}, b_in[3] = {kB0, kB1, kB2};
@@ -224,7 +231,7 @@ class ConvChainKernel final : public Kernel {
       cw.w[s] = ctx.input(w_in[s]);
       cw.b[s] = ctx.input(b_in[s]);
       if (cw.w[s] == nullptr) {
-        if (s == 0 && cw.b[s] == nullptr) continue;
+        if (s != 1 && cw.b[s] == nullptr) continue;
         return ref::InvalidNode(node_, "input ", names[s], " is missing");
       }
       if (cw.w[s]->rank() != 4 || cw.w[s]->dtype() != DataType::kF32) {
@@ -249,12 +256,15 @@ class ConvChainKernel final : public Kernel {
       }
       cw.c0 = w0[1];
     }
-    const auto& w2 = cw.w[2]->dims();
-    if (w2[1] != cw.c1 || w2[2] != 1 || w2[3] != 1) {
-      return ref::InvalidNode(node_, "W2 ", ir::DimsToString(w2), " is not a 1x1 kernel of ", cw.c1,
-                              " inputs");
+    cw.c2 = cw.c1;
+    if (cw.w[2] != nullptr) {
+      const auto& w2 = cw.w[2]->dims();
+      if (w2[1] != cw.c1 || w2[2] != 1 || w2[3] != 1) {
+        return ref::InvalidNode(node_, "W2 ", ir::DimsToString(w2), " is not a 1x1 kernel of ",
+                                cw.c1, " inputs");
+      }
+      cw.c2 = w2[0];
     }
-    cw.c2 = w2[0];
     const int64_t outs[3] = {cw.c1, cw.c1, cw.c2};
     for (int s = 0; s < 3; ++s) {
       const ir::Tensor* b = cw.b[s];
