@@ -1,6 +1,7 @@
 #include "engine/kernels/registry.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -77,7 +78,9 @@ absl::StatusOr<const KernelDef*> Registry::Find(const ir::Node& node, uint64_t c
     const uint64_t need = IsaCpuFeatures(d.isa) | d.cpu_features;
     if ((cpu_features & need) != need) continue;
     if (d.supports != nullptr && !d.supports(node)) continue;
-    if (best == nullptr || d.isa > best->isa) best = &d;
+    if (best == nullptr || std::pair(d.preferred, d.isa) > std::pair(best->preferred, best->isa)) {
+      best = &d;
+    }
   }
   if (best != nullptr) return best;
   if (!any) {

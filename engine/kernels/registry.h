@@ -42,6 +42,9 @@ struct KernelDef {
   /// Optional narrower test than `dtypes` (e.g. a fast Cast only for some dtype pairs); a kernel
   /// whose `supports` says no is skipped by Find.
   bool (*supports)(const ir::Node& node) = nullptr;
+  /// A specialised kernel chosen, for the nodes it supports, over kernels of a higher Isa (a
+  /// depthwise convolution of its own, faster than oneDNN's general convolution).
+  bool preferred = false;
 };
 
 /// The registry; `Default()` holds every kernel of the build.
@@ -53,9 +56,9 @@ class Registry {
               int type_source = 0);
 
   /// The kernel for `node` given its value dtypes: of those taking the dtype whose features the
-  /// running CPU has (DetectCpuFeatures), the one of the highest Isa; the reference kernel is the
-  /// fallback. Errors: Unimplemented "unsupported op" when the op has no kernel at all,
-  /// Unimplemented "unsupported dtype" when none takes the dtype.
+  /// running CPU has (DetectCpuFeatures), a preferred one, else the one of the highest Isa; the
+  /// reference kernel is the fallback. Errors: Unimplemented "unsupported op" when the op has no
+  /// kernel at all, Unimplemented "unsupported dtype" when none takes the dtype.
   absl::StatusOr<const KernelDef*> Find(const ir::Node& node) const;
   /// As above for a CPU with `cpu_features` (tests pass 0 to get the reference kernel).
   absl::StatusOr<const KernelDef*> Find(const ir::Node& node, uint64_t cpu_features) const;

@@ -1,10 +1,12 @@
 // The AVX-512 FusedConvChain (cpu/avx512/conv_chain_ops.cc) against its members run one after
 // another by the reference FusedConv kernel: shapes with channel counts that are not whole
 // vectors, strides, asymmetric pads, batches, a band of rows smaller than the image, with and
-// without the expansion, the biases and the residual, on one and on two threads.
+// without the expansion, the projection, the biases and the residual, on one and on two threads;
+// and a depthwise Conv or FusedConv alone, which runs on the same kernel.
 #include <omp.h>
 
 #include <cmath>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -331,6 +333,84 @@ TEST(ConvChainTest, MatchesTheMembersRunOneAfterAnother) {
     // Two threads split the rows (each recomputing the expanded rows its first window needs):
     // the same code on the same values, so the same bits.
     EXPECT_EQ(runs[0], runs[1]);
+  }
+}
+
+// A channels-last depthwise Conv or FusedConv alone: the registry prefers the chain kernel's
+// depthwise step to oneDNN's convolution, and it computes what the reference computes.
+TEST(ConvChainTest, DepthwiseConvolutionAloneRunsOnTheChainKernel) {
+  if (!HasAvx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  struct Case {
+    ir::OpType op;
+    int64_t c, h, w, k;
+    Dims strides, pads;
+    Act act;
+  };
+  const Case cases[] = {
+      {ir::OpType::kConv, 32, 15, 20, 3, {1, 1}, {1, 1, 1, 1}, {}},
+      {ir::OpType::kFusedConv, 40, 9, 9, 3, {2, 2}, {1, 1, 1, 1}, {"Clip", 0.0f, 6.0f}},
+      {ir::OpType::kFusedConv, 24, 11, 13, 5, {1, 2}, {2, 1, 2, 3}, {"LeakyRelu", 0.1f}},
+  };
+  std::mt19937 rng(11);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(ir::OpName(c.op));
+    const ir::Tensor x = Random({1, c.c, c.h, c.w}, rng, 1.0f);
+    const ir::Tensor w = Random({c.c, 1, c.k, c.k}, rng, 1.0f / c.k);
+    const ir::Tensor b = Random({c.c}, rng, 0.5f);
+    Attrs attrs = {
+        {"group", IntAttr(c.c)}, {"strides", IntsAttr(c.strides)}, {"pads", IntsAttr(c.pads)}};
+    const int version = c.op == ir::OpType::kConv ? 22 : 1;
+    auto run = [&](const Attrs& a, const ir::Tensor& xi, const ir::Tensor& wi, const ir::Tensor& bi,
+                   std::optional<uint64_t> cpu) {
+      NodeSpec spec{c.op, a, {xi, wi, bi}};
+      spec.since_version = version;
+      spec.cpu_features = cpu;
+      spec.constant_inputs = {1, 2};
+      spec.runs = 2;
+      return RunNodeOk0(spec);
+    };
+    Attrs with_act = attrs;
+    if (c.op == ir::OpType::kFusedConv) AddAct(with_act, "", c.act);
+    const std::vector<float> want = ToFloats(run(with_act, x, w, b, 0));
+    Attrs abs_attrs = attrs;
+    if (c.op == ir::OpType::kFusedConv) AddAct(abs_attrs, "", Act{});
+    const std::vector<float> mag = ToFloats(run(abs_attrs, Abs(x), Abs(w), Abs(b), 0));
+    Attrs cl = with_act;
+    cl.push_back({kernels::kChannelsLastAttr, IntAttr(1)});
+    const std::vector<float> got = ToFloats(ToNchw(run(cl, ToNhwc(x), w, b, std::nullopt)));
+    ASSERT_EQ(got.size(), want.size());
+    // k * k products and the bias summed in fp32 in two orders: each within (k * k + 1) 2^-24
+    // of the sum of the terms' magnitudes; the activations are 1-Lipschitz.
+    const double gamma = 2.0 * (c.k * c.k + 1) * std::ldexp(1.0, -24);
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_LE(std::fabs(got[i] - want[i]), gamma * mag[i] + 1e-30) << "element " << i;
+    }
+    // The kernel the registry chooses for the node.
+    ir::Graph g;
+    ir::Node* n = g.AddNode(c.op, "dw");
+    n->since_version = version;
+    for (const auto& [k, v] : cl) n->attrs[k] = v;
+    int i = 0;
+    for (const ir::Tensor* t : {&x, &w, &b}) {
+      ir::Value* v = *g.AddValue("in" + std::to_string(i++));
+      v->dtype = DataType::kF32;
+      v->shape = ir::Shape::Of(t->dims());
+      if (t != &x) v->constant = *t;
+      n->inputs.push_back(v);
+    }
+    ir::Value* y = *g.AddValue("y");
+    y->dtype = DataType::kF32;
+    n->outputs.push_back(y);
+    g.RebuildEdges();
+    auto def = kernels::Registry::Default().Find(*n);
+    ASSERT_TRUE(def.ok()) << def.status();
+    EXPECT_EQ((*def)->isa, kernels::Isa::kAvx512);
+    EXPECT_TRUE((*def)->preferred);
+    // Without the channels-last layout, oneDNN's convolution (or the reference) as before.
+    n->attrs.erase(kernels::kChannelsLastAttr);
+    def = kernels::Registry::Default().Find(*n);
+    ASSERT_TRUE(def.ok()) << def.status();
+    EXPECT_FALSE((*def)->preferred);
   }
 }
 
