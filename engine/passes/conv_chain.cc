@@ -61,13 +61,6 @@ bool Depthwise(const ir::Node& n) {
   return wd[1] == 1 && n.GetInt("group", 1) == wd[0] && wd[0] > 1 && wd[2] <= 16;
 }
 
-// The expanded tensor from which a chain pays. Measured on MobileNetV2 (fp32, 1 thread, per
-// block, chained vs separate): 4.8 MB (112 x 112 x 96) 0.57 vs 0.70 ms, 1.8 MB 0.51 vs 0.53 and
-// 0.25 vs 0.26; 0.6 MB and smaller (28 x 28 x 192, 14 x 14 x 576, 7 x 7 x 960) 0.86-1.05x, the
-// separate convolutions' tensors staying in L2 anyway; a block without an expansion (112 x 112 x
-// 32, depthwise and projection) 0.32 vs 0.27 ms.
-constexpr int64_t kMinExpandedBytes = int64_t{1} << 20;
-
 class Chainer {
  public:
   Chainer(ir::Graph& g, const std::vector<ir::Node*>& live,
@@ -82,29 +75,19 @@ class Chainer {
     g_.RebuildEdges();
     for (ir::Node* d : live_) {
       if (taken_.contains(d) || !Depthwise(*d)) continue;
+      const int64_t c = d->input(1)->constant->dim(0);
       ir::Node* p = SoleReader(d->outputs[0]);
-      if (!p || taken_.contains(p) || p->input(0) != d->outputs[0] || !Pointwise(*p) ||
-          p->input(1)->constant->dim(1) != d->input(1)->constant->dim(0)) {
-        continue;
+      if (p && (taken_.contains(p) || p->input(0) != d->outputs[0] || !Pointwise(*p) ||
+                p->input(1)->constant->dim(1) != c)) {
+        p = nullptr;
       }
       ir::Node* e = d->input(0)->producer;
-      if (!e || taken_.contains(e) || !live_set_.contains(e) || e->input(3) || !Pointwise(*e) ||
-          SoleReader(e->outputs[0]) != d ||
-          e->input(1)->constant->dim(0) != d->input(1)->constant->dim(0)) {
-        continue;
+      if (e && (taken_.contains(e) || !live_set_.contains(e) || e->input(3) || !Pointwise(*e) ||
+                SoleReader(e->outputs[0]) != d || e->input(1)->constant->dim(0) != c)) {
+        e = nullptr;
       }
-      const ir::Shape& es = d->input(0)->shape;
-      const int64_t bytes = es.is_static() ? ir::NumElementsOf(es.StaticDims()) * 4 : 0;
-      if (bytes < kMinExpandedBytes) {
-        if (logger_) {
-          logger_->debug(
-              "conv-chain of '{}', '{}', '{}': the expanded tensor ({} bytes) stays in "
-              "cache between the separate convolutions",
-              e->name, d->name, p->name, bytes);
-        }
-        continue;
-      }
-      Chain(e, d, p);
+      // A depthwise convolution alone is no chain (its kernel is the chain's depthwise step).
+      if (e || p) Chain(e, d, p);
     }
     if (!result_.added.empty()) g_.RebuildEdges();
     return std::move(result_);
@@ -120,23 +103,32 @@ class Chainer {
     return uses == 1 && live_set_.contains(c) ? c : nullptr;
   }
 
-  // Expansion `e`, depthwise `d` and projection `p` as one FusedConvChain, when allowed and a
-  // kernel takes it.
+  // Expansion `e` (or nullptr), depthwise `d` and projection `p` (or nullptr) as one
+  // FusedConvChain, when allowed and a kernel takes it.
   void Chain(ir::Node* e, ir::Node* d, ir::Node* p) {
-    const std::vector<const ir::Node*> members = {e, d, p};
+    std::vector<std::pair<const char*, ir::Node*>> steps;
+    if (e) steps.push_back({"expand_", e});
+    steps.push_back({"depthwise_", d});
+    if (p) steps.push_back({"project_", p});
+    std::vector<const ir::Node*> members;
+    for (const auto& step : steps) members.push_back(step.second);
     if (FusionExcluded(o_, members, ir::OpType::kFusedConvChain, "conv-chain")) return;
     ir::Node chain;
     chain.op = ir::OpType::kFusedConvChain;
     chain.name = absl::StrCat(d->name, "/chain");
     chain.since_version = 1;
-    chain.inputs = {e->inputs[0], e->inputs[1], In(*e, 2), d->inputs[1],
-                    In(*d, 2),    p->inputs[1], In(*p, 2), In(*p, 3)};
-    chain.outputs = {p->outputs[0]};
+    chain.inputs = {e ? e->inputs[0] : d->inputs[0],
+                    e ? e->inputs[1] : nullptr,
+                    e ? In(*e, 2) : nullptr,
+                    d->inputs[1],
+                    In(*d, 2),
+                    p ? p->inputs[1] : nullptr,
+                    p ? In(*p, 2) : nullptr,
+                    p ? In(*p, 3) : nullptr};
+    chain.outputs = {(p ? p : d)->outputs[0]};
     chain.attrs["strides"] = ir::Attribute::Ints(d->GetInts("strides", {1, 1}));
     chain.attrs["pads"] = ir::Attribute::Ints(d->GetInts("pads", {0, 0, 0, 0}));
     chain.attrs[kernels::kChannelsLastAttr] = ir::Attribute::Int(1);
-    const std::pair<const char*, ir::Node*> steps[] = {
-        {"expand_", e}, {"depthwise_", d}, {"project_", p}};
     std::vector<std::string> labels, names;
     for (const auto& [prefix, n] : steps) {
       for (const char* a : kActivationAttrs) {
