@@ -86,7 +86,7 @@ void RunChain(benchmark::State& state, Block b) {
   if (!b.expand) a.w0 = nullptr;
   if (!b.project) a.w2 = nullptr;
   a.threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), a.oh));
-  std::vector<float> scratch(static_cast<size_t>(x::ConvChainScratchFloats(a) * a.threads + 16));
+  std::vector<float> scratch(static_cast<size_t>(x::ConvChainScratchFloats(a) + 16));
   // 64-byte aligned, as the kernel class hands it.
   a.scratch = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) & ~63);
   for (auto _ : state) x::ConvChainAvx512(a);

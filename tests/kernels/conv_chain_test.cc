@@ -149,6 +149,23 @@ std::vector<ChainCase> Cases() {
        true,
        false,
        {relu, relu6, none}},
+      // E of 1.2 MB: bands of rows on two threads as on one (smaller images go image by image
+      // on two threads).
+      {"bands_on_two_threads",
+       1,
+       16,
+       48,
+       48,
+       128,
+       3,
+       3,
+       {1, 1},
+       {1, 1, 1, 1},
+       16,
+       true,
+       true,
+       true,
+       {relu6, relu6, none}},
       // Only the depthwise convolution, on X's own 40 channels (the last vector's loads masked).
       {"depthwise_only",
        2,

@@ -15,7 +15,9 @@
 // Each thread takes a contiguous run of output rows, in bands of rows whose interior fits in L2
 // (kBandBytes): for a band it computes the rows of E its windows need that it has not yet
 // computed (each E row once per thread) into a ring, the depthwise rows into a band of D, and
-// the projection of that band into Y (without a projection, the depthwise rows go to Y).
+// the projection of that band into Y (without a projection, the depthwise rows go to Y). Small
+// images on several threads go image by image instead: E split over the threads, then each
+// thread's share of the output pixels through the other two steps.
 #pragma once
 
 #include <cstdint>
@@ -53,12 +55,13 @@ struct ConvChainArgs {
   int64_t c2 = 0;
   const float* z = nullptr;  // optional residual [n, oh, ow, c2]
   float* y = nullptr;        // [n, oh, ow, c2]
-  // Per-thread scratch of ConvChainScratchFloats floats each, 64-byte aligned, for `threads`.
+  // Scratch of ConvChainScratchFloats floats, 64-byte aligned.
   float* scratch = nullptr;
   int threads = 1;
 };
 
-/// Floats of one thread's scratch (a multiple of 16): the ring of E rows and a band of D rows.
+/// Floats of the scratch for `a.threads` threads: per thread the ring of E rows and a band of D
+/// rows, or, for small images on several threads, one image's E and each thread's D pixels.
 int64_t ConvChainScratchFloats(const ConvChainArgs& a);
 
 /// Runs the chain on `a.threads` OpenMP threads. Needs the kAvx512 CPU features.

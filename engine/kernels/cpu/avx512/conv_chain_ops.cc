@@ -253,7 +253,7 @@ class ConvChainKernel final : public Kernel {
     a.z = z ? z->data<float>() : nullptr;
     a.y = y->data<float>();
     a.threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), a.n * oh));
-    const int64_t need = ConvChainScratchFloats(a) * a.threads;
+    const int64_t need = ConvChainScratchFloats(a);
     if (need > scratch_floats_) {
       scratch_ = AllocateAligned(need);
       if (!scratch_) return absl::ResourceExhaustedError("out of memory for the chain's rows");
