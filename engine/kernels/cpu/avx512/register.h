@@ -18,6 +18,7 @@ void RegisterElementwise(Registry& r);  // elementwise_ops.cc: same-shape Add, S
 void RegisterPoolOps(Registry& r);      // pool_ops.cc: channels-last MaxPool, GlobalAveragePool
 void RegisterNormOps(Registry& r);      // norm_ops.cc: LayerNormalization, AddLayerNorm
 void RegisterConvChain(Registry& r);    // conv_chain_ops.cc: channels-last FusedConvChain
+void RegisterTranspose(Registry& r);    // transpose_ops.cc: few-row Transpose of 4-byte types
 
 /// Registers every AVX-512 kernel.
 inline void RegisterAvx512(Registry& r) {
@@ -28,6 +29,7 @@ inline void RegisterAvx512(Registry& r) {
   RegisterPoolOps(r);
   RegisterNormOps(r);
   RegisterConvChain(r);
+  RegisterTranspose(r);
 }
 
 }  // namespace kiln::kernels::cpu::avx512

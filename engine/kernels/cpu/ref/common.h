@@ -5,7 +5,9 @@
 // fp32 and rounds each output once. `Compute<T>` is the arithmetic type for storage type T.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -211,6 +213,12 @@ void ParallelCopy(void* dst, const void* src, int64_t bytes);
 
 /// Row-major strides of `dims`.
 std::vector<int64_t> Strides(const std::vector<int64_t>& dims);
+
+/// When `perm` of `view_dims` only swaps two blocks of axes behind a leading block (axes of size
+/// 1 dropped, axes that stay neighbours merged), e.g. NCHW to NHWC ([N, C, HW] to [N, HW, C]):
+/// {batch, rows, cols} of that transpose (out[b][c][r] = in[b][r][c]); nullopt otherwise.
+std::optional<std::array<int64_t, 3>> AsBatchedTranspose(const std::vector<int64_t>& view_dims,
+                                                         const std::vector<int64_t>& perm);
 
 /// Strides of `in` broadcast to `out` (0 on broadcast dims), right-aligned.
 std::vector<int64_t> BroadcastStrides(const std::vector<int64_t>& in,

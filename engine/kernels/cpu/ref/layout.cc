@@ -20,6 +20,32 @@ void RegisterLayoutShape(Registry& r);
 void RegisterLayoutConcat(Registry& r);
 void RegisterLayoutResize(Registry& r);
 
+std::optional<std::array<int64_t, 3>> AsBatchedTranspose(const std::vector<int64_t>& view_dims,
+                                                         const std::vector<int64_t>& perm) {
+  // Output axes (as input axes) without the size-1 ones, merged where consecutive in the input.
+  std::vector<std::pair<int64_t, int64_t>> groups;  // {first input axis, size}, output order
+  int64_t prev = -2;
+  for (int64_t a : perm) {
+    if (view_dims[a] == 1) continue;
+    if (!groups.empty() && a == prev + 1) {
+      groups.back().second *= view_dims[a];
+    } else {
+      groups.push_back({a, view_dims[a]});
+    }
+    prev = a;
+  }
+  // A group that follows the previous one in the input as well merges with it only if it
+  // also comes right after it in the output: what is left is the order of the blocks.
+  const size_t n = groups.size();
+  if (n == 2 && groups[0].first > groups[1].first) {
+    return std::array<int64_t, 3>{1, groups[1].second, groups[0].second};
+  }
+  if (n == 3 && groups[0].first < groups[2].first && groups[2].first < groups[1].first) {
+    return std::array<int64_t, 3>{groups[0].second, groups[2].second, groups[1].second};
+  }
+  return std::nullopt;
+}
+
 namespace {
 
 constexpr int64_t kFill = -1;
@@ -127,35 +153,6 @@ void TransposeTiles(const U* in, U* out, int64_t batch, int64_t rows, int64_t co
       for (int64_t r = r0; r < r1; ++r) dst[c * rows + r] = src[r * cols + c];
     }
   }
-}
-
-// When `perm` of `view_dims` only swaps two blocks of axes behind a leading block (axes of size
-// 1 dropped, axes that stay neighbours merged), e.g. NCHW to NHWC ([N, C, HW] to [N, HW, C]):
-// {batch, rows, cols} of that transpose; nullopt otherwise.
-std::optional<std::array<int64_t, 3>> AsBatchedTranspose(const std::vector<int64_t>& view_dims,
-                                                         const std::vector<int64_t>& perm) {
-  // Output axes (as input axes) without the size-1 ones, merged where consecutive in the input.
-  std::vector<std::pair<int64_t, int64_t>> groups;  // {first input axis, size}, output order
-  int64_t prev = -2;
-  for (int64_t a : perm) {
-    if (view_dims[a] == 1) continue;
-    if (!groups.empty() && a == prev + 1) {
-      groups.back().second *= view_dims[a];
-    } else {
-      groups.push_back({a, view_dims[a]});
-    }
-    prev = a;
-  }
-  // A group that follows the previous one in the input as well merges with it only if it
-  // also comes right after it in the output: what is left is the order of the blocks.
-  const size_t n = groups.size();
-  if (n == 2 && groups[0].first > groups[1].first) {
-    return std::array<int64_t, 3>{1, groups[1].second, groups[0].second};
-  }
-  if (n == 3 && groups[0].first < groups[2].first && groups[2].first < groups[1].first) {
-    return std::array<int64_t, 3>{groups[0].second, groups[2].second, groups[1].second};
-  }
-  return std::nullopt;
 }
 
 // Output = `in` viewed with `view_dims`, transposed by `perm`, stored with `out_dims`.

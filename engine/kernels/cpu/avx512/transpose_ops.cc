@@ -1,0 +1,83 @@
+// Transpose of 4-byte elements: few-row batched transposes (the layout pass's NCHW to NHWC of an
+// image's colour planes) on TransposeFewRows32 (transpose.h), a permutation that moves only axes
+// of size 1 as a copy; every other Transpose on the reference kernel. Bits are moved, never
+// converted: the reference's result exactly.
+#include <cstring>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "engine/kernels/cpu/avx512/register.h"
+#include "engine/kernels/cpu/avx512/transpose.h"
+#include "engine/kernels/cpu/ref/common.h"
+
+namespace kiln::kernels::cpu::avx512 {
+namespace {
+
+class TransposeKernel final : public Kernel {
+ public:
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const ir::Node& node) {
+    ASSIGN_OR_RETURN(std::unique_ptr<Kernel> reference, ReferenceKernel(node));
+    return std::unique_ptr<Kernel>(new TransposeKernel(node, std::move(reference)));
+  }
+
+  absl::Status Run(KernelContext& ctx) override {
+    const ir::Tensor* x = ctx.input(0);
+    if (x == nullptr || DataTypeSize(x->dtype()) != 4) return reference_->Run(ctx);
+    const int rank = x->rank();
+    std::vector<int64_t> perm = node_.GetInts("perm");
+    if (perm.empty()) {
+      for (int i = rank - 1; i >= 0; --i) perm.push_back(i);
+    }
+    // The reference checks perm and reports what is wrong with it.
+    if (static_cast<int>(perm.size()) != rank) return reference_->Run(ctx);
+    std::vector<bool> seen(rank, false);
+    for (int64_t p : perm) {
+      if (p < 0 || p >= rank || seen[p]) return reference_->Run(ctx);
+      seen[p] = true;
+    }
+    std::vector<int64_t> out_dims(rank);
+    for (int i = 0; i < rank; ++i) out_dims[i] = x->dim(perm[i]);
+    // Only axes of size 1 move (NHWC [N, 1, 1, C] to NCHW): the same bytes.
+    int64_t prev = -1;
+    bool moves = false;
+    for (int64_t p : perm) {
+      if (x->dim(p) == 1) continue;
+      moves |= p < prev;
+      prev = p;
+    }
+    if (!moves) {
+      ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, x->dtype(), std::move(out_dims)));
+      std::memcpy(y->raw_data(), x->raw_data(), x->num_elements() * 4);
+      return absl::OkStatus();
+    }
+    const auto t = ref::AsBatchedTranspose(x->dims(), perm);
+    if (!t || (*t)[1] < kMinFewRows || (*t)[1] > kMaxFewRows ||
+        (*t)[1] * (*t)[2] >= (int64_t{1} << 31)) {
+      return reference_->Run(ctx);
+    }
+    ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, x->dtype(), std::move(out_dims)));
+    TransposeFewRows32(x->raw_data(), y->raw_data(), (*t)[0], (*t)[1], (*t)[2]);
+    return absl::OkStatus();
+  }
+
+ private:
+  TransposeKernel(const ir::Node& node, std::unique_ptr<Kernel> reference)
+      : node_(node), reference_(std::move(reference)) {}
+
+  const ir::Node& node_;
+  std::unique_ptr<Kernel> reference_;
+};
+
+}  // namespace
+
+void RegisterTranspose(Registry& r) {
+  r.Add(KernelDef{ir::OpType::kTranspose,
+                  {DataType::kF32, DataType::kI32, DataType::kU32},
+                  0,
+                  Backend::kCpu,
+                  Isa::kAvx512,
+                  &TransposeKernel::Create});
+}
+
+}  // namespace kiln::kernels::cpu::avx512

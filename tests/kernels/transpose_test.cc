@@ -1,0 +1,95 @@
+// The AVX-512 Transpose (cpu/avx512/transpose_ops.cc) against the reference kernel, bit for bit:
+// few-row batched transposes (NCHW to NHWC of 1 to 16 planes, column counts with and without a
+// tail of less than 16, a batch, int32) on the permute path, a permutation of size-1 axes as a
+// copy, every other permutation on the reference inside it, NaN payloads moved untouched, and the
+// reference's error for a bad perm.
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "engine/common/cpu_features.h"
+#include "engine/kernels/registry.h"
+#include "gtest/gtest.h"
+#include "tests/testing/node_runner.h"
+
+namespace kiln::testing {
+namespace {
+
+using Dims = std::vector<int64_t>;
+
+bool HasAvx512() {
+  const uint64_t need = kernels::IsaCpuFeatures(kernels::Isa::kAvx512);
+  return (DetectCpuFeatures() & need) == need;
+}
+
+// Random bits (NaN payloads included) in a tensor of `dtype` (4-byte) and `dims`.
+ir::Tensor RandomBits(DataType dtype, const Dims& dims, std::mt19937& rng) {
+  ir::Tensor t = *ir::Tensor::Allocate(dtype, dims);
+  auto* p = static_cast<uint32_t*>(t.raw_data());
+  for (int64_t i = 0; i < t.num_elements(); ++i) p[i] = static_cast<uint32_t>(rng());
+  return t;
+}
+
+ir::Tensor Transpose(const ir::Tensor& x, const Dims& perm, std::optional<uint64_t> cpu) {
+  NodeSpec spec;
+  spec.op = ir::OpType::kTranspose;
+  spec.attrs = {{"perm", IntsAttr(perm)}};
+  spec.inputs = {x};
+  spec.cpu_features = cpu;
+  return RunNodeOk0(spec);
+}
+
+TEST(Avx512Transpose, MatchesTheReferenceBitForBit) {
+  if (!HasAvx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  struct Case {
+    DataType dtype;
+    Dims dims, perm;
+  };
+  const Case cases[] = {
+      {DataType::kF32, {1, 3, 224, 224}, {0, 2, 3, 1}},  // an image's planes: 3 x 50176
+      {DataType::kF32, {2, 3, 17, 19}, {0, 2, 3, 1}},    // a batch; 323 columns, a tail of 3
+      {DataType::kF32, {1, 16, 5, 7}, {0, 2, 3, 1}},     // 16 rows, 35 columns
+      {DataType::kF32, {1, 2, 9, 1}, {0, 2, 3, 1}},      // 2 rows, 9 columns: the tail alone
+      {DataType::kI32, {4, 40}, {1, 0}},                 // int32, a plain 2-D transpose
+      {DataType::kF32, {1, 17, 6, 6}, {0, 2, 3, 1}},     // 17 rows: the reference
+      {DataType::kF32, {1, 6, 6, 3}, {0, 3, 1, 2}},      // NHWC to NCHW: 36 rows, the reference
+      {DataType::kF32, {1, 1, 1, 40}, {0, 3, 1, 2}},     // only size-1 axes move: a copy
+      {DataType::kF32, {2, 1, 3, 1}, {3, 2, 1, 0}},      // 2 and 3 swap: 2 rows, the tail
+      {DataType::kF32, {2, 3, 4, 5}, {3, 1, 0, 2}},      // no batched transpose: the reference
+  };
+  std::mt19937 rng(5);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(ir::DimsToString(c.dims) + " perm " + ir::DimsToString(c.perm));
+    const ir::Tensor x = RandomBits(c.dtype, c.dims, rng);
+    const ir::Tensor want = Transpose(x, c.perm, 0), got = Transpose(x, c.perm, std::nullopt);
+    ASSERT_TRUE(want.defined() && got.defined());
+    ASSERT_EQ(got.dims(), want.dims());
+    ASSERT_EQ(got.dtype(), want.dtype());
+    EXPECT_EQ(std::memcmp(got.raw_data(), want.raw_data(), want.num_elements() * 4), 0);
+  }
+}
+
+TEST(Avx512Transpose, ChosenForFourByteTypesAndReportsABadPerm) {
+  if (!HasAvx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  for (DataType t : {DataType::kF32, DataType::kI32, DataType::kU32}) {
+    ir::Graph g;
+    ir::Node* n = g.AddNode(ir::OpType::kTranspose, "t");
+    ir::Value* v = *g.AddValue("x");
+    v->dtype = t;
+    n->inputs.push_back(v);
+    n->outputs.push_back(*g.AddValue("y"));
+    auto def = kernels::Registry::Default().Find(*n);
+    ASSERT_TRUE(def.ok()) << def.status();
+    EXPECT_EQ((*def)->isa, kernels::Isa::kAvx512) << DataTypeName(t);
+  }
+  std::mt19937 rng(9);
+  NodeSpec spec;
+  spec.op = ir::OpType::kTranspose;
+  spec.attrs = {{"perm", IntsAttr({0, 2, 2, 1})}};
+  spec.inputs = {RandomBits(DataType::kF32, {1, 3, 4, 4}, rng)};
+  ExpectNodeError(spec, absl::StatusCode::kInvalidArgument, "is not a permutation");
+}
+
+}  // namespace
+}  // namespace kiln::testing
