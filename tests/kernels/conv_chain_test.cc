@@ -431,6 +431,28 @@ TEST(ConvChainTest, DepthwiseConvolutionAloneRunsOnTheChainKernel) {
   }
 }
 
+// A NaN in X reaches the outputs whose sums take it, through every activation, as in the
+// reference (the activations' comparisons are ordered: NaN passes through).
+TEST(ConvChainTest, NanPassesThroughTheActivations) {
+  if (!HasAvx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  std::mt19937 rng(13);
+  for (const ChainCase& c : Cases()) {
+    SCOPED_TRACE(c.name);
+    Operands o = Make(c, rng);
+    std::vector<float> x = ToFloats(o.x);
+    x[x.size() / 3] = std::nanf("");
+    o.x = MakeFloat(o.x.dims(), x);
+    const std::vector<float> want = ToFloats(Reference(c, o, true)), got = ToFloats(Chain(c, o));
+    ASSERT_EQ(got.size(), want.size());
+    int nans = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_EQ(std::isnan(got[i]), std::isnan(want[i])) << "element " << i;
+      nans += std::isnan(want[i]);
+    }
+    EXPECT_GT(nans, 0);
+  }
+}
+
 TEST(ConvChainTest, BadShapesNameTheNode) {
   if (!HasAvx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
   std::mt19937 rng(3);

@@ -8,9 +8,9 @@
 //                                    (optional: Y = D, C2 = C1)
 //
 // X, Z and Y are NHWC. Each output element is, as in the three convolutions one after another,
-// one fp32 sum of its products plus the bias (then + Z), then the activation; every interior
-// value is fp32 (what the separate fp32 convolutions would store). The sums are taken in
-// ascending input-channel (or window) order.
+// one fp32 sum of the bias and its products (then + Z), then the activation; every interior
+// value is fp32 (what the separate fp32 convolutions would store). The sums start at the bias
+// and are taken in ascending input-channel (or window) order.
 //
 // Each thread takes a contiguous run of output rows, in bands of rows whose interior fits in L2
 // (kBandBytes): for a band it computes the rows of E its windows need that it has not yet

@@ -29,56 +29,52 @@ struct Act {
         alpha(_mm512_set1_ps(a.alpha)),
         lo(_mm512_set1_ps(a.lo)),
         hi(_mm512_set1_ps(a.hi)) {}
-  // The reference formulas: Relu x < 0 ? 0 : x; LeakyRelu x < 0 ? alpha * x : x; Clip
-  // r = v < lo ? lo : v, then r > hi ? hi : r. Ordered comparisons: NaN passes through.
-  __m512 operator()(__m512 v) const {
-    switch (kind) {
-      case ChainActivation::kNone:
-        return v;
-      case ChainActivation::kRelu:
-        return _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ),
-                                  _mm512_setzero_ps());
-      case ChainActivation::kLeakyRelu:
-        return _mm512_mask_mul_ps(v, _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ), alpha,
-                                  v);
-      case ChainActivation::kClip:
-        v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, lo, _CMP_LT_OQ), lo);
-        return _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, hi, _CMP_GT_OQ), hi);
-    }
-    return v;
-  }
+  __m512 operator()(__m512 v) const;
 };
 
-// Act's formula for a kind known at compile time.
+// Act's formula for a kind known at compile time: the reference's Relu x < 0 ? 0 : x, LeakyRelu
+// x < 0 ? alpha * x : x, Clip r = v < lo ? lo : v, then r > hi ? hi : r (NaN passes through).
+// vmaxps(a, b) is a > b ? a : b and vminps(a, b) a < b ? a : b, so max(lo, v) is v < lo ? lo : v
+// to the bit (NaN v gives v, -0 against 0 gives v) and min(hi, r) is r > hi ? hi : r.
 template <ChainActivation::Kind K>
 inline __m512 Apply(const Act& a, __m512 v) {
   if constexpr (K == ChainActivation::kRelu) {
-    return _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ),
-                              _mm512_setzero_ps());
+    return _mm512_max_ps(_mm512_setzero_ps(), v);
   } else if constexpr (K == ChainActivation::kLeakyRelu) {
     return _mm512_mask_mul_ps(v, _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ), a.alpha,
                               v);
   } else if constexpr (K == ChainActivation::kClip) {
-    v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, a.lo, _CMP_LT_OQ), a.lo);
-    return _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, a.hi, _CMP_GT_OQ), a.hi);
+    return _mm512_min_ps(a.hi, _mm512_max_ps(a.lo, v));
   } else {
     return v;
   }
 }
 
-// A 1x1 tile's sums plus bias (+ z), activated and stored; fully unrolled so the sums stay in
-// registers.
+__m512 Act::operator()(__m512 v) const {
+  switch (kind) {
+    case ChainActivation::kRelu:
+      return Apply<ChainActivation::kRelu>(*this, v);
+    case ChainActivation::kLeakyRelu:
+      return Apply<ChainActivation::kLeakyRelu>(*this, v);
+    case ChainActivation::kClip:
+      return Apply<ChainActivation::kClip>(*this, v);
+    default:
+      return v;
+  }
+}
+
+// A tile's sums (which start at the bias) plus z, when given, activated and stored; fully
+// unrolled so the sums stay in registers.
 template <int MP, int NP, ChainActivation::Kind K>
-inline __attribute__((always_inline)) void TileStore(const __m512 (&acc)[MP][NP], const float* bias,
-                                                     const float* z, float* out, int64_t out_ps,
-                                                     __mmask16 last, const Act& act) {
+inline __attribute__((always_inline)) void TileStore(const __m512 (&acc)[MP][NP], const float* z,
+                                                     float* out, int64_t out_ps, __mmask16 last,
+                                                     const Act& act) {
 #pragma GCC unroll 4
   for (int j = 0; j < NP; ++j) {
-    const __m512 bj = _mm512_loadu_ps(bias + j * 16);
     const __mmask16 m = j == NP - 1 ? last : static_cast<__mmask16>(0xFFFF);
 #pragma GCC unroll 16
     for (int i = 0; i < MP; ++i) {
-      __m512 v = _mm512_add_ps(acc[i][j], bj);
+      __m512 v = acc[i][j];
       if (z != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, z + i * out_ps + j * 16));
       _mm512_mask_storeu_ps(out + i * out_ps + j * 16, m, Apply<K>(act, v));
     }
@@ -86,16 +82,18 @@ inline __attribute__((always_inline)) void TileStore(const __m512 (&acc)[MP][NP]
 }
 
 // One register tile of a 1x1 convolution: MP pixels x NP panels of 16 outputs.
-// out[p][j] = act(sum_k a[p][k] * b[k][j] + bias[j] (+ z[p][j])), k ascending; the last panel
+// out[p][j] = act(bias[j] + sum_k a[p][k] * b[k][j] (+ z[p][j])), the sum from the bias on, k
+// ascending; the last panel
 // stores the channels of `last` only (z and out have the output's channel count as stride).
 template <int MP, int NP>
 void Tile(const float* a, int64_t a_ps, int64_t k, const float* b, int64_t b_ps, const float* bias,
           const float* z, float* out, int64_t out_ps, __mmask16 last, const Act& act) {
   __m512 acc[MP][NP];
-#pragma GCC unroll 16
-  for (int i = 0; i < MP; ++i) {
 #pragma GCC unroll 4
-    for (int j = 0; j < NP; ++j) acc[i][j] = _mm512_setzero_ps();
+  for (int j = 0; j < NP; ++j) {
+    const __m512 bj = _mm512_loadu_ps(bias + j * 16);
+#pragma GCC unroll 16
+    for (int i = 0; i < MP; ++i) acc[i][j] = bj;
   }
   for (int64_t kk = 0; kk < k; ++kk) {
     __m512 bv[NP];
@@ -110,16 +108,16 @@ void Tile(const float* a, int64_t a_ps, int64_t k, const float* b, int64_t b_ps,
   }
   switch (act.kind) {
     case ChainActivation::kNone:
-      TileStore<MP, NP, ChainActivation::kNone>(acc, bias, z, out, out_ps, last, act);
+      TileStore<MP, NP, ChainActivation::kNone>(acc, z, out, out_ps, last, act);
       break;
     case ChainActivation::kRelu:
-      TileStore<MP, NP, ChainActivation::kRelu>(acc, bias, z, out, out_ps, last, act);
+      TileStore<MP, NP, ChainActivation::kRelu>(acc, z, out, out_ps, last, act);
       break;
     case ChainActivation::kLeakyRelu:
-      TileStore<MP, NP, ChainActivation::kLeakyRelu>(acc, bias, z, out, out_ps, last, act);
+      TileStore<MP, NP, ChainActivation::kLeakyRelu>(acc, z, out, out_ps, last, act);
       break;
     case ChainActivation::kClip:
-      TileStore<MP, NP, ChainActivation::kClip>(acc, bias, z, out, out_ps, last, act);
+      TileStore<MP, NP, ChainActivation::kClip>(acc, z, out, out_ps, last, act);
       break;
   }
 }
@@ -197,10 +195,10 @@ struct DwSource {
 
 // MP adjacent output pixels from ox of one output row (stored from `out` on, out_ps floats
 // apart), V channel vectors from cv (the last one masked by `last`), a KW-wide window at stride
-// SW. Each input column under the tile is loaded
-// once and feeds every pixel whose window covers it; a row's KW x V weights stay in registers.
+// SW. Each input column under the tile is loaded once and feeds every pixel whose window covers
+// it; a row's KW x V weights stay in registers.
 // CHECK: skip the columns outside [0, w) (pixels whose window crosses the row's ends); without
-// it every column is inside. Each sum runs over the window in (row, column) order.
+// it every column is inside. Each sum runs from the bias over the window in (row, column) order.
 template <int MP, int V, int SW, int KW, bool CHECK>
 void DwTile(const float* const* rows, const DwGeom& g, int64_t ps, int64_t ox, int64_t cv,
             __mmask16 last, float* out, int64_t out_ps, const Act& act) {
@@ -208,10 +206,11 @@ void DwTile(const float* const* rows, const DwGeom& g, int64_t ps, int64_t ox, i
   const int64_t cp = Pad16(g.c);
   const int64_t ix0 = ox * SW - g.pad_left;
   __m512 acc[MP][V];
-#pragma GCC unroll 8
-  for (int i = 0; i < MP; ++i) {
 #pragma GCC unroll 2
-    for (int v = 0; v < V; ++v) acc[i][v] = _mm512_setzero_ps();
+  for (int v = 0; v < V; ++v) {
+    const __m512 bv = _mm512_loadu_ps(g.bias + cv + 16 * v);
+#pragma GCC unroll 8
+    for (int i = 0; i < MP; ++i) acc[i][v] = bv;
   }
   for (int64_t r = 0; r < g.kh; ++r) {
     const float* row = rows[r];
@@ -243,19 +242,18 @@ void DwTile(const float* const* rows, const DwGeom& g, int64_t ps, int64_t ox, i
     }
   }
   out += cv;
-  const float* bias = g.bias + cv;
   switch (act.kind) {
     case ChainActivation::kNone:
-      TileStore<MP, V, ChainActivation::kNone>(acc, bias, nullptr, out, out_ps, last, act);
+      TileStore<MP, V, ChainActivation::kNone>(acc, nullptr, out, out_ps, last, act);
       break;
     case ChainActivation::kRelu:
-      TileStore<MP, V, ChainActivation::kRelu>(acc, bias, nullptr, out, out_ps, last, act);
+      TileStore<MP, V, ChainActivation::kRelu>(acc, nullptr, out, out_ps, last, act);
       break;
     case ChainActivation::kLeakyRelu:
-      TileStore<MP, V, ChainActivation::kLeakyRelu>(acc, bias, nullptr, out, out_ps, last, act);
+      TileStore<MP, V, ChainActivation::kLeakyRelu>(acc, nullptr, out, out_ps, last, act);
       break;
     case ChainActivation::kClip:
-      TileStore<MP, V, ChainActivation::kClip>(acc, bias, nullptr, out, out_ps, last, act);
+      TileStore<MP, V, ChainActivation::kClip>(acc, nullptr, out, out_ps, last, act);
       break;
   }
 }
@@ -298,7 +296,8 @@ const DwTiles* FastDwTiles(int64_t kw, int64_t sw, int v) {
 void DwPixel(const float* const* rows, const DwGeom& g, int64_t ps, int64_t ox, int64_t cv, int nv,
              __mmask16 last, float* out, const Act& act) {
   const int64_t cp = Pad16(g.c);
-  __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  __m512 acc[2] = {_mm512_loadu_ps(g.bias + cv), _mm512_setzero_ps()};
+  if (nv == 2) acc[1] = _mm512_loadu_ps(g.bias + cv + 16);
   for (int64_t r = 0; r < g.kh; ++r) {
     if (rows[r] == nullptr) continue;
     for (int64_t t = 0; t < g.kw; ++t) {
@@ -315,8 +314,7 @@ void DwPixel(const float* const* rows, const DwGeom& g, int64_t ps, int64_t ox, 
   }
   for (int v = 0; v < nv; ++v) {
     const __mmask16 m = v == nv - 1 ? last : static_cast<__mmask16>(0xFFFF);
-    const __m512 bv = _mm512_loadu_ps(g.bias + cv + 16 * v);
-    _mm512_mask_storeu_ps(out + cv + 16 * v, m, act(_mm512_add_ps(acc[v], bv)));
+    _mm512_mask_storeu_ps(out + cv + 16 * v, m, act(acc[v]));
   }
 }
 
