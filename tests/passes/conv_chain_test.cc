@@ -42,18 +42,25 @@ void Relu6(onnx::GraphProto* g, const std::string& x, const std::string& y) {
   AddOnnxNode(g, "Clip", {x, "zero", "six"}, {y}, "/clip_" + y);
 }
 
-// x -> block 1 (expand, Clip, depthwise, Clip, project, + x) -> block 2 (the same with stride 2,
-// projecting to 24 channels, no residual) -> y.
-onnx::ModelProto Blocks() {
+// An opset-21 model named `name` with the Clip bounds "zero" and "six".
+onnx::ModelProto Model(const std::string& name) {
   onnx::ModelProto m;
   m.set_ir_version(10);
   auto* op = m.add_opset_import();
   op->set_domain("");
   op->set_version(21);
   auto* g = m.mutable_graph();
-  g->set_name("blocks");
+  g->set_name(name);
   AddFloatInitializer(g, "zero", {}, {0.0f});
   AddFloatInitializer(g, "six", {}, {6.0f});
+  return m;
+}
+
+// x -> block 1 (expand, Clip, depthwise, Clip, project, + x) -> block 2 (the same with stride 2,
+// projecting to 24 channels, no residual) -> y.
+onnx::ModelProto Blocks() {
+  onnx::ModelProto m = Model("blocks");
+  onnx::GraphProto* g = m.mutable_graph();
   AddTensorValueInfo(g->mutable_input(), "x", {1, kC, kS, kS});
   Conv(g, "/b1/expand", "x", kC, kE, 1, 1, 1, "e1");
   Relu6(g, "e1", "e1r");
@@ -74,15 +81,8 @@ onnx::ModelProto Blocks() {
 // -> depthwise 3x3 at stride 2, Clip -> y: the second depthwise convolution has neither an
 // expansion of its own (the first projection is taken) nor a projection.
 onnx::ModelProto Tails() {
-  onnx::ModelProto m;
-  m.set_ir_version(10);
-  auto* op = m.add_opset_import();
-  op->set_domain("");
-  op->set_version(21);
-  auto* g = m.mutable_graph();
-  g->set_name("tails");
-  AddFloatInitializer(g, "zero", {}, {0.0f});
-  AddFloatInitializer(g, "six", {}, {6.0f});
+  onnx::ModelProto m = Model("tails");
+  onnx::GraphProto* g = m.mutable_graph();
   AddTensorValueInfo(g->mutable_input(), "x", {1, kC, 20, 20});
   Conv(g, "/t1/dw", "x", kC, kC, 3, kC, 1, "d1");
   Relu6(g, "d1", "d1r");

@@ -81,6 +81,28 @@ inline __attribute__((always_inline)) void TileStore(const __m512 (&acc)[MP][NP]
   }
 }
 
+// TileStore with the activation's kind chosen once for the tile.
+template <int MP, int NP>
+inline __attribute__((always_inline)) void StoreActivated(const __m512 (&acc)[MP][NP],
+                                                          const float* z, float* out,
+                                                          int64_t out_ps, __mmask16 last,
+                                                          const Act& act) {
+  switch (act.kind) {
+    case ChainActivation::kNone:
+      TileStore<MP, NP, ChainActivation::kNone>(acc, z, out, out_ps, last, act);
+      break;
+    case ChainActivation::kRelu:
+      TileStore<MP, NP, ChainActivation::kRelu>(acc, z, out, out_ps, last, act);
+      break;
+    case ChainActivation::kLeakyRelu:
+      TileStore<MP, NP, ChainActivation::kLeakyRelu>(acc, z, out, out_ps, last, act);
+      break;
+    case ChainActivation::kClip:
+      TileStore<MP, NP, ChainActivation::kClip>(acc, z, out, out_ps, last, act);
+      break;
+  }
+}
+
 // One register tile of a 1x1 convolution: MP pixels x NP panels of 16 outputs.
 // out[p][j] = act(bias[j] + sum_k a[p][k] * b[k][j] (+ z[p][j])), the sum from the bias on, k
 // ascending; the last panel
@@ -106,20 +128,7 @@ void Tile(const float* a, int64_t a_ps, int64_t k, const float* b, int64_t b_ps,
       for (int j = 0; j < NP; ++j) acc[i][j] = _mm512_fmadd_ps(av, bv[j], acc[i][j]);
     }
   }
-  switch (act.kind) {
-    case ChainActivation::kNone:
-      TileStore<MP, NP, ChainActivation::kNone>(acc, z, out, out_ps, last, act);
-      break;
-    case ChainActivation::kRelu:
-      TileStore<MP, NP, ChainActivation::kRelu>(acc, z, out, out_ps, last, act);
-      break;
-    case ChainActivation::kLeakyRelu:
-      TileStore<MP, NP, ChainActivation::kLeakyRelu>(acc, z, out, out_ps, last, act);
-      break;
-    case ChainActivation::kClip:
-      TileStore<MP, NP, ChainActivation::kClip>(acc, z, out, out_ps, last, act);
-      break;
-  }
+  StoreActivated(acc, z, out, out_ps, last, act);
 }
 
 using TileFn = void (*)(const float*, int64_t, int64_t, const float*, int64_t, const float*,
@@ -242,20 +251,7 @@ void DwTile(const float* const* rows, const DwGeom& g, int64_t ps, int64_t ox, i
     }
   }
   out += cv;
-  switch (act.kind) {
-    case ChainActivation::kNone:
-      TileStore<MP, V, ChainActivation::kNone>(acc, nullptr, out, out_ps, last, act);
-      break;
-    case ChainActivation::kRelu:
-      TileStore<MP, V, ChainActivation::kRelu>(acc, nullptr, out, out_ps, last, act);
-      break;
-    case ChainActivation::kLeakyRelu:
-      TileStore<MP, V, ChainActivation::kLeakyRelu>(acc, nullptr, out, out_ps, last, act);
-      break;
-    case ChainActivation::kClip:
-      TileStore<MP, V, ChainActivation::kClip>(acc, nullptr, out, out_ps, last, act);
-      break;
-  }
+  StoreActivated(acc, nullptr, out, out_ps, last, act);
 }
 
 using DwTileFn = void (*)(const float* const*, const DwGeom&, int64_t, int64_t, int64_t, __mmask16,
