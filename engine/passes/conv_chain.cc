@@ -1,65 +1,23 @@
 #include "engine/passes/conv_chain.h"
 
-#include <algorithm>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/kernels/cpu/avx512/conv_chain_nodes.h"
 #include "engine/kernels/kernel.h"
 
 namespace kiln::passes {
 namespace {
 
+using kernels::cpu::avx512::ChainDepthwiseConv;
+using kernels::cpu::avx512::ChainPointwiseConv;
+
 const char* const kActivationAttrs[] = {"activation", "activation_alpha", "activation_min",
                                         "activation_max"};
 
-bool AllEqual(const std::vector<int64_t>& v, int64_t x) {
-  return std::all_of(v.begin(), v.end(), [x](int64_t e) { return e == x; });
-}
-
-bool ConstantF32(const ir::Value* v) {
-  return v && v->constant && !v->is_graph_input && v->dtype == DataType::kF32;
-}
-
-// A channels-last fp32 convolution the chain kernel can take a step of: constant W (and B), an
-// activation of the chain, no dilation, explicit pads.
-bool Member(const ir::Node& n) {
-  if ((n.op != ir::OpType::kConv && n.op != ir::OpType::kFusedConv) ||
-      n.GetInt(kernels::kChannelsLastAttr, 0) == 0 || n.num_outputs() != 1 || !n.outputs[0] ||
-      n.outputs[0]->dtype != DataType::kF32 || !n.input(0) || n.input(0)->dtype != DataType::kF32) {
-    return false;
-  }
-  const ir::Value* w = n.input(1);
-  if (!ConstantF32(w) || w->constant->rank() != 4 || (n.input(2) && !ConstantF32(n.input(2)))) {
-    return false;
-  }
-  const std::string act = n.GetString("activation", "");
-  const std::string pad = n.GetString("auto_pad", "NOTSET");
-  const std::vector<int64_t> kernel = n.GetInts("kernel_shape");
-  const auto& wd = w->constant->dims();
-  return (act.empty() || act == "Relu" || act == "LeakyRelu" || act == "Clip") &&
-         (pad == "NOTSET" || pad.empty()) && AllEqual(n.GetInts("dilations"), 1) &&
-         (kernel.empty() || kernel == std::vector<int64_t>{wd[2], wd[3]}) &&
-         n.GetInts("strides", {1, 1}).size() == 2 && n.GetInts("pads", {0, 0, 0, 0}).size() == 4;
-}
-
-// A 1x1 convolution with one group, unit strides and no padding.
-bool Pointwise(const ir::Node& n) {
-  if (!Member(n)) return false;
-  const auto& wd = n.input(1)->constant->dims();
-  return wd[2] == 1 && wd[3] == 1 && n.GetInt("group", 1) == 1 &&
-         AllEqual(n.GetInts("strides"), 1) && AllEqual(n.GetInts("pads"), 0);
-}
-
 // Input `i` of `n` (nullptr when absent).
 ir::Value* In(const ir::Node& n, int i) { return i < n.num_inputs() ? n.inputs[i] : nullptr; }
-
-// A depthwise convolution: one input and one output channel per group, no residual.
-bool Depthwise(const ir::Node& n) {
-  if (!Member(n) || n.input(3)) return false;
-  const auto& wd = n.input(1)->constant->dims();
-  return wd[1] == 1 && n.GetInt("group", 1) == wd[0] && wd[0] > 1 && wd[2] <= 16;
-}
 
 class Chainer {
  public:
@@ -74,16 +32,17 @@ class Chainer {
     if (!o_.enabled) return std::move(result_);
     g_.RebuildEdges();
     for (ir::Node* d : live_) {
-      if (taken_.contains(d) || !Depthwise(*d)) continue;
+      if (taken_.contains(d) || !ChainDepthwiseConv(*d)) continue;
       const int64_t c = d->input(1)->constant->dim(0);
       ir::Node* p = SoleReader(d->outputs[0]);
-      if (p && (taken_.contains(p) || p->input(0) != d->outputs[0] || !Pointwise(*p) ||
+      if (p && (taken_.contains(p) || p->input(0) != d->outputs[0] || !ChainPointwiseConv(*p) ||
                 p->input(1)->constant->dim(1) != c)) {
         p = nullptr;
       }
       ir::Node* e = d->input(0)->producer;
-      if (e && (taken_.contains(e) || !live_set_.contains(e) || e->input(3) || !Pointwise(*e) ||
-                SoleReader(e->outputs[0]) != d || e->input(1)->constant->dim(0) != c)) {
+      if (e &&
+          (taken_.contains(e) || !live_set_.contains(e) || e->input(3) || !ChainPointwiseConv(*e) ||
+           SoleReader(e->outputs[0]) != d || e->input(1)->constant->dim(0) != c)) {
         e = nullptr;
       }
       // A depthwise convolution alone is no chain (its kernel is the chain's depthwise step).

@@ -13,7 +13,8 @@
 // convolution with neither neighbour is left alone: its kernel is the chain's depthwise step
 // anyway.
 //
-// Members: Conv or FusedConv nodes the layout pass runs channels-last (kChannelsLastAttr), fp32
+// Members (kernels/cpu/avx512/conv_chain_nodes.h, the tests the depthwise kernel's `supports`
+// shares): Conv or FusedConv nodes the layout pass runs channels-last (kChannelsLastAttr), fp32
 // in and out, W (and B) fp32 constants, activation none, Relu, LeakyRelu or Clip, no dilation,
 // explicit pads; the 1x1 convolutions with unit strides, no padding and one group, the depthwise
 // one with group = channels = outputs; only the projection may carry a residual. Each interior

@@ -28,6 +28,7 @@
 
 #include "engine/common/cpu_features.h"
 #include "engine/kernels/cpu/avx512/conv_chain.h"
+#include "engine/kernels/cpu/avx512/conv_chain_nodes.h"
 #include "engine/kernels/cpu/avx512/register.h"
 #include "engine/kernels/cpu/ref/common.h"
 #include "engine/kernels/cpu/ref/fused_activation.h"
@@ -115,6 +116,14 @@ AlignedFloats AllocateAligned(int64_t floats) {
   return AlignedFloats(static_cast<float*>(std::aligned_alloc(64, bytes)));
 }
 
+bool AllEqual(const std::vector<int64_t>& v, int64_t x) {
+  return std::all_of(v.begin(), v.end(), [x](int64_t e) { return e == x; });
+}
+
+bool ConstantF32(const ir::Value* v) {
+  return v && v->constant && !v->is_graph_input && v->dtype == DataType::kF32;
+}
+
 // The weights and biases the kernel reads, with their shapes checked against each other.
 struct ChainWeights {
   const ir::Tensor* w[3] = {nullptr, nullptr, nullptr};  // W0 (or nullptr), W1, W2
@@ -167,30 +176,6 @@ class ConvChainKernel final : public Kernel {
     return node.input(kChainOperands.w[1]) &&
            (project || (!node.input(kChainOperands.b[2]) && !z)) &&
            (!z || z->dtype == DataType::kF32);
-  }
-
-  // A depthwise Conv or FusedConv running channels-last (kChannelsLastAttr): fp32, W a constant
-  // [C, 1, kh, kw] with group C, B absent or constant, no residual, no dilation, explicit pads,
-  // an activation of the chain's.
-  static bool SupportsDepthwise(const ir::Node& node) {
-    if (!FloatInOut(node) || node.GetInt(kChannelsLastAttr, 0) == 0 || node.input(3) != nullptr) {
-      return false;
-    }
-    const ir::Value* w = node.input(1);
-    if (!w || !ConstantF32OrAbsent(w) || !ConstantF32OrAbsent(node.input(2)) ||
-        w->constant->rank() != 4) {
-      return false;
-    }
-    const auto& wd = w->constant->dims();
-    const std::string pad = node.GetString("auto_pad", "NOTSET");
-    const std::vector<int64_t> kernel = node.GetInts("kernel_shape");
-    const std::vector<int64_t> dilations = node.GetInts("dilations");
-    const std::string act = node.GetString("activation", "");
-    return wd[1] == 1 && wd[2] <= 16 && node.GetInt("group", 1) == wd[0] &&
-           (pad == "NOTSET" || pad.empty()) &&
-           (kernel.empty() || kernel == std::vector<int64_t>{wd[2], wd[3]}) &&
-           std::all_of(dilations.begin(), dilations.end(), [](int64_t d) { return d == 1; }) &&
-           (act.empty() || act == "Relu" || act == "LeakyRelu" || act == "Clip");
   }
 
   absl::Status Run(KernelContext& ctx) override {
@@ -272,9 +257,7 @@ class ConvChainKernel final : public Kernel {
     return x && x->dtype == DataType::kF32 && node.num_outputs() == 1 && node.outputs[0];
   }
 
-  static bool ConstantF32OrAbsent(const ir::Value* v) {
-    return !v || (v->constant && !v->is_graph_input && v->dtype == DataType::kF32);
-  }
+  static bool ConstantF32OrAbsent(const ir::Value* v) { return !v || ConstantF32(v); }
 
   // W0 [C1, C0, 1, 1] (optional), W1 [C1, 1, kh, kw], W2 [C2, C1, 1, 1] (optional), biases [C1],
   // [C1], [C2].
@@ -374,6 +357,39 @@ class ConvChainKernel final : public Kernel {
 
 }  // namespace
 
+bool ChainMemberConv(const ir::Node& n) {
+  if ((n.op != ir::OpType::kConv && n.op != ir::OpType::kFusedConv) ||
+      n.GetInt(kChannelsLastAttr, 0) == 0 || n.num_outputs() != 1 || !n.outputs[0] ||
+      n.outputs[0]->dtype != DataType::kF32 || !n.input(0) || n.input(0)->dtype != DataType::kF32) {
+    return false;
+  }
+  const ir::Value* w = n.input(1);
+  if (!ConstantF32(w) || w->constant->rank() != 4 || (n.input(2) && !ConstantF32(n.input(2)))) {
+    return false;
+  }
+  const std::string act = n.GetString("activation", "");
+  const std::string pad = n.GetString("auto_pad", "NOTSET");
+  const std::vector<int64_t> kernel = n.GetInts("kernel_shape");
+  const auto& wd = w->constant->dims();
+  return (act.empty() || act == "Relu" || act == "LeakyRelu" || act == "Clip") &&
+         (pad == "NOTSET" || pad.empty()) && AllEqual(n.GetInts("dilations"), 1) &&
+         (kernel.empty() || kernel == std::vector<int64_t>{wd[2], wd[3]}) &&
+         n.GetInts("strides", {1, 1}).size() == 2 && n.GetInts("pads", {0, 0, 0, 0}).size() == 4;
+}
+
+bool ChainPointwiseConv(const ir::Node& n) {
+  if (!ChainMemberConv(n)) return false;
+  const auto& wd = n.input(1)->constant->dims();
+  return wd[2] == 1 && wd[3] == 1 && n.GetInt("group", 1) == 1 &&
+         AllEqual(n.GetInts("strides"), 1) && AllEqual(n.GetInts("pads"), 0);
+}
+
+bool ChainDepthwiseConv(const ir::Node& n) {
+  if (!ChainMemberConv(n) || n.input(3)) return false;
+  const auto& wd = n.input(1)->constant->dims();
+  return wd[1] == 1 && n.GetInt("group", 1) == wd[0] && wd[0] > 1 && wd[2] <= 16;
+}
+
 void RegisterConvChain(Registry& r) {
   KernelDef def{ir::OpType::kFusedConvChain,  {DataType::kF32}, 0, Backend::kCpu, Isa::kAvx512,
                 &ConvChainKernel::CreateChain};
@@ -384,7 +400,7 @@ void RegisterConvChain(Registry& r) {
   for (ir::OpType op : {ir::OpType::kConv, ir::OpType::kFusedConv}) {
     KernelDef dw{
         op, {DataType::kF32}, 0, Backend::kCpu, Isa::kAvx512, &ConvChainKernel::CreateDepthwise};
-    dw.supports = &ConvChainKernel::SupportsDepthwise;
+    dw.supports = &ChainDepthwiseConv;
     dw.preferred = true;
     r.Add(dw);
   }
