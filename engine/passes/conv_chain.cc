@@ -1,6 +1,5 @@
 #include "engine/passes/conv_chain.h"
 
-
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
