@@ -44,6 +44,11 @@ uint64_t IsaCpuFeatures(Isa isa) {
   return ~0ull;
 }
 
+bool CpuHasIsa(Isa isa) {
+  const uint64_t need = IsaCpuFeatures(isa);
+  return (DetectCpuFeatures() & need) == need;
+}
+
 void Registry::Add(KernelDef def) { defs_.push_back(std::move(def)); }
 
 void Registry::AddRef(ir::OpType op, std::vector<DataType> dtypes, KernelFactory factory,

@@ -25,6 +25,9 @@ const char* IsaName(Isa i);
 /// kernel may need more (KernelDef::cpu_features).
 uint64_t IsaCpuFeatures(Isa isa);
 
+/// Whether the running CPU (DetectCpuFeatures) has every feature of `isa`.
+bool CpuHasIsa(Isa isa);
+
 /// Which tensor's dtype selects the kernel: an input index, or `kOutputType` for output 0
 /// (ops whose dtype comes from an attribute, like Constant or Cast's target).
 constexpr int kOutputType = -1;

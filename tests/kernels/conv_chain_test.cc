@@ -11,7 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "engine/common/cpu_features.h"
 #include "engine/kernels/kernel.h"
 #include "engine/kernels/registry.h"
 #include "gtest/gtest.h"
@@ -22,11 +21,6 @@ namespace {
 
 using Dims = std::vector<int64_t>;
 using Attrs = std::vector<std::pair<std::string, ir::Attribute>>;
-
-bool HasAvx512() {
-  const uint64_t need = kernels::IsaCpuFeatures(kernels::Isa::kAvx512);
-  return (DetectCpuFeatures() & need) == need;
-}
 
 struct Act {
   std::string name;  // "" none, "Relu", "LeakyRelu", "Clip"
@@ -317,7 +311,7 @@ ir::Tensor Chain(const ChainCase& c, const Operands& o) {
 // the two results differ by at most 2 * (c0 + kh * kw + c1 + 3) * 2^-24 times the same chain run
 // on absolute values without the activations.
 TEST(ConvChainTest, MatchesTheMembersRunOneAfterAnother) {
-  if (!HasAvx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  if (!kernels::CpuHasIsa(kernels::Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
   std::mt19937 rng(7);
   const int saved = omp_get_max_threads();
   for (const ChainCase& c : Cases()) {
@@ -356,7 +350,7 @@ TEST(ConvChainTest, MatchesTheMembersRunOneAfterAnother) {
 // A channels-last depthwise Conv or FusedConv alone: the registry prefers the chain kernel's
 // depthwise step to oneDNN's convolution, and it computes what the reference computes.
 TEST(ConvChainTest, DepthwiseConvolutionAloneRunsOnTheChainKernel) {
-  if (!HasAvx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  if (!kernels::CpuHasIsa(kernels::Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
   struct Case {
     ir::OpType op;
     int64_t c, h, w, k;
@@ -434,7 +428,7 @@ TEST(ConvChainTest, DepthwiseConvolutionAloneRunsOnTheChainKernel) {
 // A NaN in X reaches the outputs whose sums take it, through every activation, as in the
 // reference (the activations' comparisons are ordered: NaN passes through).
 TEST(ConvChainTest, NanPassesThroughTheActivations) {
-  if (!HasAvx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  if (!kernels::CpuHasIsa(kernels::Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
   std::mt19937 rng(13);
   for (const ChainCase& c : Cases()) {
     SCOPED_TRACE(c.name);
@@ -454,7 +448,7 @@ TEST(ConvChainTest, NanPassesThroughTheActivations) {
 }
 
 TEST(ConvChainTest, BadShapesNameTheNode) {
-  if (!HasAvx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  if (!kernels::CpuHasIsa(kernels::Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
   std::mt19937 rng(3);
   const ChainCase c = Cases()[0];
   const Operands o = Make(c, rng);

@@ -8,7 +8,6 @@
 #include <random>
 #include <vector>
 
-#include "engine/common/cpu_features.h"
 #include "engine/kernels/registry.h"
 #include "gtest/gtest.h"
 #include "tests/testing/node_runner.h"
@@ -17,11 +16,6 @@ namespace kiln::testing {
 namespace {
 
 using Dims = std::vector<int64_t>;
-
-bool HasAvx512() {
-  const uint64_t need = kernels::IsaCpuFeatures(kernels::Isa::kAvx512);
-  return (DetectCpuFeatures() & need) == need;
-}
 
 // Random bits (NaN payloads included) in a tensor of `dtype` (4-byte) and `dims`.
 ir::Tensor RandomBits(DataType dtype, const Dims& dims, std::mt19937& rng) {
@@ -41,7 +35,7 @@ ir::Tensor Transpose(const ir::Tensor& x, const Dims& perm, std::optional<uint64
 }
 
 TEST(Avx512Transpose, MatchesTheReferenceBitForBit) {
-  if (!HasAvx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  if (!kernels::CpuHasIsa(kernels::Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
   struct Case {
     DataType dtype;
     Dims dims, perm;
@@ -71,7 +65,7 @@ TEST(Avx512Transpose, MatchesTheReferenceBitForBit) {
 }
 
 TEST(Avx512Transpose, ChosenForFourByteTypesAndReportsABadPerm) {
-  if (!HasAvx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  if (!kernels::CpuHasIsa(kernels::Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
   for (DataType t : {DataType::kF32, DataType::kI32, DataType::kU32}) {
     ir::Graph g;
     ir::Node* n = g.AddNode(ir::OpType::kTranspose, "t");

@@ -6,12 +6,10 @@
 #include <cmath>
 #include <memory>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "engine/builder/builder.h"
-#include "engine/common/cpu_features.h"
 #include "engine/kernels/registry.h"
 #include "engine/plan/engine_blob.h"
 #include "engine/report/analysis.h"
@@ -116,11 +114,6 @@ int Chains(const plan::Engine& e) {
   return n;
 }
 
-bool HasAvx512() {
-  const uint64_t need = kernels::IsaCpuFeatures(kernels::Isa::kAvx512);
-  return (DetectCpuFeatures() & need) == need;
-}
-
 std::vector<ir::Tensor> Input(int64_t size = kS) {
   auto t = ir::Tensor::Allocate(DataType::kF32, {1, kC, size, size});
   std::vector<float> v = Wave(kC * size * size, 1.0f, 0.0f);
@@ -136,18 +129,22 @@ ir::Tensor RunEngine(const std::shared_ptr<const plan::Engine>& e, int64_t size 
   return out.ok() && !out->empty() ? (*out)[0] : ir::Tensor();
 }
 
-// Largest |a - b| over the elements, and the largest |b|.
-std::pair<float, float> DiffAndRange(const ir::Tensor& a, const ir::Tensor& b) {
+// The chained engine's output `a` against the separate convolutions' `b`: within 3e-5 of b's
+// range (which is not degenerate). The budget each test gives is beside its call.
+void ExpectClose(const ir::Tensor& a, const ir::Tensor& b) {
+  ASSERT_TRUE(a.defined() && b.defined());
+  ASSERT_EQ(a.dims(), b.dims());
   float range = 0, diff = 0;
   for (int64_t i = 0; i < a.num_elements(); ++i) {
     range = std::max(range, std::fabs(b.data<float>()[i]));
     diff = std::max(diff, std::fabs(a.data<float>()[i] - b.data<float>()[i]));
   }
-  return {diff, range};
+  EXPECT_GT(range, 0.1f);
+  EXPECT_LE(diff, 3e-5f * range);
 }
 
 TEST(ConvChainPassTest, BlocksBecomeChainsThatComputeWhatTheConvolutionsCompute) {
-  if (!HasAvx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  if (!kernels::CpuHasIsa(kernels::Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
   auto chained = Build("fp32", true);
   auto separate = Build("fp32", true, {"pattern:conv-chain"});
   ASSERT_NE(chained, nullptr);
@@ -167,16 +164,11 @@ TEST(ConvChainPassTest, BlocksBecomeChainsThatComputeWhatTheConvolutionsCompute)
   // fp32 sums of at most 96 * 1 and 9 terms per layer in different orders, through six layers:
   // each rounding is within 2^-24 of its sum's terms, 96 * 2^-24 < 6e-6; 3e-5 of the output
   // range leaves room for six layers of it.
-  const ir::Tensor a = RunEngine(chained), b = RunEngine(separate);
-  ASSERT_TRUE(a.defined() && b.defined());
-  ASSERT_EQ(a.dims(), b.dims());
-  const auto [diff, range] = DiffAndRange(a, b);
-  EXPECT_GT(range, 0.1f);
-  EXPECT_LE(diff, 3e-5f * range);
+  ExpectClose(RunEngine(chained), RunEngine(separate));
 }
 
 TEST(ConvChainPassTest, DepthwiseWithOnlyAProjectionChainsAndALoneOneStays) {
-  if (!HasAvx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  if (!kernels::CpuHasIsa(kernels::Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
   auto chained = Build("fp32", true, {}, true, Tails());
   auto separate = Build("fp32", true, {"pattern:conv-chain"}, true, Tails());
   ASSERT_NE(chained, nullptr);
@@ -199,16 +191,11 @@ TEST(ConvChainPassTest, DepthwiseWithOnlyAProjectionChainsAndALoneOneStays) {
   EXPECT_EQ(alone, 1);
   // fp32 sums of at most 16 and 9 terms per layer in different orders, through three layers:
   // far below 3e-5 of the output range (as above).
-  const ir::Tensor a = RunEngine(chained, 20), b = RunEngine(separate, 20);
-  ASSERT_TRUE(a.defined() && b.defined());
-  ASSERT_EQ(a.dims(), b.dims());
-  const auto [diff, range] = DiffAndRange(a, b);
-  EXPECT_GT(range, 0.1f);
-  EXPECT_LE(diff, 3e-5f * range);
+  ExpectClose(RunEngine(chained, 20), RunEngine(separate, 20));
 }
 
 TEST(ConvChainPassTest, FusionOffBf16AndNchwKeepTheConvolutionsApart) {
-  if (!HasAvx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  if (!kernels::CpuHasIsa(kernels::Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
   for (auto e : {Build("fp32", false), Build("bf16", true), Build("fp32", true, {"op:Conv"}),
                  Build("fp32", true, {}, false)}) {
     ASSERT_NE(e, nullptr);
@@ -225,7 +212,7 @@ TEST(ConvChainPassTest, FusionOffBf16AndNchwKeepTheConvolutionsApart) {
 // The accuracy report sees inside a chain: the expanded and depthwise tensors are recomputed from
 // the kernel's inputs by the reference kernels and compared, each within fp32 rounding.
 TEST(ConvChainPassTest, ReportComparesTheTensorsInsideAChain) {
-  if (!HasAvx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  if (!kernels::CpuHasIsa(kernels::Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
   auto chained = Build("fp32", true);
   auto ref = Build("fp32", false, {}, false);
   ASSERT_NE(chained, nullptr);

@@ -295,8 +295,7 @@ class ConvKernel final : public Kernel {
   // weight strip while it computes, at ~150. Smaller weights stay on oneDNN (MobileNetV2's
   // 7 x 7 stage ran ~5% slower on 2 threads through the GEMM).
   bool GemmApplies(const ref::nn::ConvSetup& s) const {
-    static const bool cpu_ok = (DetectCpuFeatures() & kernels::IsaCpuFeatures(Isa::kAvx512)) ==
-                               kernels::IsaCpuFeatures(Isa::kAvx512);
+    static const bool cpu_ok = kernels::CpuHasIsa(Isa::kAvx512);
     return cpu_ok && channels_last_ && s.in.x->dtype() == DataType::kF32 && attrs_.group == 1 &&
            s.in.w->rank() == 4 && s.out_dims.size() == 4 && s.win.rank() == 2 &&
            s.out_dims[2] * s.out_dims[3] <= kGemmMaxPixels &&
