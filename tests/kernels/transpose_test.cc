@@ -31,6 +31,7 @@ ir::Tensor Transpose(const ir::Tensor& x, const Dims& perm, std::optional<uint64
   spec.attrs = {{"perm", IntsAttr(perm)}};
   spec.inputs = {x};
   spec.cpu_features = cpu;
+  spec.runs = 2;  // the second run on the plan the first made
   return RunNodeOk0(spec);
 }
 

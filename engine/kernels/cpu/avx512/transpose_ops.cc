@@ -2,6 +2,7 @@
 // image's colour planes) on TransposeFewRows32 (transpose.h), a permutation that moves only axes
 // of size 1 as a copy; every other Transpose on the reference kernel. Bits are moved, never
 // converted: the reference's result exactly.
+#include <array>
 #include <cstring>
 #include <memory>
 #include <utility>
@@ -24,49 +25,66 @@ class TransposeKernel final : public Kernel {
   absl::Status Run(KernelContext& ctx) override {
     const ir::Tensor* x = ctx.input(0);
     if (x == nullptr || DataTypeSize(x->dtype()) != 4) return reference_->Run(ctx);
-    const int rank = x->rank();
+    if (x->dims() != dims_) Plan(x->dims());
+    if (plan_ == kReference) return reference_->Run(ctx);
+    ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, x->dtype(), out_dims_));
+    if (plan_ == kCopy) {
+      std::memcpy(y->raw_data(), x->raw_data(), x->num_elements() * 4);
+    } else {
+      TransposeFewRows32(x->raw_data(), y->raw_data(), rows_[0], rows_[1], rows_[2]);
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  enum PlanKind { kReference, kCopy, kFewRows };
+
+  TransposeKernel(const ir::Node& node, std::unique_ptr<Kernel> reference)
+      : node_(node), reference_(std::move(reference)) {}
+
+  // How X of `dims` is transposed, decided once per shape (not on every run).
+  void Plan(const std::vector<int64_t>& dims) {
+    dims_ = dims;
+    plan_ = kReference;
+    const int rank = static_cast<int>(dims.size());
     std::vector<int64_t> perm = node_.GetInts("perm");
     if (perm.empty()) {
       for (int i = rank - 1; i >= 0; --i) perm.push_back(i);
     }
     // The reference checks perm and reports what is wrong with it.
-    if (static_cast<int>(perm.size()) != rank) return reference_->Run(ctx);
+    if (static_cast<int>(perm.size()) != rank) return;
     std::vector<bool> seen(rank, false);
     for (int64_t p : perm) {
-      if (p < 0 || p >= rank || seen[p]) return reference_->Run(ctx);
+      if (p < 0 || p >= rank || seen[p]) return;
       seen[p] = true;
     }
-    std::vector<int64_t> out_dims(rank);
-    for (int i = 0; i < rank; ++i) out_dims[i] = x->dim(perm[i]);
+    out_dims_.resize(rank);
+    for (int i = 0; i < rank; ++i) out_dims_[i] = dims[perm[i]];
     // Only axes of size 1 move (NHWC [N, 1, 1, C] to NCHW): the same bytes.
     int64_t prev = -1;
     bool moves = false;
     for (int64_t p : perm) {
-      if (x->dim(p) == 1) continue;
+      if (dims[p] == 1) continue;
       moves |= p < prev;
       prev = p;
     }
     if (!moves) {
-      ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, x->dtype(), std::move(out_dims)));
-      std::memcpy(y->raw_data(), x->raw_data(), x->num_elements() * 4);
-      return absl::OkStatus();
+      plan_ = kCopy;
+      return;
     }
-    const auto t = ref::AsBatchedTranspose(x->dims(), perm);
-    if (!t || (*t)[1] < kMinFewRows || (*t)[1] > kMaxFewRows ||
-        (*t)[1] * (*t)[2] >= (int64_t{1} << 31)) {
-      return reference_->Run(ctx);
+    const auto t = ref::AsBatchedTranspose(dims, perm);
+    if (t && (*t)[1] >= kMinFewRows && (*t)[1] <= kMaxFewRows &&
+        (*t)[1] * (*t)[2] < (int64_t{1} << 31)) {
+      plan_ = kFewRows;
+      rows_ = *t;
     }
-    ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, x->dtype(), std::move(out_dims)));
-    TransposeFewRows32(x->raw_data(), y->raw_data(), (*t)[0], (*t)[1], (*t)[2]);
-    return absl::OkStatus();
   }
-
- private:
-  TransposeKernel(const ir::Node& node, std::unique_ptr<Kernel> reference)
-      : node_(node), reference_(std::move(reference)) {}
 
   const ir::Node& node_;
   std::unique_ptr<Kernel> reference_;
+  std::vector<int64_t> dims_ = {-1}, out_dims_;  // dims_: the shape planned for (none yet)
+  PlanKind plan_ = kReference;
+  std::array<int64_t, 3> rows_ = {};  // {batch, rows, cols} of kFewRows
 };
 
 }  // namespace
