@@ -68,7 +68,10 @@ __m512 Act::operator()(__m512 v) const {
 template <int MP, int NP, ChainActivation::Kind K>
 inline __attribute__((always_inline)) void TileStore(const __m512 (&acc)[MP][NP], const float* z,
                                                      float* out, int64_t out_ps, __mmask16 last,
-                                                     const Act& act) {
+                                                     const Act& act_in) {
+  // The constants in locals: the stores below may alias any memory (__m512 may alias), so
+  // constants read through `act_in` would be read again after every store.
+  const Act act = act_in;
 #pragma GCC unroll 4
   for (int j = 0; j < NP; ++j) {
     const __mmask16 m = j == NP - 1 ? last : static_cast<__mmask16>(0xFFFF);
