@@ -193,6 +193,23 @@ std::vector<ChainCase> Cases() {
        false,
        {relu, leaky, none},
        false},
+      // An image of one pixel padded to 3 x 3 outputs, on two threads (image by image): one
+      // thread's share of the expansion is empty.
+      {"one_pixel",
+       1,
+       8,
+       1,
+       1,
+       32,
+       3,
+       3,
+       {1, 1},
+       {2, 2, 2, 2},
+       8,
+       true,
+       true,
+       true,
+       {relu6, relu6, none}},
       // A window the register tiles do not cover (7 wide, stride 3): one pixel at a time.
       {"window_7x7_stride3",
        1,

@@ -178,6 +178,7 @@ TileFn TileFor(int mp, int np) {
 // group's weights stay in L1 across the pixels.
 void Pointwise(const float* a, int64_t a_ps, int64_t p, int64_t k, const float* w, int64_t n,
                const float* bias, const float* z, float* out, int64_t out_ps, const Act& act) {
+  if (p <= 0) return;  // an empty share (fewer pixels than threads)
   const int64_t panels = (n + 15) / 16;
   const int64_t groups = (panels + kMaxPanels - 1) / kMaxPanels;
   for (int64_t g = 0, j = 0; g < groups; ++g) {
@@ -185,8 +186,7 @@ void Pointwise(const float* a, int64_t a_ps, int64_t p, int64_t k, const float* 
     const __mmask16 last = j + np == panels ? TailMask(n) : static_cast<__mmask16>(0xFFFF);
     const float* b = w + j * 16 * k;
     // The fewest tiles of at most `rows` pixels, as even as can be (49 as 7 x 7): `tall` tiles
-    // of `mp` pixels, then the rest of mp - 1 (one after another, so the call's target changes
-    // once).
+    // of mp_tall pixels, then the rest of mp_tall - 1 (so the call's target changes once).
     const int64_t rows = np == 4 && k * np * 64 <= kL1Weights ? 6 : kMaxRows[np];
     const int64_t tiles = (p + rows - 1) / rows, mp_tall = (p + tiles - 1) / tiles;
     const int64_t tall = p - tiles * (mp_tall - 1);
