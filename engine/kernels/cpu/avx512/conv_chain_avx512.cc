@@ -147,7 +147,7 @@ constexpr int kMaxRows[kMaxPanels + 1] = {0, 16, 14, 9, 7};
 // in registers) ran faster than 7-pixel ones (one accumulator spilled), e.g. 196 pixels from 96
 // to 576 channels 4-7% faster. Weights past L1 come from L2 for every tile, and there fewer,
 // taller tiles win: 49 pixels (MobileNetV2's 7 x 7) as 7 x 7 instead of 8 x 6 + 1 read them
-// 7 times instead of 9, 6-10% faster from 320 to 1280 channels and from 960 to 320.
+// 7 times instead of 9, 5-10% faster from 320 to 1280 channels and from 960 to 320.
 constexpr int64_t kL1Weights = int64_t{32} << 10;
 
 template <int NP, size_t... I>
