@@ -210,6 +210,23 @@ std::vector<ChainCase> Cases() {
        true,
        true,
        {relu6, relu6, none}},
+      // A projection from 160 channels to 64: four panels of weights past L1, so 7-pixel tiles
+      // (49 pixels as 7 x 7).
+      {"projection_tiles_of_seven",
+       1,
+       8,
+       7,
+       7,
+       160,
+       3,
+       3,
+       {1, 1},
+       {1, 1, 1, 1},
+       64,
+       true,
+       true,
+       false,
+       {relu6, relu6, none}},
       // A window the register tiles do not cover (7 wide, stride 3): one pixel at a time.
       {"window_7x7_stride3",
        1,
