@@ -216,7 +216,7 @@ class ConvChainKernel final : public Kernel {
     a.w = d[2];
     a.c0 = cw.c0;
     a.x = x->data<float>();
-    a.w0 = cw.w[0] ? packed_[0].get() : nullptr;
+    a.w0 = packed_[0].get();  // nullptr without the step, as its bias
     a.b0 = bias_[0].get();
     a.c1 = cw.c1;
     a.w1 = packed_[1].get();
@@ -229,7 +229,7 @@ class ConvChainKernel final : public Kernel {
     a.pad_left = pads_[1];
     a.oh = oh;
     a.ow = ow;
-    a.w2 = cw.w[2] ? packed_[2].get() : nullptr;
+    a.w2 = packed_[2].get();
     a.b2 = bias_[2].get();
     a.c2 = cw.c2;
     a.act0 = act_[0];
@@ -313,7 +313,8 @@ class ConvChainKernel final : public Kernel {
     return cw;
   }
 
-  // Packs the weights and pads the biases when a weight buffer differs from the last run's.
+  // Packs the weights and pads the biases when a weight buffer differs from the last run's;
+  // nothing for a step the chain does not have (the depthwise step is always there).
   absl::Status Pack(const ChainWeights& cw) {
     std::array<const void*, 6> sources = {};
     for (int s = 0; s < 3; ++s) {
@@ -323,17 +324,20 @@ class ConvChainKernel final : public Kernel {
     if (packed_[1] && sources == sources_) return absl::OkStatus();
     const int64_t ins[3] = {cw.c0, 1, cw.c1}, outs[3] = {cw.c1, cw.c1, cw.c2};
     for (int s = 0; s < 3; ++s) {
+      if (cw.w[s] == nullptr) {
+        packed_[s].reset();
+        bias_[s].reset();
+        continue;
+      }
       const int64_t elems =
           s == 1 ? cw.kh * cw.kw * ChainPadded(cw.c1) : ChainPackedElems(ins[s], outs[s]);
       packed_[s] = AllocateAligned(elems);
       bias_[s] = AllocateAligned(ChainPadded(outs[s]));
       if (!packed_[s] || !bias_[s]) return absl::ResourceExhaustedError("out of memory packing W");
-      if (cw.w[s] != nullptr) {
-        if (s == 1) {
-          ChainPackDepthwise(cw.w[s]->data<float>(), cw.c1, cw.kh * cw.kw, packed_[s].get());
-        } else {
-          ChainPack1x1(cw.w[s]->data<float>(), ins[s], outs[s], packed_[s].get());
-        }
+      if (s == 1) {
+        ChainPackDepthwise(cw.w[s]->data<float>(), cw.c1, cw.kh * cw.kw, packed_[s].get());
+      } else {
+        ChainPack1x1(cw.w[s]->data<float>(), ins[s], outs[s], packed_[s].get());
       }
       std::memset(bias_[s].get(), 0, ChainPadded(outs[s]) * sizeof(float));
       if (cw.b[s] != nullptr) {
