@@ -23,7 +23,9 @@ class KernelContext {
   virtual const ir::Tensor* input(int i) const = 0;
   virtual int num_outputs() const = 0;
   /// Returns output `i` with the given dtype and dims; the buffer holds whatever it held before
-  /// (an arena slot, fresh memory): kernels must write every element.
+  /// (an arena slot, fresh memory): kernels must write every element. A FusedConv's Y may be
+  /// its residual Z's bytes (runtime/memory_planner.h): its kernels read every Z element before
+  /// they write the Y element over it.
   virtual absl::StatusOr<ir::Tensor*> output(int i, DataType dtype, std::vector<int64_t> dims) = 0;
   /// False when output `i` is omitted in the graph (optional output nobody asked for).
   virtual bool output_requested(int i) const = 0;

@@ -165,7 +165,10 @@ absl::StatusOr<std::unique_ptr<EngineAnalysis>> EngineAnalysis::Create(
 
 absl::Status EngineAnalysis::AddRun() {
   auto run = std::make_unique<Run>();
-  ASSIGN_OR_RETURN(run->engine, runtime::Session::Create(engine_));
+  // No arena for the engine either: the observer reads a kernel's inputs after it ran, and an
+  // arena slot may hold an output over an input that died there (a FusedConv's Y over its Z,
+  // runtime/memory_planner.h). The kernels compute the same numbers in either memory.
+  ASSIGN_OR_RETURN(run->engine, runtime::Session::Create(engine_, /*use_arena=*/false));
   // No arena for the reference: its tensors are kept for the sample by sharing, not copying.
   ASSIGN_OR_RETURN(run->reference, runtime::Session::Create(reference_, /*use_arena=*/false));
   runs_.push_back(std::move(run));

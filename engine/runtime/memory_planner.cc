@@ -7,10 +7,23 @@ namespace {
 
 constexpr uint64_t kAlign = 64;
 
-// Ops whose output 0 holds input 0's bytes unchanged (layout_shape.cc).
-bool IsShapeOnly(ir::OpType op) {
-  return op == ir::OpType::kReshape || op == ir::OpType::kFlatten || op == ir::OpType::kSqueeze ||
-         op == ir::OpType::kUnsqueeze || op == ir::OpType::kIdentity;
+// The input whose slot output 0 may take when that input dies at the node, or -1: input 0 of
+// an op whose output holds its bytes unchanged (layout_shape.cc), and the residual Z (input 3) of
+// a FusedConv, which every FusedConv kernel reads before it writes the Y elements over it
+// (kernel.h): oneDNN's sum post-op then adds Z where it lies instead of a copy of it in Y.
+int InPlaceInput(const ir::Node& n) {
+  switch (n.op) {
+    case ir::OpType::kReshape:
+    case ir::OpType::kFlatten:
+    case ir::OpType::kSqueeze:
+    case ir::OpType::kUnsqueeze:
+    case ir::OpType::kIdentity:
+      return 0;
+    case ir::OpType::kFusedConv:
+      return 3;
+    default:
+      return -1;
+  }
 }
 
 // Free blocks of the arena, merged when adjacent; allocation is best fit, else the arena grows.
@@ -80,14 +93,20 @@ MemoryPlan PlanMemory(const ir::Graph& graph, const std::vector<ir::Node*>& orde
   std::vector<bool> handed_over(graph.values().size(), false);
   FreeList free_list;
   for (int i = 0; i < static_cast<int>(order.size()); ++i) {
-    // A shape-only op whose data input dies here hands that input's slot to its output: the
-    // output is the input's bytes, so its kernel finds them in place and copies nothing.
+    // An input that dies here may hand its slot to output 0 (InPlaceInput): for a shape-only
+    // op the output is the input's bytes, so its kernel finds them in place and copies nothing.
+    // Not when the node reads the value through another input as well (FusedConv(X, W, B, X)
+    // reads X while it writes Y).
+    const ir::Node& node = *order[i];
     const ir::Value* view_of = nullptr;
-    if (IsShapeOnly(order[i]->op) && order[i]->num_inputs() > 0 && order[i]->inputs[0]) {
-      const ir::Value* in = order[i]->inputs[0];
-      if (slot_of[in->id] >= 0 && last_use[in->id] == i) view_of = in;
+    const int donor = InPlaceInput(node);
+    if (donor >= 0 && donor < node.num_inputs() && node.inputs[donor]) {
+      const ir::Value* in = node.inputs[donor];
+      int reads = 0;
+      for (const ir::Value* v : node.inputs) reads += v == in;
+      if (slot_of[in->id] >= 0 && last_use[in->id] == i && reads == 1) view_of = in;
     }
-    for (const ir::Value* v : order[i]->outputs) {
+    for (const ir::Value* v : node.outputs) {
       if (!v || v->is_graph_output || v->constant) continue;
       if (!v->shape.is_static() || DataTypeSize(v->dtype) == 0) {
         ++plan.dynamic_values;
@@ -103,7 +122,7 @@ MemoryPlan PlanMemory(const ir::Graph& graph, const std::vector<ir::Node*>& orde
           (static_cast<uint64_t>(n) * DataTypeSize(v->dtype) + kAlign - 1) / kAlign * kAlign;
       if (bytes == 0) bytes = kAlign;
       slot_of[v->id] = static_cast<int>(plan.slots.size());
-      if (view_of != nullptr && v == order[i]->outputs[0] && v->dtype == view_of->dtype &&
+      if (view_of != nullptr && v == node.outputs[0] && v->dtype == view_of->dtype &&
           plan.slots[slot_of[view_of->id]].bytes == bytes) {
         plan.slots.push_back({v->id, plan.slots[slot_of[view_of->id]].offset, bytes});
         handed_over[view_of->id] = true;

@@ -3,7 +3,10 @@
 // share memory. Graph inputs, outputs and constants are not planned (they are owned elsewhere);
 // activations with symbolic sizes are allocated at run time. The output of a shape-only op
 // (Reshape, Flatten, Squeeze, Unsqueeze, Identity) takes over its input's slot when the input
-// dies there: the bytes are already in place and the kernel copies nothing.
+// dies there: the bytes are already in place and the kernel copies nothing. So does a
+// FusedConv's Y with its residual Z's slot: the kernel adds Z where it lies (an output that
+// shares an input's bytes is why a run whose observer reads a node's inputs after the node,
+// the accuracy report's, runs without the arena).
 #pragma once
 
 #include <cstdint>

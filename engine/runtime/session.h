@@ -15,8 +15,8 @@
 namespace kiln::runtime {
 
 /// Called after each node with the node, its input tensors and its output tensors (nullptr for
-/// an omitted one; all valid only during the call). Observers read; they never change what the
-/// engine computes.
+/// an omitted one; all valid only during the call; an input's bytes may hold an output by then
+/// when the session uses its arena). Observers read; they never change what the engine computes.
 using NodeObserver =
     std::function<void(const ir::Node&, const std::vector<const ir::Tensor*>& inputs,
                        const std::vector<const ir::Tensor*>& outputs)>;
@@ -56,7 +56,8 @@ class Session {
  public:
   /// Creates kernels for every node (fails naming the node if one has no kernel). With
   /// `use_arena` false every activation gets its own buffer instead of a planned arena slot, so
-  /// an observer may keep (share) any tensor it sees beyond the call.
+  /// an observer may keep (share) any tensor it sees beyond the call, and the inputs it sees are
+  /// intact (in the arena an output may lie over an input that died at its node).
   static absl::StatusOr<std::unique_ptr<Session>> Create(std::shared_ptr<const plan::Engine> engine,
                                                          bool use_arena = true);
 

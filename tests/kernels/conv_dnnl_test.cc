@@ -22,15 +22,25 @@ using kernels::Isa;
 using Dims = std::vector<int64_t>;
 using Attrs = std::vector<std::pair<std::string, ir::Attribute>>;
 
+// Output 0 in fresh memory, or, with `output_over` an input index, over that input's bytes (as
+// the memory plan lays a FusedConv's Y over its residual Z).
 class TensorContext final : public kernels::KernelContext {
  public:
-  explicit TensorContext(std::vector<ir::Tensor> in) : in_(std::move(in)) {}
+  explicit TensorContext(std::vector<ir::Tensor> in, int output_over = -1)
+      : in_(std::move(in)), output_over_(output_over) {}
   int num_inputs() const override { return static_cast<int>(in_.size()); }
   const ir::Tensor* input(int i) const override {
     return i < static_cast<int>(in_.size()) && in_[i].defined() ? &in_[i] : nullptr;
   }
   int num_outputs() const override { return 1; }
   absl::StatusOr<ir::Tensor*> output(int i, DataType dtype, std::vector<int64_t> dims) override {
+    if (output_over_ >= 0) {
+      const ir::Tensor& under = in_.at(output_over_);
+      EXPECT_EQ(under.dims(), dims);
+      EXPECT_EQ(under.dtype(), dtype);
+      out_ = under;  // shares the bytes
+      return &out_;
+    }
     ASSIGN_OR_RETURN(out_, ir::Tensor::Allocate(dtype, std::move(dims)));
     return &out_;
   }
@@ -39,6 +49,7 @@ class TensorContext final : public kernels::KernelContext {
 
  private:
   std::vector<ir::Tensor> in_;
+  int output_over_;
   ir::Tensor out_;
 };
 
@@ -80,9 +91,11 @@ struct ConvGraph {
   ir::Node* node = nullptr;
 };
 
-// Runs `kernel` on `in`; output 0, undefined (and a test failure) on error.
-ir::Tensor RunKernel(kernels::Kernel& kernel, std::vector<ir::Tensor> in) {
-  TensorContext ctx(std::move(in));
+// Runs `kernel` on `in`; output 0, undefined (and a test failure) on error. With `output_over`,
+// output 0 is written over that input (given here as a copy of its own).
+ir::Tensor RunKernel(kernels::Kernel& kernel, std::vector<ir::Tensor> in, int output_over = -1) {
+  if (output_over >= 0) in.at(output_over) = in.at(output_over).Clone();
+  TensorContext ctx(std::move(in), output_over);
   absl::Status s = kernel.Run(ctx);
   EXPECT_TRUE(s.ok()) << s;
   return s.ok() ? ctx.out() : ir::Tensor();
@@ -276,7 +289,8 @@ TEST(DnnlConvTest, Bf16SubnormalInputRunsTheReference) {
 
 // FusedConv with a residual Z (the conv+residual fusion) = Relu(Conv(X, W) + B + Z): on oneDNN
 // (Z through the sum post-op) and through the reference fallback (a bf16 subnormal in X), with
-// NCHW tensors and channels-last ones, against the reference kernel on the NCHW tensors.
+// NCHW tensors and channels-last ones, Y in memory of its own and over Z's bytes, against the
+// reference kernel on the NCHW tensors.
 TEST(DnnlConvTest, ResidualIsAddedBeforeTheActivation) {
   std::mt19937 rng(17);
   for (DataType dt : {DataType::kF32, DataType::kBF16}) {
@@ -306,24 +320,27 @@ TEST(DnnlConvTest, ResidualIsAddedBeforeTheActivation) {
         ASSERT_EQ(def->isa, Isa::kDnnl);
         auto fast = Make(*def, *graph.node);
         ASSERT_TRUE(fast);
-        ir::Tensor y = RunKernel(*fast, {xi, w, b, zi});
-        ASSERT_TRUE(y.defined());
-        if (channels_last) y = *ir::ChannelsLastCopy(y, false);
-        const std::vector<float> got = ToFloats(y);
-        ASSERT_EQ(got.size(), want.size());
-        const std::string what = absl::StrCat(DataTypeName(dt), subnormal ? " subnormal" : "",
-                                              channels_last ? " channels-last" : " NCHW");
-        for (size_t i = 0; i < got.size(); ++i) {
-          if (subnormal) {
-            // The reference kernel itself ran: the same bits.
-            ASSERT_EQ(got[i], want[i]) << what << " element " << i;
-            continue;
+        for (bool over_z : {false, true}) {
+          ir::Tensor y = RunKernel(*fast, {xi, w, b, zi}, over_z ? 3 : -1);
+          ASSERT_TRUE(y.defined());
+          if (channels_last) y = *ir::ChannelsLastCopy(y, false);
+          const std::vector<float> got = ToFloats(y);
+          ASSERT_EQ(got.size(), want.size());
+          const std::string what =
+              absl::StrCat(DataTypeName(dt), subnormal ? " subnormal" : "",
+                           channels_last ? " channels-last" : " NCHW", over_z ? ", Y over Z" : "");
+          for (size_t i = 0; i < got.size(); ++i) {
+            if (subnormal) {
+              // The reference kernel itself ran: the same bits.
+              ASSERT_EQ(got[i], want[i]) << what << " element " << i;
+              continue;
+            }
+            // 37 products of N(0, 1) values, the bias and Z summed in fp32 in two orders: far
+            // below 1e-4 apart; bf16 adds half an output ulp on each side (2^-7 relative).
+            const double rel = dt == DataType::kBF16 ? 0x1p-7 : 0.0;
+            ASSERT_LE(std::fabs(got[i] - want[i]), 1e-4 + rel * std::fabs(want[i]))
+                << what << " element " << i << ": " << got[i] << " vs " << want[i];
           }
-          // 37 products of N(0, 1) values, the bias and Z summed in fp32 in two orders: far
-          // below 1e-4 apart; bf16 adds half an output ulp on each side (2^-7 relative).
-          const double rel = dt == DataType::kBF16 ? 0x1p-7 : 0.0;
-          ASSERT_LE(std::fabs(got[i] - want[i]), 1e-4 + rel * std::fabs(want[i]))
-              << what << " element " << i << ": " << got[i] << " vs " << want[i];
         }
       }
     }
@@ -397,8 +414,9 @@ TEST(DnnlConvTest, SmallImagesAsGemmMatchReference) {
           ASSERT_EQ(def->isa, Isa::kDnnl);
           auto fast = Make(*def, *graph.node);
           ASSERT_TRUE(fast);
-          for (int run = 0; run < 2; ++run) {  // the second run reuses the packed W
-            ir::Tensor y = RunKernel(*fast, {xi, w, b, zi});
+          // The second run reuses the packed W, and writes Y over Z when there is one.
+          for (int run = 0; run < 2; ++run) {
+            ir::Tensor y = RunKernel(*fast, {xi, w, b, zi}, run == 1 && with_z ? 3 : -1);
             ASSERT_TRUE(y.defined());
             y = *ir::ChannelsLastCopy(y, false);
             const std::vector<float> got = ToFloats(y);

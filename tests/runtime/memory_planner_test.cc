@@ -109,6 +109,53 @@ TEST(MemoryPlannerTest, ShapeOnlyOutputTakesTheSlotOfAnInputDyingThere) {
   }
 }
 
+// x -> Relu -> z, x -> Relu -> a, FusedConv(a, w, -, z) -> y -> Relu -> out: y takes z's slot
+// when z dies at the FusedConv (its kernels add Z where it lies); not when z is read again
+// later, nor when z is also the convolution's X.
+TEST(MemoryPlannerTest, FusedConvOutputTakesTheSlotOfItsResidualDyingThere) {
+  enum Variant { kDies, kReadLater, kAlsoX };
+  for (Variant variant : {kDies, kReadLater, kAlsoX}) {
+    SCOPED_TRACE(variant);
+    ir::Graph g;
+    auto value = [&](const std::string& name) {
+      ir::Value* v = *g.AddValue(name);
+      v->dtype = DataType::kF32;
+      v->shape = ir::Shape::Of({1024});
+      return v;
+    };
+    std::vector<ir::Node*> order;
+    auto node = [&](ir::OpType op, std::vector<ir::Value*> in, ir::Value* out) {
+      ir::Node* n = g.AddNode(op, absl::StrCat("n", order.size()));
+      n->inputs = std::move(in);
+      n->outputs = {out};
+      order.push_back(n);
+    };
+    ir::Value* x = value("x");
+    g.inputs().push_back(x);
+    ir::Value* w = value("w");
+    w->constant = ir::Tensor::Allocate(DataType::kF32, {1024}).value();
+    ir::Value *z = value("z"), *a = value("a"), *y = value("y"), *out = value("out");
+    node(ir::OpType::kRelu, {x}, z);
+    node(ir::OpType::kRelu, {x}, a);
+    node(ir::OpType::kFusedConv, {variant == kAlsoX ? z : a, w, nullptr, z}, y);
+    node(ir::OpType::kSum,
+         variant == kReadLater ? std::vector<ir::Value*>{y, z} : std::vector<ir::Value*>{y}, out);
+    g.outputs().push_back(out);
+    g.RebuildEdges();
+    MemoryPlan p = PlanMemory(g, order);
+    ASSERT_EQ(p.slots.size(), 3u);  // z, a, y
+    EXPECT_EQ(p.slots[2].offset == p.slots[0].offset, variant == kDies);
+    // y never overlaps a while the FusedConv reads it, nor z unless it took z's slot.
+    const auto overlap = [&](size_t i, size_t j) {
+      const auto& s1 = p.slots[i];
+      const auto& s2 = p.slots[j];
+      return !(s1.offset + s1.bytes <= s2.offset || s2.offset + s2.bytes <= s1.offset);
+    };
+    if (variant != kAlsoX) EXPECT_FALSE(overlap(1, 2));
+    if (variant != kDies) EXPECT_FALSE(overlap(0, 2));
+  }
+}
+
 TEST(MemoryPlannerTest, SymbolicSizesAreDynamic) {
   Chain c(3);
   c.g.values()[1]->shape = ir::Shape{true, {ir::Dim::Symbol("n")}};

@@ -234,12 +234,15 @@ class ConvKernel final : public Kernel {
       }
     }
     // The residual Z (conv+residual fusion): the primitive adds the destination's prior
-    // contents (its sum post-op, before the activation), so Z is copied there first.
+    // contents (its sum post-op, before the activation), so Z is copied there first, unless
+    // Y is Z's bytes already (the memory plan gives Y Z's slot when Z dies here).
     if (const ir::Tensor* z = ctx.input(3)) {
       RETURN_IF_ERROR(CheckResidual(*z, *y));
       if (sums == nullptr || dt == DataType::kF32) {
         // On the threads: between two parallel primitives (ResNet-50: ~2% of a 2-thread run).
-        ref::ParallelCopy(y->raw_data(), z->raw_data(), z->byte_size());
+        if (y->raw_data() != z->raw_data()) {
+          ref::ParallelCopy(y->raw_data(), z->raw_data(), z->byte_size());
+        }
       } else {
         const BFloat16* zp = z->data<BFloat16>();
 #pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 16))
@@ -323,6 +326,16 @@ class ConvKernel final : public Kernel {
     const bool in_place = taps == 1 && win.strides[0] == 1 && win.strides[1] == 1 &&
                           win.pad_begin[0] == 0 && win.pad_begin[1] == 0 && oh == h && ow == wd;
     ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, DataType::kF32, s.out_dims));
+    const ir::Tensor* z = ctx.input(3);
+    const float* zp = nullptr;
+    if (z != nullptr) {
+      RETURN_IF_ERROR(CheckResidual(*z, *y));
+      zp = z->data<float>();
+      if (z->raw_data() == y->raw_data()) {  // Y is Z's bytes: Z kept aside before the GEMMs
+        residual_.assign(zp, zp + z->num_elements());
+        zp = residual_.data();
+      }
+    }
     if (!in_place) gathered_.resize(pixels * c);
     for (int64_t t = 0; t < taps; ++t) {
       const float* a = x.data<float>();
@@ -360,11 +373,8 @@ class ConvKernel final : public Kernel {
       }
       avx512::GemmAvx512(g);
     }
-    const ir::Tensor* z = ctx.input(3);
     if (z != nullptr) {
-      RETURN_IF_ERROR(CheckResidual(*z, *y));
       float* yp = y->data<float>();
-      const float* zp = z->data<float>();
       const int64_t n = y->num_elements();
 #pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 15))
       for (int64_t i = 0; i < n; ++i) yp[i] += zp[i];
@@ -548,9 +558,9 @@ class ConvKernel final : public Kernel {
   const ir::Node& node_;
   ref::nn::ConvAttrs attrs_;
   Activation act_;
-  // The GEMM path's W packed per tap, and one tap's A.
+  // The GEMM path's W packed per tap, one tap's A, and Z when Y is its bytes.
   avx512::PackedWeightF32 packed_w_;
-  std::vector<float> gathered_;
+  std::vector<float> gathered_, residual_;
   ir::Node nchw_node_;
   std::unique_ptr<Kernel> reference_;
   std::optional<Plan> plan_;
