@@ -8,8 +8,9 @@
 //
 // Benchmark names: MatMul/<dtype>/<isa>/<shape name> (BERT-base shapes),
 // Gemm/<dtype>/<M>x<K>x<N> (large shapes; GemmPacked/... with B a weight packed as the build
-// stores it), FmaPeak/threads:<N>. Kernels use OMP_NUM_THREADS
-// threads (default one per core); FmaPeak runs 1 .. cores threads whatever OMP_NUM_THREADS says.
+// stores it), FmaPeak/threads:<N>, GemmTile/float/threads:<N> (the fp32 micro-kernel alone).
+// Kernels use OMP_NUM_THREADS threads (default one per core); FmaPeak and GemmTile run 1 .. cores
+// threads whatever OMP_NUM_THREADS says.
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
@@ -146,10 +147,43 @@ void RunFmaPeak(benchmark::State& state) {
                                                 benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// The 6 x 64 fp32 tile alone (GemmTileF32), each thread on its own operands in L1: k = 64, so
+// the B strip (16 KB), A's six rows and the output stay there. The ceiling of the tile loop on
+// this CPU, against which the Gemm rates can be read (what the blocking around it costs).
+void RunGemmTile(benchmark::State& state) {
+  namespace x = kernels::cpu::avx512;
+  const int threads = static_cast<int>(state.range(0));
+  constexpr int64_t kK = 64, kCalls = 1 << 14;
+  std::vector<ir::Tensor> buffers;
+  for (int t = 0; t < threads; ++t) {
+    buffers.push_back(RandomTensor(DataType::kF32, {kK, 64}, 10 + t));  // B strip (aligned)
+    buffers.push_back(RandomTensor(DataType::kF32, {6, kK}, 20 + t));   // A rows
+    buffers.push_back(RandomTensor(DataType::kF32, {6, 64}, 30 + t));   // out
+  }
+  for (auto _ : state) {
+#pragma omp parallel for num_threads(threads) schedule(static, 1)
+    for (int t = 0; t < threads; ++t) {
+      const float* b = buffers[3 * t].data<float>();
+      const float* a = buffers[3 * t + 1].data<float>();
+      float* out = buffers[3 * t + 2].data<float>();
+      for (int64_t i = 0; i < kCalls; ++i) x::GemmTileF32(kK, a, kK, b, out);
+    }
+  }
+  const double flops = 2.0 * threads * kCalls * 6 * kK * 64;
+  state.counters["GFLOPS"] =
+      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
 void RegisterAll() {
   const uint64_t cpu = DetectCpuFeatures();
   if (cpu & kCpuAvx512F) {
     benchmark::RegisterBenchmark("FmaPeak", RunFmaPeak)
+        ->ArgName("threads")
+        ->DenseRange(1, omp_get_num_procs())
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime()
+        ->MinTime(0.3);
+    benchmark::RegisterBenchmark("GemmTile/float", RunGemmTile)
         ->ArgName("threads")
         ->DenseRange(1, omp_get_num_procs())
         ->Unit(benchmark::kMillisecond)

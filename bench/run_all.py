@@ -23,7 +23,8 @@ Workloads (--workloads takes a regular expression over these names):
   mnist_8, super_resolution_10, yunet, silero_vad_ifless
                    ../shared/trained-models (their shipped test inputs where there are some)
   gemm             kiln_bench: Kiln's fp32 and bf16 GEMM at large shapes in GFLOP/s, against the
-                   fp32 peak of an AVX-512 FMA loop measured in the same run
+                   fp32 peak of an AVX-512 FMA loop measured in the same run, and the rate of
+                   the fp32 micro-kernel alone with its operands in L1 (the tile loop's ceiling)
 
 Usage: bench/run_all.py [--build-dir build] [--threads 1,2] [--out DIR] [--workloads REGEX]
                         [--quick]
@@ -366,8 +367,10 @@ def run_gemm(args, threads, notes):
            f"{'bf16 GF/s':>9} {'%peak':>6} {'bf16/fp32':>9}")
     print(hdr)
     print("-" * len(hdr))
+    tiles = []
     for t in threads:
-        r = subprocess.run([exe, f"--benchmark_filter=^Gemm|^FmaPeak/threads:{t}/",
+        r = subprocess.run([exe, f"--benchmark_filter=^Gemm/|^GemmPacked/|"
+                                 f"^FmaPeak/threads:{t}/|^GemmTile/float/threads:{t}/",
                             "--benchmark_format=json",
                             f"--benchmark_repetitions={args.repetitions}"],
                            capture_output=True, text=True, env=dict(os.environ,
@@ -397,6 +400,13 @@ def run_gemm(args, threads, notes):
                     continue
                 print(f"{shape:16} {kind:6} {t:3} {peak or 0:9.1f} {f32:9.1f} {pct(f32)} "
                       f"{bf16:9.1f} {pct(bf16)} {bf16 / f32:9.2f}")
+        tile = best.get(f"GemmTile/float/threads:{t}")
+        if tile:
+            tiles.append(f"  threads {t}: {tile:.1f} GF/s, {pct(tile).strip()}% of the fp32 peak")
+    if tiles:
+        print("the fp32 6 x 64 micro-kernel alone, its operands in L1 (the ceiling of the GEMM's "
+              "tile loop):")
+        print("\n".join(tiles))
 
 
 def main():

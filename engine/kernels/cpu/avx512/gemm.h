@@ -119,6 +119,13 @@ void PackBHalf(const uint16_t* b, int64_t k, int64_t n, uint16_t* out);
 /// kCpuAvx512Bf16 for GemmType::kBF16.
 void GemmAvx512(const GemmArgs& args);
 
+/// The fp32 micro-kernel GemmAvx512 runs for nearly every row of a large M, alone:
+/// out[r][0..63] = sum over k of a[r * lda + k] * bp[k][0..63] for r < 6, bp a [k][64] strip
+/// (64-byte aligned, as PackBF32 lays out one), out [6][64] (64-byte aligned). For the GEMM
+/// benchmark's ceiling: the rate of the tile loop with its operands in L1, against which the
+/// whole GEMM's rate can be read.
+void GemmTileF32(int64_t k, const float* a, int64_t lda, const float* bp, float* out);
+
 /// Whether the bf16 dot path runs on AMX tiles on this CPU (see gemm_avx512.cc); the results
 /// then differ from the vdpbf16ps order above by the hardware's rounding within a pair.
 bool GemmUsesAmx();

@@ -695,6 +695,10 @@ bool Bf16DotPathAllowed(const uint16_t* values, int64_t n) {
   return true;
 }
 
+void GemmTileF32(int64_t k, const float* a, int64_t lda, const float* bp, float* out) {
+  KernelF32Six(k, a, lda, bp, out, nullptr, 0);
+}
+
 void GemmAvx512(const GemmArgs& g) {
   if (g.batch <= 0 || g.m <= 0 || g.n <= 0) return;
   const bool dot = g.type == GemmType::kBF16 && g.bf16_dot;
