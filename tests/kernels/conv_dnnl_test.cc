@@ -117,10 +117,11 @@ ir::Tensor Random(const Dims& dims, DataType dt, std::mt19937& rng) {
   std::normal_distribution<float> d(0.0f, 1.0f);
   std::vector<float> v(NumElements(dims));
   for (float& f : v) f = d(rng);
+  if (dt == DataType::kF16) return MakeHalf(dims, v);
   return dt == DataType::kBF16 ? MakeBf16(dims, v) : MakeFloat(dims, v);
 }
 
-// |t| as fp32 (bf16 values convert exactly).
+// |t| as fp32 (bf16 and fp16 values convert exactly).
 ir::Tensor Abs(const ir::Tensor& t) {
   std::vector<float> v = ToFloats(t);
   for (float& f : v) f = std::fabs(f);
@@ -185,6 +186,19 @@ std::vector<Act> Activations() {
           {"Sigmoid", {}}};
 }
 
+bool HasAvx512() {
+  const uint64_t need = kernels::IsaCpuFeatures(Isa::kAvx512);
+  return (DetectCpuFeatures() & need) == need;
+}
+
+// How far apart two roundings of fp32 sums that differ only by the bound of Check may land:
+// half an output ulp on each side, relative (bf16 2^-8 each, fp16 2^-11 each) and, for fp16's
+// subnormals, absolute (half of 2^-24 each).
+double RoundingRel(DataType dt) {
+  return dt == DataType::kBF16 ? 0x1p-7 : dt == DataType::kF16 ? 0x1p-10 : 0.0;
+}
+double RoundingAbs(DataType dt) { return dt == DataType::kF16 ? 0x1p-24 : 0.0; }
+
 bool HasBf16() {
   const uint64_t need = kernels::IsaCpuFeatures(Isa::kAvx512) | kCpuAvx512Bf16;
   return (DetectCpuFeatures() & need) == need;
@@ -227,13 +241,13 @@ void Check(ir::OpType op, const ConvCase& cs, const Act& act, bool with_bias, Da
   // Both kernels sum the same K + 1 terms (K products and the bias) in fp32, in different
   // orders: each is within (K + 1) * 2^-24 * sum|terms| of the exact sum, so they differ by at
   // most twice that. The activation's slope scales the difference (at most 1.5, HardSwish at
-  // x = 3). bf16 adds one rounding of the output on each side, half an ulp (2^-8 relative) each:
-  // 2^-7 * |y|. The bf16 products are exact in fp32, so the fp32 bound holds for them unchanged.
+  // x = 3). bf16 and fp16 add one rounding of the output on each side (RoundingRel,
+  // RoundingAbs). Their products are exact in fp32, so the fp32 bound holds for them unchanged.
   const int64_t k = cs.w[1] * cs.w[2] * cs.w[3] + 1;
-  const double rel = dt == DataType::kBF16 ? 0x1p-7 : 0.0;
+  const double rel = RoundingRel(dt), abs = RoundingAbs(dt);
   const std::vector<float> got = ToFloats(fast), want = ToFloats(ref);
   for (size_t i = 0; i < got.size(); ++i) {
-    const double bound = 1.5 * 2 * k * 0x1p-24 * mag[i] + rel * std::fabs(want[i]);
+    const double bound = 1.5 * 2 * k * 0x1p-24 * mag[i] + rel * std::fabs(want[i]) + abs;
     ASSERT_LE(std::fabs(got[i] - want[i]), bound)
         << "element " << i << ": " << got[i] << " vs " << want[i];
   }
@@ -256,6 +270,12 @@ TEST(DnnlConvTest, Fp32MatchesReference) { CheckAll(DataType::kF32); }
 TEST(DnnlConvTest, Bf16MatchesReference) {
   if (!HasBf16()) GTEST_SKIP() << "needs AVX-512 with BF16";
   CheckAll(DataType::kBF16);
+}
+
+// fp16 storage: the fp32 primitive between conversions, on AVX-512 (F16C) CPUs.
+TEST(DnnlConvTest, Fp16MatchesReference) {
+  if (!HasAvx512()) GTEST_SKIP() << "needs AVX-512";
+  CheckAll(DataType::kF16);
 }
 
 TEST(DnnlConvTest, RebuildsWhenTheInputShapeChanges) {
@@ -293,8 +313,9 @@ TEST(DnnlConvTest, Bf16SubnormalInputRunsTheReference) {
 // reference kernel on the NCHW tensors.
 TEST(DnnlConvTest, ResidualIsAddedBeforeTheActivation) {
   std::mt19937 rng(17);
-  for (DataType dt : {DataType::kF32, DataType::kBF16}) {
+  for (DataType dt : {DataType::kF32, DataType::kBF16, DataType::kF16}) {
     if (dt == DataType::kBF16 && !HasBf16()) continue;
+    if (dt == DataType::kF16 && !HasAvx512()) continue;
     for (bool subnormal : {false, true}) {
       if (subnormal && dt != DataType::kBF16) continue;
       ir::Tensor x = Random({1, 4, 6, 6}, dt, rng);
@@ -336,9 +357,9 @@ TEST(DnnlConvTest, ResidualIsAddedBeforeTheActivation) {
               continue;
             }
             // 37 products of N(0, 1) values, the bias and Z summed in fp32 in two orders: far
-            // below 1e-4 apart; bf16 adds half an output ulp on each side (2^-7 relative).
-            const double rel = dt == DataType::kBF16 ? 0x1p-7 : 0.0;
-            ASSERT_LE(std::fabs(got[i] - want[i]), 1e-4 + rel * std::fabs(want[i]))
+            // below 1e-4 apart; bf16 and fp16 add half an output ulp on each side.
+            ASSERT_LE(std::fabs(got[i] - want[i]),
+                      1e-4 + RoundingRel(dt) * std::fabs(want[i]) + RoundingAbs(dt))
                 << what << " element " << i << ": " << got[i] << " vs " << want[i];
           }
         }
@@ -449,11 +470,12 @@ TEST(DnnlConvTest, OtherCasesStayOnTheReference) {
   ConvGraph conv3d(ir::OpType::kConv, {}, Random({1, 2, 4, 4, 4}, DataType::kF32, rng),
                    Random({3, 2, 3, 3, 3}, DataType::kF32, rng), ir::Tensor());
   EXPECT_EQ(conv3d.Def(cpu)->isa, Isa::kRef);
-  // fp16.
+  // fp16 without AVX-512 (the F16C conversions around the fp32 primitive are AVX-512 code).
   std::vector<float> xv(50, 0.5f), wv(54, 0.25f);
   ConvGraph fp16(ir::OpType::kConv, {}, MakeHalf({1, 2, 5, 5}, xv), MakeHalf({3, 2, 3, 3}, wv),
                  ir::Tensor());
-  EXPECT_EQ(fp16.Def(cpu)->isa, Isa::kRef);
+  EXPECT_EQ(fp16.Def(kCpuSse42 | kCpuF16c)->isa, Isa::kRef);
+  if (HasAvx512()) EXPECT_EQ(fp16.Def(cpu)->isa, Isa::kDnnl);
   // An activation the reference FusedConv rejects: the reference reports it.
   ConvGraph gelu(ir::OpType::kFusedConv, {{"activation", StringAttr("Gelu")}},
                  Random({1, 2, 5, 5}, DataType::kF32, rng),

@@ -1,4 +1,5 @@
-// Conv and FusedConv (2-D, NCHW) on float and bfloat16 through oneDNN's convolution primitive.
+// Conv and FusedConv (2-D, NCHW) on float, bfloat16 and float16 storage through oneDNN's
+// convolution primitive.
 // Shape rules and errors are the reference kernels' (cpu/ref/nn_conv.cc, cpu/ref/fused.cc): the
 // same attribute readers and SetupConv run first.
 //
@@ -8,6 +9,8 @@
 // type. The numbers differ from the reference only by the accumulation order oneDNN chooses.
 // bf16 dot-product instructions (vdpbf16ps, AMX) read subnormal inputs as zero, which the
 // contract does not allow: a bf16 run with a subnormal in X or W goes to the reference kernel.
+// fp16 storage (this CPU has no fp16 arithmetic): the primitive is the fp32 one, on X, W, B and
+// Z converted to fp32 (exact, F16C) and writing fp32 sums that are rounded once to fp16 Y.
 //
 // W is a constant (`Supports`): the primitive and W reordered into the primitive's preferred
 // layout are built once, at the first run, and rebuilt only when the input shape or the thread
@@ -27,6 +30,7 @@
 // streaming W from memory, which the GEMM overlaps with the arithmetic.
 #include <omp.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -37,6 +41,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/common/cpu_features.h"
+#include "engine/kernels/cpu/avx512/convert.h"
 #include "engine/kernels/cpu/avx512/gemm.h"
 #include "engine/kernels/cpu/dnnl/register.h"
 #include "engine/kernels/cpu/ref/common.h"
@@ -89,8 +94,35 @@ bool AppendPostOp(const Activation& a, dn::post_ops& ops) {
   }
 }
 
+// The primitive's type for tensors stored as `t`: fp16 ones are converted to fp32 around it.
 dn::memory::data_type DnnlType(DataType t) {
   return t == DataType::kBF16 ? dn::memory::data_type::bf16 : dn::memory::data_type::f32;
+}
+
+// Chunks of the conversions below, one per loop iteration on the threads.
+constexpr int64_t kConvertChunk = int64_t{1} << 14;
+
+// dst[i] = src[i] for i < n, fp16 or bf16 (`from`) to fp32: exact.
+void ToFloat(DataType from, const void* src, float* dst, int64_t n) {
+  const uint16_t* s = static_cast<const uint16_t*>(src);
+#pragma omp parallel for schedule(static) if (n >= 4 * kConvertChunk)
+  for (int64_t i = 0; i < n; i += kConvertChunk) {
+    const int64_t len = std::min(kConvertChunk, n - i);
+    if (from == DataType::kF16) {
+      avx512::HalfToFloat(s + i, dst + i, len);
+    } else {
+      avx512::Bf16ToFloat(s + i, dst + i, len);
+    }
+  }
+}
+
+// dst[i] = fp16(src[i]) for i < n, rounded to nearest even.
+void FloatToHalf(const float* src, void* dst, int64_t n) {
+  uint16_t* d = static_cast<uint16_t*>(dst);
+#pragma omp parallel for schedule(static) if (n >= 4 * kConvertChunk)
+  for (int64_t i = 0; i < n; i += kConvertChunk) {
+    avx512::FloatToHalf(src + i, d + i, std::min(kConvertChunk, n - i));
+  }
 }
 
 // One engine for the process: a oneDNN CPU engine holds no state a kernel run changes.
@@ -213,6 +245,7 @@ class ConvKernel final : public Kernel {
     const ir::Tensor& x = *s.in.x;
     const ir::Tensor& w = *s.in.w;
     const DataType dt = x.dtype();
+    const bool half = dt == DataType::kF16;
     if (x.num_elements() == 0 || ir::NumElementsOf(s.out_dims) == 0 ||
         (dt == DataType::kBF16 && (!WeightsAllowed(w) || !BF16Allowed(x)))) {
       return RunReference(ctx, s);
@@ -223,9 +256,10 @@ class ConvKernel final : public Kernel {
     ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, dt, s.out_dims));
     const int64_t n = y->num_elements();
     // Without the activation as a post-op, the primitive writes the fp32 sums: into Y when Y is
-    // fp32, else into a scratch buffer that the activation epilogue rounds into Y.
+    // fp32, else into a scratch buffer that the activation epilogue rounds into Y. An fp16
+    // convolution's primitive always writes fp32 (act(sums) with the post-op) to the scratch.
     float* sums = nullptr;
-    if (!plan->post_op) {
+    if (!plan->post_op || half) {
       if (dt == DataType::kF32) {
         sums = y->data<float>();
       } else {
@@ -244,9 +278,7 @@ class ConvKernel final : public Kernel {
           ref::ParallelCopy(y->raw_data(), z->raw_data(), z->byte_size());
         }
       } else {
-        const BFloat16* zp = z->data<BFloat16>();
-#pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 16))
-        for (int64_t i = 0; i < n; ++i) sums[i] = static_cast<float>(zp[i]);  // exact
+        ToFloat(dt, z->raw_data(), sums, n);  // exact
       }
     }
     const float* bias = nullptr;
@@ -254,15 +286,20 @@ class ConvKernel final : public Kernel {
       if (s.in.b->dtype() == DataType::kF32) {
         bias = s.in.b->data<float>();
       } else {
-        // bf16 to fp32 is exact: the bias enters the sum unrounded, as in the reference.
+        // bf16 or fp16 to fp32 is exact: the bias enters the sum unrounded, as in the reference.
         bias_.resize(s.in.b->num_elements());
-        const BFloat16* p = s.in.b->data<BFloat16>();
-        for (size_t i = 0; i < bias_.size(); ++i) bias_[i] = static_cast<float>(p[i]);
+        ToFloat(dt, s.in.b->raw_data(), bias_.data(), s.in.b->num_elements());
         bias = bias_.data();
       }
     }
+    const void* src = x.raw_data();
+    if (half) {
+      x_f32_.resize(x.num_elements());
+      ToFloat(dt, src, x_f32_.data(), x.num_elements());
+      src = x_f32_.data();
+    }
     try {
-      plan->src_mem.set_data_handle(const_cast<void*>(x.raw_data()));
+      plan->src_mem.set_data_handle(const_cast<void*>(src));
       plan->dst_mem.set_data_handle(sums ? static_cast<void*>(sums) : y->raw_data());
       if (bias != nullptr) plan->bias_mem.set_data_handle(const_cast<float*>(bias));
       if (plan->to_blocked) plan->to_blocked.execute(plan->stream, plan->to_args);
@@ -273,7 +310,11 @@ class ConvKernel final : public Kernel {
       return absl::InternalError(
           absl::StrCat(node_.Label(), " oneDNN convolution failed: ", e.what()));
     }
-    if (sums != nullptr) ApplyActivation(sums, *y);
+    if (half && plan->post_op) {
+      FloatToHalf(sums, y->raw_data(), n);
+    } else if (sums != nullptr) {
+      ApplyActivation(sums, *y);
+    }
     return absl::OkStatus();
   }
 
@@ -512,7 +553,13 @@ class ConvKernel final : public Kernel {
                                                dst_any, strides, dilations, pad_l, pad_r);
     const dn::convolution_forward::primitive_desc pd(desc, attr, engine);
     p.weights = dn::memory(pd.weights_desc(), engine);
-    dn::memory user(w_user, engine, const_cast<void*>(w.raw_data()));
+    // fp16 W is reordered from an fp32 copy (exact), dropped once the primitive has its own.
+    std::vector<float> w_f32;
+    if (w.dtype() == DataType::kF16) {
+      w_f32.resize(w.num_elements());
+      ToFloat(DataType::kF16, w.raw_data(), w_f32.data(), w.num_elements());
+    }
+    dn::memory user(w_user, engine, w_f32.empty() ? const_cast<void*>(w.raw_data()) : w_f32.data());
     dn::stream stream(engine);
     dn::reorder(user, p.weights).execute(stream, user, p.weights);
     stream.wait();
@@ -548,6 +595,10 @@ class ConvKernel final : public Kernel {
         float* yp = y.data<float>();
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < n; ++i) yp[i] = f(sums[i]);
+      } else if (y.dtype() == DataType::kF16) {
+        Float16* yp = y.data<Float16>();
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; ++i) yp[i] = ref::Store<Float16>(f(sums[i]));
       } else {
         BFloat16* yp = y.data<BFloat16>();
 #pragma omp parallel for schedule(static)
@@ -568,7 +619,7 @@ class ConvKernel final : public Kernel {
   ir::Node nchw_node_;
   std::unique_ptr<Kernel> reference_;
   std::optional<Plan> plan_;
-  std::vector<float> scratch_, bias_;
+  std::vector<float> scratch_, bias_, x_f32_;  // x_f32_: an fp16 X in fp32
   const void* scanned_w_ = nullptr;
   bool w_allowed_ = false;
   bool channels_last_ = false;
@@ -585,6 +636,10 @@ void RegisterConv(Registry& r) {
     // oneDNN) and the AVX-512 subnormal scan.
     def.dtypes = {DataType::kBF16};
     def.cpu_features = IsaCpuFeatures(Isa::kAvx512) | kCpuAvx512Bf16;
+    r.Add(def);
+    // fp16 storage: the fp32 primitive between F16C conversions (AVX-512 ones).
+    def.dtypes = {DataType::kF16};
+    def.cpu_features = IsaCpuFeatures(Isa::kAvx512);
     r.Add(def);
   }
 }
