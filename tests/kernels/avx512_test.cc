@@ -1026,33 +1026,35 @@ TEST_P(Avx512Gemm, GemmTransposesAlphaBetaAndBiasShapes) {
   }
 }
 
-// A constant fp32 B of Gemm (a classifier's weight, usually transposed) is packed once, at the
-// first run: the bits of the unpacked path, on the packing run and on a later one that reads the
-// cached packing.
-TEST(Avx512GemmF32, ConstantWeightPackedAtTheFirstRunGivesTheSameBits) {
+// A constant fp32 or fp16 B of Gemm (a classifier's weight, usually transposed) is packed once, at
+// the first run: the bits of the unpacked path, on the packing run and on a later one that reads
+// the cached packing.
+TEST(Avx512Gemm, ConstantWeightPackedAtTheFirstRunGivesTheSameBits) {
   SKIP_WITHOUT(kAvx512);
   std::mt19937 gen(21);
   const std::vector<Shape> shapes = {{5, 130, 70}, {3, 1000, 64}, {1, 65, 1}};
-  for (const Shape& s : shapes) {
-    for (int tb = 0; tb < 2; ++tb) {
-      std::vector<float> unused;
-      NodeSpec spec;
-      spec.op = OpType::kGemm;
-      spec.attrs = {{"transB", IntAttr(tb)}, {"beta", FloatAttr(0.5f)}};
-      spec.inputs = {
-          RandomTensor(DataType::kF32, {s.m, s.k}, gen, &unused),
-          RandomTensor(DataType::kF32,
-                       tb ? std::vector<int64_t>{s.n, s.k} : std::vector<int64_t>{s.k, s.n}, gen,
-                       &unused),
-          RandomTensor(DataType::kF32, {s.n}, gen, &unused)};
-      const ir::Tensor plain = RunNodeOk0(spec);
-      spec.constant_inputs = {1};
-      for (int runs : {1, 3}) {
-        spec.runs = runs;
-        const ir::Tensor packed = RunNodeOk0(spec);
-        ASSERT_EQ(packed.byte_size(), plain.byte_size());
-        EXPECT_EQ(std::memcmp(packed.raw_data(), plain.raw_data(), plain.byte_size()), 0)
-            << s.m << "x" << s.n << "x" << s.k << " transB " << tb << " runs " << runs;
+  for (DataType dt : {DataType::kF32, DataType::kF16}) {
+    for (const Shape& s : shapes) {
+      for (int tb = 0; tb < 2; ++tb) {
+        std::vector<float> unused;
+        NodeSpec spec;
+        spec.op = OpType::kGemm;
+        spec.attrs = {{"transB", IntAttr(tb)}, {"beta", FloatAttr(0.5f)}};
+        spec.inputs = {
+            RandomTensor(dt, {s.m, s.k}, gen, &unused),
+            RandomTensor(dt, tb ? std::vector<int64_t>{s.n, s.k} : std::vector<int64_t>{s.k, s.n},
+                         gen, &unused),
+            RandomTensor(dt, {s.n}, gen, &unused)};
+        const ir::Tensor plain = RunNodeOk0(spec);
+        spec.constant_inputs = {1};
+        for (int runs : {1, 3}) {
+          spec.runs = runs;
+          const ir::Tensor packed = RunNodeOk0(spec);
+          ASSERT_EQ(packed.byte_size(), plain.byte_size());
+          EXPECT_EQ(std::memcmp(packed.raw_data(), plain.raw_data(), plain.byte_size()), 0)
+              << DataTypeName(dt) << " " << s.m << "x" << s.n << "x" << s.k << " transB " << tb
+              << " runs " << runs;
+        }
       }
     }
   }

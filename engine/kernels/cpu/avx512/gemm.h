@@ -86,26 +86,30 @@ void PackBF32(const float* b, int64_t k, int64_t n, float* out);
 /// PackBF32 of a B whose element (i, j) is b[i * b_rs + j * b_cs] (e.g. Gemm's transB).
 void PackBF32Strided(const float* b, int64_t k, int64_t n, int64_t b_rs, int64_t b_cs, float* out);
 
-/// A constant fp32 B packed once for GemmArgs::b_packed_f32 and kept while its source stays the
-/// same (buffer, shape, strides): the weight of a kernel that packs it at its first run. Defined
-/// in gemm_ops.cc (no ISA code).
-class PackedWeightF32 {
+/// A constant B packed once, fp32 (T = float) for GemmArgs::b_packed_f32 or fp16 (T = uint16_t)
+/// for GemmArgs::b_packed_f16, and kept while its source stays the same (buffer, shape,
+/// strides): the weight of a kernel that packs it at its first run. Defined in gemm_ops.cc (no
+/// ISA code) for those two types.
+template <typename T>
+class PackedWeight {
  public:
   /// The packed copy of `count` matrices k x n whose element (i, j) is
   /// b[c * offset + i * b_rs + j * b_cs] (a convolution's kernel taps: count = taps, offset 1),
-  /// one after another, `PackedBElemsF32(k, n)` floats apart; made at the first call for this
-  /// source. nullptr when the memory cannot be had.
-  const float* Get(const float* b, int64_t k, int64_t n, int64_t b_rs, int64_t b_cs,
-                   int64_t count = 1, int64_t offset = 0);
+  /// one after another, `PackedBElemsF32(k, n)` values apart (64-byte aligned); made at the
+  /// first call for this source. nullptr when the memory cannot be had.
+  const T* Get(const T* b, int64_t k, int64_t n, int64_t b_rs, int64_t b_cs, int64_t count = 1,
+               int64_t offset = 0);
 
  private:
   struct Free {
-    void operator()(float* p) const;
+    void operator()(T* p) const;
   };
-  std::unique_ptr<float, Free> packed_;
-  const float* source_ = nullptr;
+  std::unique_ptr<T, Free> packed_;
+  const T* source_ = nullptr;
   std::array<int64_t, 6> key_ = {};  // k, n, b_rs, b_cs, count, offset
 };
+using PackedWeightF32 = PackedWeight<float>;
+using PackedWeightF16 = PackedWeight<uint16_t>;
 
 /// fp32 values of a whole packed fp32 B of k x n: ceil(n / 64) strips.
 int64_t PackedBElemsF32(int64_t k, int64_t n);
@@ -114,6 +118,10 @@ int64_t PackedBElemsF32(int64_t k, int64_t n);
 /// PackedBStripElemsF32(k) fp16 values ([k][64], zero padded past n). Each run widens a strip to
 /// fp32 (exactly) with contiguous loads instead of gathering its rows from the whole matrix.
 void PackBHalf(const uint16_t* b, int64_t k, int64_t n, uint16_t* out);
+
+/// PackBHalf of a B whose element (i, j) is b[i * b_rs + j * b_cs] (e.g. Gemm's transB).
+void PackBHalfStrided(const uint16_t* b, int64_t k, int64_t n, int64_t b_rs, int64_t b_cs,
+                      uint16_t* out);
 
 /// Runs the GEMM with OpenMP over the available threads. Needs the kAvx512 CPU features, and
 /// kCpuAvx512Bf16 for GemmType::kBF16.

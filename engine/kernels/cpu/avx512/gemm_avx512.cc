@@ -658,12 +658,22 @@ void PackBF32Strided(const float* b, int64_t k, int64_t n, int64_t b_rs, int64_t
 }
 
 void PackBHalf(const uint16_t* b, int64_t k, int64_t n, uint16_t* out) {
+  PackBHalfStrided(b, k, n, n, 1, out);
+}
+
+void PackBHalfStrided(const uint16_t* b, int64_t k, int64_t n, int64_t b_rs, int64_t b_cs,
+                      uint16_t* out) {
   const int64_t strip = PackedBStripElemsF32(k);
   for (int64_t s = 0; s * kNr < n; ++s) {
     const int64_t j0 = s * kNr, nc = Min(kNr, n - j0);
     for (int64_t kk = 0; kk < k; ++kk) {
       uint16_t* row = out + s * strip + kk * kNr;
-      std::memcpy(row, b + kk * n + j0, nc * sizeof(uint16_t));
+      const uint16_t* src = b + kk * b_rs + j0 * b_cs;
+      if (b_cs == 1) {
+        std::memcpy(row, src, nc * sizeof(uint16_t));
+      } else {
+        for (int64_t j = 0; j < nc; ++j) row[j] = src[j * b_cs];
+      }
       std::memset(row + nc, 0, (kNr - nc) * sizeof(uint16_t));
     }
   }
