@@ -14,6 +14,8 @@ namespace {
 // NCHW -> NHWC and back.
 const std::vector<int64_t> kToNhwc = {0, 2, 3, 1};
 const std::vector<int64_t> kToNchw = {0, 3, 1, 2};
+// Where NCHW axis a lies in NHWC.
+constexpr int kNhwcAxis[4] = {0, 3, 1, 2};
 
 bool KnownRank4(const ir::Value* v) { return v && v->shape.rank_known && v->shape.rank() == 4; }
 
@@ -79,6 +81,10 @@ class ChannelsLast {
         nhwc_nodes_.insert(n);
         nhwc_values_.insert(n->outputs[0]);
         ++result_.elementwise;
+      } else if (ConcatOnNhwc(*n)) {
+        nhwc_nodes_.insert(n);
+        nhwc_values_.insert(n->outputs[0]);
+        ++result_.concats;
       }
     }
     if (nhwc_nodes_.empty()) return std::move(result_);
@@ -94,10 +100,15 @@ class ChannelsLast {
       twin_[v] = w;
       twins_in_order_.push_back({v, w});
       if (IsConv(*n) || IsPool(*n)) n->attrs[kernels::kChannelsLastAttr] = ir::Attribute::Int(1);
+      // A Concat joins along the same logical axis, at its NHWC position.
+      if (n->op == ir::OpType::kConcat) {
+        n->attrs["axis"] = ir::Attribute::Int(kNhwcAxis[NormalizedAxis(*n)]);
+      }
     }
     for (ir::Node* n : live_) {
       if (!nhwc_nodes_.contains(n)) continue;
-      // Convolutions: X and FusedConv's residual Z; pools: X; elementwise nodes: every input.
+      // Convolutions: X and FusedConv's residual Z; pools: X; elementwise nodes and Concat: every
+      // input.
       for (int i = 0; i < n->num_inputs(); ++i) {
         if ((IsConv(*n) && i != 0 && i != 3) || (IsPool(*n) && i != 0)) continue;
         ir::Value* v = n->inputs[i];
@@ -159,6 +170,25 @@ class ChannelsLast {
     return any;
   }
 
+  // Concat's axis in [0, 4) (rank 4), or -1 when out of range (the kernel reports it).
+  static int NormalizedAxis(const ir::Node& n) {
+    int64_t axis = n.GetInt("axis", 0);
+    if (axis < 0) axis += 4;
+    return axis >= 0 && axis < 4 ? static_cast<int>(axis) : -1;
+  }
+
+  // A Concat of NHWC values only (rank 4), along a valid axis: it moves values, in any layout.
+  bool ConcatOnNhwc(const ir::Node& n) const {
+    if (n.op != ir::OpType::kConcat || n.num_outputs() != 1 || !KnownRank4(n.outputs[0]) ||
+        n.num_inputs() == 0 || NormalizedAxis(n) < 0) {
+      return false;
+    }
+    for (const ir::Value* v : n.inputs) {
+      if (!v || !nhwc_values_.contains(v)) return false;
+    }
+    return true;
+  }
+
   // The NHWC twin of NCHW value `v`: one inserted transpose shared by every reader.
   absl::StatusOr<ir::Value*> ToNhwc(ir::Value* v) {
     auto it = to_nhwc_.find(v);
@@ -202,9 +232,9 @@ absl::StatusOr<LayoutResult> KeepChannelsLast(
   ASSIGN_OR_RETURN(LayoutResult r, ChannelsLast(graph, live, channels_last_kernel).Run());
   if (logger && r.convolutions > 0) {
     logger->info(
-        "layout: {} convolution(s), {} pool(s) and {} elementwise node(s) run channels-last "
-        "(NHWC), {} transpose(s) inserted",
-        r.convolutions, r.pools, r.elementwise, r.transposes);
+        "layout: {} convolution(s), {} pool(s), {} elementwise node(s) and {} Concat(s) run "
+        "channels-last (NHWC), {} transpose(s) inserted",
+        r.convolutions, r.pools, r.elementwise, r.concats, r.transposes);
   }
   return r;
 }

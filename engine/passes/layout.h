@@ -13,6 +13,8 @@
 //   - an elementwise node whose activation inputs are all NHWC values of one static shape
 //     (Add, Sum, Mul, Sub; Relu, Clip, LeakyRelu, Sigmoid, HardSwish, Tanh on input 0) runs on
 //     them as they are: elementwise arithmetic does not depend on the layout;
+//   - a Concat of NHWC values only joins them as NHWC, its axis moved to its NHWC position
+//     (channels: 1 -> 3), so Inception- and DenseNet-style blocks stay NHWC across their joins;
 //   - an NCHW value read in NHWC gets one inserted Transpose (perm 0,2,3,1), shared by every
 //     such reader; an NHWC value read by anything else, or a graph output, gets one inserted
 //     Transpose back (perm 0,3,1,2) producing the value under its ONNX name.
@@ -37,6 +39,7 @@ struct LayoutResult {
   int convolutions = 0;             // convolutions running NHWC
   int pools = 0;                    // pools running NHWC
   int elementwise = 0;              // elementwise nodes running on NHWC values
+  int concats = 0;                  // Concat nodes joining NHWC values
   int transposes = 0;               // transposes inserted (into and out of NHWC)
   std::vector<ir::Node*> inserted;  // the inserted Transpose nodes
 };

@@ -112,23 +112,28 @@ TEST(ChannelsLastTest, ConvolutionsAndTheElementwiseNodesBetweenThemRunNhwc) {
                           (DetectCpuFeatures() & kernels::IsaCpuFeatures(kernels::Isa::kAvx512)) ==
                               kernels::IsaCpuFeatures(kernels::Isa::kAvx512);
   int transposes = 0, channels_last = 0;
+  const ir::Node* concat = nullptr;
   for (const ir::Node* n : b.engine->order) {
     if (n->op == ir::OpType::kTranspose) {
       ++transposes;
       EXPECT_TRUE(n->sources.empty()) << n->name;
     }
+    if (n->op == ir::OpType::kConcat) concat = n;
     if (n->GetInt(kernels::kChannelsLastAttr, 0) != 0) ++channels_last;
   }
   // Five convolutions, and the MaxPool and GlobalAveragePool where the AVX-512 pools run.
   EXPECT_EQ(channels_last, fast_pools ? 7 : 5);
-  // In: x, and the Concat's output for the head. Out: the graph outputs `sum`, `y` and `gap`,
-  // and the two Concat inputs (the pool's output and the branch's). Without the fast pools the
-  // MaxPool and the GlobalAveragePool run NCHW: r2 out, p in, and `y` serves the pool too.
-  // Nothing between two NHWC nodes (the residual Add runs inside conv2's FusedConv, the Relu
-  // after it on its NHWC output; the first Relu is fused into conv1).
-  const int expected = 7;
+  // With the fast pools, in: x; out: the graph outputs `sum`, `y` and `gap`. The Concat joins
+  // the pool's and the branch's NHWC outputs on channels, axis 3 in NHWC. Nothing between two
+  // NHWC nodes (the residual Add runs inside conv2's FusedConv, the Relu after it on its NHWC
+  // output; the first Relu is fused into conv1). Without them the MaxPool runs NCHW, and so
+  // does the Concat of its output: r2 out, p in, the branch's output out and the Concat's
+  // output in, and `y` serves the GlobalAveragePool too.
+  const int expected = fast_pools ? 4 : 7;
   EXPECT_EQ(transposes, expected);
   EXPECT_EQ(b.result.summary.layout_transposes, expected);
+  ASSERT_NE(concat, nullptr);
+  EXPECT_EQ(concat->GetInt("axis", 0), fast_pools ? 3 : 1);
   // Graph outputs keep their names, NCHW dims and order.
   ASSERT_EQ(b.engine->graph->outputs().size(), 3u);
   EXPECT_EQ(b.engine->graph->outputs()[0]->name, "y");
