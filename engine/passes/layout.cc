@@ -29,6 +29,19 @@ bool IsScalarConstant(const ir::Value* v) {
   return v->constant && v->constant->num_elements() == 1;
 }
 
+// A constant of dims [C, 1, 1] or [1, C, 1, 1] (C > 1): one value per channel of an NCHW
+// operand with C channels, as a per-channel scale or shift (a decomposed BatchNormalization).
+bool IsChannelConstant(const ir::Value* v, int64_t channels) {
+  if (!v->constant || channels <= 1) return false;
+  const std::vector<int64_t>& d = v->constant->dims();
+  if (d.size() != 3 && d.size() != 4) return false;
+  const size_t c = d.size() - 3;
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (d[i] != (i == c ? channels : 1)) return false;
+  }
+  return true;
+}
+
 // Elementwise ops whose arithmetic does not depend on the layout of same-shaped inputs.
 bool LayoutFreeElementwise(ir::OpType op) {
   switch (op) {
@@ -113,6 +126,11 @@ class ChannelsLast {
         if ((IsConv(*n) && i != 0 && i != 3) || (IsPool(*n) && i != 0)) continue;
         ir::Value* v = n->inputs[i];
         if (!v || IsScalarConstant(v)) continue;
+        if (LayoutFreeElementwise(n->op) &&
+            IsChannelConstant(v, v->constant ? v->constant->num_elements() : 0)) {
+          ASSIGN_OR_RETURN(n->inputs[i], ChannelRow(v));
+          continue;
+        }
         auto it = twin_.find(v);
         if (it != twin_.end()) {
           n->inputs[i] = it->second;
@@ -156,10 +174,12 @@ class ChannelsLast {
                                     n.op == ir::OpType::kMul || n.op == ir::OpType::kSub
                                 ? n.num_inputs()
                                 : 1;
+    const int64_t channels = n.outputs[0]->shape.dims[1].value;
     bool any = false;
     for (int i = 0; i < n.num_inputs(); ++i) {
       const ir::Value* v = n.inputs[i];
       if (!v) continue;
+      if (i < activations && IsChannelConstant(v, channels)) continue;
       if (i >= activations || IsScalarConstant(v)) {
         if (!v->constant && i < activations) return false;
         continue;
@@ -187,6 +207,21 @@ class ChannelsLast {
       if (!v || !nhwc_values_.contains(v)) return false;
     }
     return true;
+  }
+
+  // Channel constant `v` ([C, 1, 1] or [1, C, 1, 1]) as the [C] row an NHWC operand broadcasts
+  // over its last axis: the same values, one value shared by every reader. Its name carries no
+  // channels-last marker (the report reads it as the constant it is, not an NHWC tensor).
+  absl::StatusOr<ir::Value*> ChannelRow(ir::Value* v) {
+    auto it = channel_rows_.find(v);
+    if (it != channel_rows_.end()) return it->second;
+    const int64_t c = v->constant->num_elements();
+    ASSIGN_OR_RETURN(ir::Value * w, g_.AddValue(absl::StrCat(v->name, "::channel_row")));
+    w->dtype = v->dtype;
+    w->shape = ir::Shape::Of({c});
+    w->constant = v->constant->Reshaped({c});
+    channel_rows_[v] = w;
+    return w;
   }
 
   // The NHWC twin of NCHW value `v`: one inserted transpose shared by every reader.
@@ -221,6 +256,7 @@ class ChannelsLast {
   absl::flat_hash_map<ir::Value*, ir::Value*> twin_;               // such a value -> its NHWC value
   std::vector<std::pair<ir::Value*, ir::Value*>> twins_in_order_;  // the same, in order
   absl::flat_hash_map<ir::Value*, ir::Value*> to_nhwc_;            // NCHW value -> transposed copy
+  absl::flat_hash_map<ir::Value*, ir::Value*> channel_rows_;       // channel constant -> [C] row
   LayoutResult result_;
 };
 

@@ -12,7 +12,9 @@
 //     a kernel takes it (the AVX-512 pools);
 //   - an elementwise node whose activation inputs are all NHWC values of one static shape
 //     (Add, Sum, Mul, Sub; Relu, Clip, LeakyRelu, Sigmoid, HardSwish, Tanh on input 0) runs on
-//     them as they are: elementwise arithmetic does not depend on the layout;
+//     them as they are: elementwise arithmetic does not depend on the layout; a per-channel
+//     constant operand ([C, 1, 1] or [1, C, 1, 1], a decomposed BatchNormalization's scale or
+//     shift) is read as the same values in a [C] row, which broadcasts over NHWC's last axis;
 //   - a Concat of NHWC values only joins them as NHWC, its axis moved to its NHWC position
 //     (channels: 1 -> 3), so Inception- and DenseNet-style blocks stay NHWC across their joins;
 //   - an NCHW value read in NHWC gets one inserted Transpose (perm 0,2,3,1), shared by every

@@ -35,7 +35,9 @@ onnx::NodeProto* Conv(onnx::GraphProto* g, const std::string& name, const std::s
   return n;
 }
 
-// x [1, 8, 10, 10] -> a residual block (Conv+Relu, Conv, Add, Relu), a MaxPool on it, a branch
+// x [1, 8, 10, 10] -> a stem Conv scaled and shifted per channel (Mul by a [C, 1, 1] constant,
+// Add of a [1, C, 1, 1] one: a decomposed BatchNormalization) -> a residual block (Conv+Relu,
+// Conv, Add, Relu), a MaxPool on it, a branch
 // concatenated with the pool on channels (an NCHW reader), a last Conv and a GlobalAveragePool;
 // the first block's sum is also an output.
 onnx::ModelProto ResidualNet() {
@@ -45,7 +47,11 @@ onnx::ModelProto ResidualNet() {
   auto* g = m.mutable_graph();
   g->set_name("layout_test");
   AddTensorValueInfo(g->mutable_input(), "x", {1, kC, kH, kW});
-  Conv(g, "/stem", "x", kC, kC, 3, "s");
+  Conv(g, "/stem", "x", kC, kC, 3, "s0");
+  AddFloatInitializer(g, "scale", {kC, 1, 1}, Wave(kC, 0.5f, 1.0f));
+  AddFloatInitializer(g, "shift", {1, kC, 1, 1}, Wave(kC, 0.2f, 0.0f));
+  AddOnnxNode(g, "Mul", {"s0", "scale"}, {"sm"}, "/stem/scale");
+  AddOnnxNode(g, "Add", {"sm", "shift"}, {"s"}, "/stem/shift");
   Conv(g, "/block/conv1", "s", kC, kC, 3, "c1");
   AddOnnxNode(g, "Relu", {"c1"}, {"r1"}, "/block/relu1");
   Conv(g, "/block/conv2", "r1", kC, kC, 1, "c2");
@@ -113,7 +119,16 @@ TEST(ChannelsLastTest, ConvolutionsAndTheElementwiseNodesBetweenThemRunNhwc) {
                               kernels::IsaCpuFeatures(kernels::Isa::kAvx512);
   int transposes = 0, channels_last = 0;
   const ir::Node* concat = nullptr;
+  int channel_rows = 0;
   for (const ir::Node* n : b.engine->order) {
+    if (n->op == ir::OpType::kMul || n->op == ir::OpType::kAdd) {
+      // The stem's per-channel Mul and Add on its NHWC output, by the constants as [C] rows.
+      ASSERT_EQ(n->num_inputs(), 2) << n->name;
+      EXPECT_TRUE(absl::EndsWith(n->inputs[0]->name, "::nhwc")) << n->name;
+      ASSERT_TRUE(n->inputs[1]->constant.has_value()) << n->name;
+      EXPECT_EQ(n->inputs[1]->constant->dims(), (std::vector<int64_t>{kC})) << n->name;
+      ++channel_rows;
+    }
     if (n->op == ir::OpType::kTranspose) {
       ++transposes;
       EXPECT_TRUE(n->sources.empty()) << n->name;
@@ -130,6 +145,7 @@ TEST(ChannelsLastTest, ConvolutionsAndTheElementwiseNodesBetweenThemRunNhwc) {
   // does the Concat of its output: r2 out, p in, the branch's output out and the Concat's
   // output in, and `y` serves the GlobalAveragePool too.
   const int expected = fast_pools ? 4 : 7;
+  EXPECT_EQ(channel_rows, 2);
   EXPECT_EQ(transposes, expected);
   EXPECT_EQ(b.result.summary.layout_transposes, expected);
   ASSERT_NE(concat, nullptr);
