@@ -160,7 +160,8 @@ class ChannelsLast {
     return n.op == ir::OpType::kConv || n.op == ir::OpType::kFusedConv;
   }
   static bool IsPool(const ir::Node& n) {
-    return n.op == ir::OpType::kMaxPool || n.op == ir::OpType::kGlobalAveragePool;
+    return n.op == ir::OpType::kMaxPool || n.op == ir::OpType::kAveragePool ||
+           n.op == ir::OpType::kGlobalAveragePool;
   }
 
   // Every non-constant input an NHWC value of the output's static shape (scalar constants

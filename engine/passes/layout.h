@@ -8,8 +8,8 @@
 //   - every convolution with a kernel taking it channels-last (`channels_last_kernel`: the
 //     oneDNN kernel) reads X (and a FusedConv's residual Z) and writes Y as NHWC tensors
 //     ([N, H, W, C]; the node gets
-//     kChannelsLastAttr), and so does a MaxPool or GlobalAveragePool reading an NHWC value when
-//     a kernel takes it (the AVX-512 pools);
+//     kChannelsLastAttr), and so does a MaxPool, AveragePool or GlobalAveragePool reading an NHWC
+//     value when a kernel takes it (the AVX-512 pools);
 //   - an elementwise node whose activation inputs are all NHWC values of one static shape
 //     (Add, Sum, Mul, Sub; Relu, Clip, LeakyRelu, Sigmoid, HardSwish, Tanh on input 0) runs on
 //     them as they are: elementwise arithmetic does not depend on the layout; a per-channel

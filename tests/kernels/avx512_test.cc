@@ -285,10 +285,12 @@ TEST(Avx512Elementwise, SameShapeOpsMatchTheReferenceBitForBit) {
 
 // ---------------------------------------------------------------- channels-last pools
 
-// MaxPool and GlobalAveragePool on NHWC tensors (kChannelsLastAttr) against the reference on
-// the NCHW tensors, bit for bit: windows with pads, strides, dilations and ceil_mode, channel
-// counts around the 16-lane tail, NaN cells (skipped), ties of +0 and -0 (the first cell wins)
-// and a window that is all NaN (the lowest float, as the reference).
+// MaxPool, AveragePool and GlobalAveragePool on NHWC tensors (kChannelsLastAttr) against the
+// reference on the NCHW tensors, bit for bit: windows with pads, strides, dilations and
+// ceil_mode, channel counts around the 16-lane tail; for MaxPool NaN cells (skipped), ties of +0
+// and -0 (the first cell wins) and a window that is all NaN (the lowest float, as the
+// reference); AveragePool with and without count_include_pad, and windows with cells in the
+// padding and past it (ceil_mode).
 TEST(Avx512Pool, ChannelsLastPoolsMatchTheReferenceBitForBit) {
   SKIP_WITHOUT(kAvx512Bf16);
   std::mt19937 gen(9);
@@ -350,6 +352,20 @@ TEST(Avx512Pool, ChannelsLastPoolsMatchTheReferenceBitForBit) {
                                 : t == DataType::kF16 ? MakeHalf(dims, v)
                                                       : MakeBf16(dims, v);
       check(gap, finite, "GlobalAveragePool");
+      for (const Window& w : windows) {
+        for (int64_t include : {0, 1}) {
+          NodeSpec spec;
+          spec.op = OpType::kAveragePool;
+          spec.since_version = 19;
+          spec.attrs = {
+              {"kernel_shape", IntsAttr(w.kernel)}, {"strides", IntsAttr(w.strides)},
+              {"pads", IntsAttr(w.pads)},           {"dilations", IntsAttr(w.dilations)},
+              {"ceil_mode", IntAttr(w.ceil_mode)},  {"count_include_pad", IntAttr(include)}};
+          check(spec, finite,
+                "AveragePool " + ir::DimsToString(w.kernel) + " include_pad " +
+                    std::to_string(include));
+        }
+      }
     }
   }
 }

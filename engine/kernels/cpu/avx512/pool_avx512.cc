@@ -39,6 +39,55 @@ void MaxPool(const void* x, void* y, const PoolWindow2d& w) {
   }
 }
 
+// Cells of one window along one axis: those inside the input [0, in) and those inside the
+// padded input [-pad, in + pad_end), for the output coordinate `o`.
+struct AxisCells {
+  int64_t inside = 0, padded = 0;
+};
+AxisCells Cells(int64_t o, int64_t stride, int64_t pad, int64_t pad_end, int64_t k,
+                int64_t dilation, int64_t in) {
+  AxisCells a;
+  for (int64_t j = 0; j < k; ++j) {
+    const int64_t i = o * stride - pad + j * dilation;
+    a.inside += i >= 0 && i < in;
+    a.padded += i >= -pad && i < in + pad_end;
+  }
+  return a;
+}
+
+template <DataType T>
+void AveragePool(const void* x, void* y, const PoolWindow2d& w, bool count_include_pad) {
+  const int64_t rows = w.n * w.oh;
+#pragma omp parallel for schedule(static) if (rows * w.ow * w.c >= (1 << 14))
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t b = r / w.oh, oy = r % w.oh;
+    const AxisCells cy = Cells(oy, w.sh, w.ph, w.ph_end, w.kh, w.dh, w.ih);
+    for (int64_t ox = 0; ox < w.ow; ++ox) {
+      const AxisCells cx = Cells(ox, w.sw, w.pw, w.pw_end, w.kw, w.dw, w.iw);
+      const int64_t count = count_include_pad ? cy.padded * cx.padded : cy.inside * cx.inside;
+      const __m512 divisor = _mm512_set1_ps(static_cast<float>(count));
+      const int64_t out = ((b * w.oh + oy) * w.ow + ox) * w.c;
+      for (int64_t c = 0; c < w.c; c += 16) {
+        const __mmask16 m = LaneMask(w.c - c);
+        // The cells inside the input in row-major order, summed from 0 as the reference.
+        __m512 sum = _mm512_setzero_ps();
+        for (int64_t ky = 0; ky < w.kh; ++ky) {
+          const int64_t iy = oy * w.sh - w.ph + ky * w.dh;
+          if (iy < 0 || iy >= w.ih) continue;
+          for (int64_t kx = 0; kx < w.kw; ++kx) {
+            const int64_t ix = ox * w.sw - w.pw + kx * w.dw;
+            if (ix < 0 || ix >= w.iw) continue;
+            sum = _mm512_add_ps(sum, Load16<T>(x, ((b * w.ih + iy) * w.iw + ix) * w.c + c, m));
+          }
+        }
+        // A window with nothing to count has nothing to average: 0 (one entirely in the padding
+        // that counts the padding divides a sum of nothing, 0, as the reference).
+        Store16<T>(y, out + c, m, count > 0 ? _mm512_div_ps(sum, divisor) : _mm512_setzero_ps());
+      }
+    }
+  }
+}
+
 template <DataType T>
 void GlobalAverage(const void* x, void* y, int64_t n, int64_t hw, int64_t c) {
   const __m512 count = _mm512_set1_ps(static_cast<float>(hw));
@@ -63,6 +112,18 @@ void MaxPoolNhwc(DataType dtype, const void* x, void* y, const PoolWindow2d& w) 
       return MaxPool<DataType::kBF16>(x, y, w);
     default:
       return MaxPool<DataType::kF32>(x, y, w);
+  }
+}
+
+void AveragePoolNhwc(DataType dtype, const void* x, void* y, const PoolWindow2d& w,
+                     bool count_include_pad) {
+  switch (dtype) {
+    case DataType::kF16:
+      return AveragePool<DataType::kF16>(x, y, w, count_include_pad);
+    case DataType::kBF16:
+      return AveragePool<DataType::kBF16>(x, y, w, count_include_pad);
+    default:
+      return AveragePool<DataType::kF32>(x, y, w, count_include_pad);
   }
 }
 

@@ -1,6 +1,7 @@
-// MaxPool and GlobalAveragePool on channels-last tensors (kChannelsLastAttr: X and Y NHWC), the
-// pools the layout pass keeps between convolutions (passes/layout.h): 2-D, float, float16 and
-// bfloat16, MaxPool without its Indices output. The reference's numbers to the bit (pool.h).
+// MaxPool, AveragePool and GlobalAveragePool on channels-last tensors (kChannelsLastAttr: X and Y
+// NHWC), the pools the layout pass keeps between convolutions (passes/layout.h): 2-D, float,
+// float16 and bfloat16, MaxPool without its Indices output. The reference's numbers to the bit
+// (pool.h).
 #include <memory>
 
 #include "engine/common/cpu_features.h"
@@ -32,14 +33,17 @@ absl::StatusOr<const ir::Tensor*> NhwcInput(const ir::Node& node, KernelContext&
   return x;
 }
 
-class MaxPoolNhwcKernel final : public Kernel {
+// MaxPool or AveragePool (`average`) over 2-D windows.
+template <bool average>
+class PoolNhwcKernel final : public Kernel {
  public:
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const ir::Node& node) {
-    auto k = std::unique_ptr<MaxPoolNhwcKernel>(new MaxPoolNhwcKernel(node));
+    auto k = std::unique_ptr<PoolNhwcKernel>(new PoolNhwcKernel(node));
     ASSIGN_OR_RETURN(k->attrs_, ref::nn::ReadPoolAttrs(node));
     if (k->attrs_.kernel.size() != 2) {
-      return ref::InvalidNode(node, "a channels-last MaxPool must be 2-D");
+      return ref::InvalidNode(node, "a channels-last ", ir::OpName(node.op), " must be 2-D");
     }
+    k->count_include_pad_ = node.GetInt("count_include_pad", 0) != 0;
     return std::unique_ptr<Kernel>(std::move(k));
   }
 
@@ -63,15 +67,22 @@ class MaxPoolNhwcKernel final : public Kernel {
     w.dw = win.dilations[1];
     w.ph = win.pad_begin[0];
     w.pw = win.pad_begin[1];
+    w.ph_end = win.pad_end[0];
+    w.pw_end = win.pad_end[1];
     ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, x->dtype(), {w.n, w.oh, w.ow, w.c}));
-    MaxPoolNhwc(x->dtype(), x->raw_data(), y->raw_data(), w);
+    if (average) {
+      AveragePoolNhwc(x->dtype(), x->raw_data(), y->raw_data(), w, count_include_pad_);
+    } else {
+      MaxPoolNhwc(x->dtype(), x->raw_data(), y->raw_data(), w);
+    }
     return absl::OkStatus();
   }
 
  private:
-  explicit MaxPoolNhwcKernel(const ir::Node& node) : node_(node) {}
+  explicit PoolNhwcKernel(const ir::Node& node) : node_(node) {}
   const ir::Node& node_;
   ref::nn::WindowAttrs attrs_;
+  bool count_include_pad_ = false;
 };
 
 absl::Status GlobalAveragePoolRun(const ir::Node& node, KernelContext& ctx) {
@@ -90,9 +101,12 @@ void RegisterPoolOps(Registry& r) {
                 0,
                 Backend::kCpu,
                 Isa::kAvx512,
-                &MaxPoolNhwcKernel::Create};
+                &PoolNhwcKernel<false>::Create};
   def.cpu_features = kCpuAvx512Bf16;  // vcvtneps2bf16 for bfloat16 outputs
   def.supports = &Supports;
+  r.Add(def);
+  def.op = ir::OpType::kAveragePool;
+  def.factory = &PoolNhwcKernel<true>::Create;
   r.Add(def);
   def.op = ir::OpType::kGlobalAveragePool;
   def.factory = &FunctionKernel<GlobalAveragePoolRun>::Create;
