@@ -83,8 +83,8 @@ class ChannelsLast {
         ++result_.convolutions;
       } else if (IsPool(*n)) {
         // Only a pool already reading an NHWC value: one on an NCHW value gains nothing.
-        if (n->num_inputs() != 1 || !nhwc_values_.contains(n->inputs[0]) ||
-            !KnownRank4(n->outputs[0]) || !kernel_ok_(*n)) {
+        if (!n->input(0) || !nhwc_values_.contains(n->input(0)) || !KnownRank4(n->outputs[0]) ||
+            !kernel_ok_(*n)) {
           continue;
         }
         nhwc_nodes_.insert(n);
@@ -159,9 +159,11 @@ class ChannelsLast {
   static bool IsConv(const ir::Node& n) {
     return n.op == ir::OpType::kConv || n.op == ir::OpType::kFusedConv;
   }
+  // Pools, and BatchNormalization (per channel): nodes that read X (input 0) in NHWC when
+  // kChannelsLastAttr is set on them, their other inputs as they are.
   static bool IsPool(const ir::Node& n) {
     return n.op == ir::OpType::kMaxPool || n.op == ir::OpType::kAveragePool ||
-           n.op == ir::OpType::kGlobalAveragePool;
+           n.op == ir::OpType::kGlobalAveragePool || n.op == ir::OpType::kBatchNormalization;
   }
 
   // Every non-constant input an NHWC value of the output's static shape (scalar constants
@@ -269,7 +271,8 @@ absl::StatusOr<LayoutResult> KeepChannelsLast(
   ASSIGN_OR_RETURN(LayoutResult r, ChannelsLast(graph, live, channels_last_kernel).Run());
   if (logger && r.convolutions > 0) {
     logger->info(
-        "layout: {} convolution(s), {} pool(s), {} elementwise node(s) and {} Concat(s) run "
+        "layout: {} convolution(s), {} pool and BatchNormalization node(s), {} elementwise node(s) "
+        "and {} Concat(s) run "
         "channels-last (NHWC), {} transpose(s) inserted",
         r.convolutions, r.pools, r.elementwise, r.concats, r.transposes);
   }

@@ -370,6 +370,60 @@ TEST(Avx512Pool, ChannelsLastPoolsMatchTheReferenceBitForBit) {
   }
 }
 
+// BatchNormalization in inference mode on NHWC tensors against the reference on the NCHW
+// tensors, bit for bit: channel counts around the 16-lane tail, parameters of another float
+// dtype than X, opsets 9 and 15, negative and zero variances next to epsilon.
+TEST(Avx512Norm, ChannelsLastBatchNormMatchesTheReferenceBitForBit) {
+  SKIP_WITHOUT(kAvx512Bf16);
+  std::mt19937 gen(13);
+  std::uniform_real_distribution<float> dist(-3, 3);
+  for (DataType t : {DataType::kF32, DataType::kF16, DataType::kBF16}) {
+    for (int64_t c : {int64_t{3}, int64_t{16}, int64_t{37}}) {
+      const std::vector<int64_t> dims = {2, c, 5, 7};
+      std::vector<float> v(ir::NumElementsOf(dims));
+      for (float& e : v) e = dist(gen);
+      const ir::Tensor nchw = t == DataType::kF32   ? MakeFloat(dims, v)
+                              : t == DataType::kF16 ? MakeHalf(dims, v)
+                                                    : MakeBf16(dims, v);
+      std::vector<float> scale(c), bias(c), mean(c), var(c);
+      for (int64_t j = 0; j < c; ++j) {
+        scale[j] = dist(gen);
+        bias[j] = dist(gen);
+        mean[j] = dist(gen);
+        var[j] = j % 5 == 0 ? 0.0f : std::fabs(dist(gen)) + 0.01f;
+      }
+      for (int opset : {9, 15}) {
+        // Opset 15 lets the parameters have their own float dtype: fp32 with fp16 / bf16 X.
+        const DataType pt = opset == 15 ? DataType::kF32 : t;
+        auto param = [&](const std::vector<float>& p) {
+          const std::vector<int64_t> d = {c};
+          return pt == DataType::kF32   ? MakeFloat(d, p)
+                 : pt == DataType::kF16 ? MakeHalf(d, p)
+                                        : MakeBf16(d, p);
+        };
+        NodeSpec spec;
+        spec.op = OpType::kBatchNormalization;
+        spec.since_version = opset;
+        spec.attrs = {{"epsilon", FloatAttr(1e-3f)}};
+        spec.inputs = {nchw, param(scale), param(bias), param(mean), param(var)};
+        spec.cpu_features = 0;
+        const ir::Tensor ref = RunNodeOk0(spec);
+        auto nhwc = ir::ChannelsLastCopy(nchw, true);
+        ASSERT_TRUE(nhwc.ok());
+        spec.inputs[0] = *nhwc;
+        spec.attrs.push_back({kernels::kChannelsLastAttr, IntAttr(1)});
+        spec.cpu_features = std::nullopt;
+        const ir::Tensor fast = RunNodeOk0(spec);
+        auto back = ir::ChannelsLastCopy(fast, false);
+        ASSERT_TRUE(back.ok());
+        ASSERT_EQ(back->dims(), ref.dims());
+        EXPECT_EQ(std::memcmp(back->raw_data(), ref.raw_data(), ref.byte_size()), 0)
+            << DataTypeOnnxName(t) << " C=" << c << " opset " << opset;
+      }
+    }
+  }
+}
+
 // The reference pools refuse a channels-last node rather than read NHWC as NCHW.
 TEST(Avx512Pool, ReferencePoolsRefuseChannelsLastNodes) {
   NodeSpec spec;
@@ -379,6 +433,15 @@ TEST(Avx512Pool, ReferencePoolsRefuseChannelsLastNodes) {
   spec.inputs = {MakeFloat({1, 4, 4, 2}, std::vector<float>(32, 1.0f))};
   spec.cpu_features = 0;
   ExpectNodeError(spec, absl::StatusCode::kInvalidArgument, "channels-last");
+  // And so does the reference BatchNormalization.
+  NodeSpec bn;
+  bn.op = OpType::kBatchNormalization;
+  bn.since_version = 15;
+  bn.attrs = {{kernels::kChannelsLastAttr, IntAttr(1)}};
+  const ir::Tensor p = MakeFloat({2}, {1.0f, 1.0f});
+  bn.inputs = {MakeFloat({1, 4, 4, 2}, std::vector<float>(32, 1.0f)), p, p, p, p};
+  bn.cpu_features = 0;
+  ExpectNodeError(bn, absl::StatusCode::kInvalidArgument, "channels-last");
 }
 
 // ---------------------------------------------------------------- Erf

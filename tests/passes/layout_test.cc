@@ -37,7 +37,7 @@ onnx::NodeProto* Conv(onnx::GraphProto* g, const std::string& name, const std::s
 
 // x [1, 8, 10, 10] -> a stem Conv scaled and shifted per channel (Mul by a [C, 1, 1] constant,
 // Add of a [1, C, 1, 1] one: a decomposed BatchNormalization) -> a residual block (Conv+Relu,
-// Conv, Add, Relu), a MaxPool on it, a branch
+// Conv, Add, Relu), a BatchNormalization and a MaxPool on it, a branch
 // concatenated with the pool on channels (an NCHW reader), a last Conv and a GlobalAveragePool;
 // the first block's sum is also an output.
 onnx::ModelProto ResidualNet() {
@@ -57,7 +57,15 @@ onnx::ModelProto ResidualNet() {
   Conv(g, "/block/conv2", "r1", kC, kC, 1, "c2");
   AddOnnxNode(g, "Add", {"c2", "s"}, {"sum"}, "/block/add");
   AddOnnxNode(g, "Relu", {"sum"}, {"r2"}, "/block/relu2");
-  auto* pool = AddOnnxNode(g, "MaxPool", {"r2"}, {"p"}, "/pool");
+  for (const char* p : {"bn.scale", "bn.b", "bn.mean"}) {
+    AddFloatInitializer(g, p, {kC}, Wave(kC, 0.5f, 0.3f));
+  }
+  std::vector<float> var = Wave(kC, 0.5f, 1.0f);  // a wave in [-0.5, 0.5]: made positive
+  for (float& v : var) v = std::fabs(v) + 0.25f;
+  AddFloatInitializer(g, "bn.var", {kC}, var);
+  AddOnnxNode(g, "BatchNormalization", {"r2", "bn.scale", "bn.b", "bn.mean", "bn.var"}, {"r2n"},
+              "/bn");
+  auto* pool = AddOnnxNode(g, "MaxPool", {"r2n"}, {"p"}, "/pool");
   AddIntsAttribute(pool, "kernel_shape", {2, 2});
   AddIntsAttribute(pool, "strides", {2, 2});
   Conv(g, "/branch", "p", kC, kC, 3, "b");
@@ -136,12 +144,14 @@ TEST(ChannelsLastTest, ConvolutionsAndTheElementwiseNodesBetweenThemRunNhwc) {
     if (n->op == ir::OpType::kConcat) concat = n;
     if (n->GetInt(kernels::kChannelsLastAttr, 0) != 0) ++channels_last;
   }
-  // Five convolutions, and the MaxPool and GlobalAveragePool where the AVX-512 pools run.
-  EXPECT_EQ(channels_last, fast_pools ? 7 : 5);
+  // Five convolutions, and the BatchNormalization, MaxPool and GlobalAveragePool where the
+  // AVX-512 kernels for them run.
+  EXPECT_EQ(channels_last, fast_pools ? 8 : 5);
   // With the fast pools, in: x; out: the graph outputs `sum`, `y` and `gap`. The Concat joins
   // the pool's and the branch's NHWC outputs on channels, axis 3 in NHWC. Nothing between two
   // NHWC nodes (the residual Add runs inside conv2's FusedConv, the Relu after it on its NHWC
-  // output; the first Relu is fused into conv1). Without them the MaxPool runs NCHW, and so
+  // output; the first Relu is fused into conv1). Without them the BatchNormalization and the
+  // MaxPool run NCHW, and so
   // does the Concat of its output: r2 out, p in, the branch's output out and the Concat's
   // output in, and `y` serves the GlobalAveragePool too.
   const int expected = fast_pools ? 4 : 7;

@@ -1,5 +1,6 @@
 // LayerNorm rows on float, float16 and bfloat16 storage (norm_avx512.cc), for the fast
-// LayerNormalization and AddLayerNorm kernels (norm_ops.cc). Call only when the CPU has the
+// LayerNormalization and AddLayerNorm kernels (norm_ops.cc), and channels-last
+// BatchNormalization. Call only when the CPU has the
 // kAvx512 features and kCpuAvx512Bf16.
 //
 // Arithmetic (fp32 throughout; the reference's steps, normalization_internal.h, with its sums in
@@ -34,5 +35,12 @@ struct LayerNormArgs {
 
 /// The rows of `a`, on the OpenMP threads when there is enough work. `y` may be `x` or `x2`.
 void LayerNormRows(const LayerNormArgs& a);
+
+/// BatchNormalization in inference mode on a channels-last X of `pixels` x `channels` values
+/// (kF32, kF16 or kBF16): y = (x - mean[c]) / stddev[c] * scale[c] + bias[c], each step an fp32
+/// operation rounded as written (no fused multiply-add), rounded once to the storage type: the
+/// reference kernel's arithmetic, with stddev[c] = sqrt(var[c] + epsilon) given.
+void BatchNormNhwc(DataType dtype, const void* x, void* y, int64_t pixels, int64_t channels,
+                   const float* mean, const float* stddev, const float* scale, const float* bias);
 
 }  // namespace kiln::kernels::cpu::avx512

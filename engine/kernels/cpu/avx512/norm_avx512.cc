@@ -84,4 +84,36 @@ void LayerNormRows(const LayerNormArgs& a) {
   }
 }
 
+namespace {
+
+template <DataType T>
+void BatchNormPixels(const void* x, void* y, int64_t pixels, int64_t channels, const float* mean,
+                     const float* stddev, const float* scale, const float* bias) {
+#pragma omp parallel for schedule(static) if (pixels * channels >= (1 << 15))
+  for (int64_t p = 0; p < pixels; ++p) {
+    for (int64_t c = 0; c < channels; c += 16) {
+      const __mmask16 m = LaneMask(channels - c);
+      const int64_t i = p * channels + c;
+      __m512 v = _mm512_sub_ps(Load16<T>(x, i, m), _mm512_maskz_loadu_ps(m, mean + c));
+      v = _mm512_div_ps(v, _mm512_mask_loadu_ps(_mm512_set1_ps(1.0f), m, stddev + c));
+      v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, scale + c));
+      Store16<T>(y, i, m, _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, bias + c)));
+    }
+  }
+}
+
+}  // namespace
+
+void BatchNormNhwc(DataType dtype, const void* x, void* y, int64_t pixels, int64_t channels,
+                   const float* mean, const float* stddev, const float* scale, const float* bias) {
+  switch (dtype) {
+    case DataType::kF16:
+      return BatchNormPixels<DataType::kF16>(x, y, pixels, channels, mean, stddev, scale, bias);
+    case DataType::kBF16:
+      return BatchNormPixels<DataType::kBF16>(x, y, pixels, channels, mean, stddev, scale, bias);
+    default:
+      return BatchNormPixels<DataType::kF32>(x, y, pixels, channels, mean, stddev, scale, bias);
+  }
+}
+
 }  // namespace kiln::kernels::cpu::avx512

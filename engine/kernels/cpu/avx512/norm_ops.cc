@@ -1,8 +1,11 @@
 // LayerNormalization (stash_type float) and the fused AddLayerNorm on float, float16 and
 // bfloat16, through the rows of norm.h: the reference's arithmetic with the row sums in 16
-// lanes. A run the rows do not cover goes to the reference kernel: a scale or bias that
-// broadcasts within the normalized block, operands of mixed dtypes, an AddLayerNorm whose
-// operands broadcast, empty rows, double values.
+// lanes; and BatchNormalization on channels-last tensors (BatchNormNhwcKernel). A run the rows do
+// not cover goes to the reference kernel: a scale or bias that broadcasts within the normalized
+// block, operands of mixed dtypes, an AddLayerNorm whose operands broadcast, empty rows, double
+// values.
+#include <algorithm>
+#include <cmath>
 #include <memory>
 #include <vector>
 
@@ -116,9 +119,80 @@ class NormKernel final : public Kernel {
   std::unique_ptr<Kernel> reference_;
 };
 
+// BatchNormalization in inference mode on a channels-last X (kChannelsLastAttr: X and Y NHWC,
+// the layout pass's), per channel: float, float16 and bfloat16 X, parameters of any float
+// dtype widened to fp32 as the reference does. Training mode and opset-6/7 per-activation
+// (spatial = 0) statistics stay NCHW on the reference.
+class BatchNormNhwcKernel final : public Kernel {
+ public:
+  static bool Supports(const ir::Node& node) {
+    if (node.GetInt(kChannelsLastAttr, 0) == 0 || node.num_inputs() != 5 || !node.inputs[0] ||
+        !IsF32OrHalf(node.inputs[0]->dtype) || !Inference(node)) {
+      return false;
+    }
+    return node.since_version >= 9 || node.GetInt("spatial", 1) != 0;
+  }
+
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const ir::Node& node) {
+    return std::unique_ptr<Kernel>(new BatchNormNhwcKernel(node));
+  }
+
+  absl::Status Run(KernelContext& ctx) override {
+    ASSIGN_OR_RETURN(const ir::Tensor* x, ref::RequireInput(node_, ctx, 0));
+    if (x->rank() != 4 || !IsF32OrHalf(x->dtype())) {
+      return ref::InvalidNode(node_, "a channels-last BatchNormalization needs a rank-4 float X");
+    }
+    const int64_t c = x->dim(3);
+    static constexpr const char* kNames[] = {"scale", "B", "mean", "var"};
+    for (int i = 0; i < 4; ++i) {
+      ASSIGN_OR_RETURN(const ir::Tensor* t, ref::RequireInput(node_, ctx, i + 1));
+      if (!IsFloating(t->dtype()) || t->num_elements() != c) {
+        return ref::InvalidNode(node_, kNames[i], " must be ", c, " float values, got ",
+                                DataTypeOnnxName(t->dtype()), ir::DimsToString(t->dims()));
+      }
+      params_[i].resize(c);
+      for (int64_t j = 0; j < c; ++j) {
+        params_[i][j] = static_cast<float>(ir::ElementAsDouble(*t, j));
+      }
+    }
+    const float eps = node_.GetFloat("epsilon", 1e-5f);
+    stddev_.resize(c);
+    for (int64_t j = 0; j < c; ++j) stddev_[j] = std::sqrt(params_[3][j] + eps);
+    ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, x->dtype(), x->dims()));
+    BatchNormNhwc(x->dtype(), x->raw_data(), y->raw_data(),
+                  x->num_elements() / std::max<int64_t>(c, 1), c, params_[2].data(), stddev_.data(),
+                  params_[0].data(), params_[1].data());
+    return absl::OkStatus();
+  }
+
+ private:
+  explicit BatchNormNhwcKernel(const ir::Node& node) : node_(node) {}
+
+  // Inference mode, as the reference reads it per opset, with Y the only output.
+  static bool Inference(const ir::Node& node) {
+    for (int i = 1; i < node.num_outputs(); ++i) {
+      if (node.outputs[i]) return false;
+    }
+    if (node.since_version >= 14) return node.GetInt("training_mode", 0) == 0;
+    return node.since_version >= 7 || node.GetInt("is_test", 0) != 0;
+  }
+
+  const ir::Node& node_;
+  std::vector<float> params_[4], stddev_;  // scale, B, mean, var; sqrt(var + epsilon)
+};
+
 }  // namespace
 
 void RegisterNormOps(Registry& r) {
+  KernelDef bn{ir::OpType::kBatchNormalization,
+               {DataType::kF32, DataType::kF16, DataType::kBF16},
+               0,
+               Backend::kCpu,
+               Isa::kAvx512,
+               &BatchNormNhwcKernel::Create};
+  bn.cpu_features = kCpuAvx512Bf16;  // vcvtneps2bf16 for bfloat16 outputs
+  bn.supports = &BatchNormNhwcKernel::Supports;
+  r.Add(bn);
   for (ir::OpType op : {ir::OpType::kLayerNormalization, ir::OpType::kAddLayerNorm}) {
     KernelDef def{op,
                   {DataType::kF32, DataType::kF16, DataType::kBF16},

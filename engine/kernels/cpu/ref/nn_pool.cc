@@ -70,7 +70,7 @@ WindowList BuildWindowList(const Window& w) {
 absl::Status RefuseChannelsLast(const ir::Node& node) {
   if (node.GetInt(kChannelsLastAttr, 0) == 0) return absl::OkStatus();
   return InvalidNode(node, "runs channels-last (", kChannelsLastAttr,
-                     "), which only the AVX-512 pool kernels take");
+                     "), which only the AVX-512 kernels take");
 }
 
 absl::StatusOr<WindowAttrs> ReadPoolAttrs(const ir::Node& node) {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "engine/kernels/cpu/ref/common.h"
+#include "engine/kernels/cpu/ref/nn_internal.h"
 #include "engine/kernels/cpu/ref/register.h"
 
 namespace kiln::kernels::cpu::ref {
@@ -57,6 +58,7 @@ class BatchNormKernel final : public Kernel {
   BatchNormKernel(const ir::Node& node, BatchNormConfig cfg) : node_(node), cfg_(cfg) {}
 
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const ir::Node& node) {
+    RETURN_IF_ERROR(nn::RefuseChannelsLast(node));  // NCHW only
     BatchNormConfig cfg;
     cfg.epsilon = node.GetFloat("epsilon", 1e-5f);
     cfg.momentum = node.GetFloat("momentum", 0.9f);
