@@ -1105,14 +1105,15 @@ TEST_P(Avx512Gemm, GemmTransposesAlphaBetaAndBiasShapes) {
   }
 }
 
-// A constant fp32 or fp16 B of Gemm (a classifier's weight, usually transposed) is packed once, at
-// the first run: the bits of the unpacked path, on the packing run and on a later one that reads
-// the cached packing.
+// A constant fp32, fp16 or bf16 B of Gemm (a classifier's weight, usually transposed) is packed
+// once, at the first run: the bits of the unpacked path, on the packing run and on a later one that
+// reads the cached packing.
 TEST(Avx512Gemm, ConstantWeightPackedAtTheFirstRunGivesTheSameBits) {
   SKIP_WITHOUT(kAvx512);
   std::mt19937 gen(21);
   const std::vector<Shape> shapes = {{5, 130, 70}, {3, 1000, 64}, {1, 65, 1}};
-  for (DataType dt : {DataType::kF32, DataType::kF16}) {
+  for (DataType dt : {DataType::kF32, DataType::kF16, DataType::kBF16}) {
+    if (dt == DataType::kBF16 && (DetectCpuFeatures() & kCpuAvx512Bf16) == 0) continue;
     for (const Shape& s : shapes) {
       for (int tb = 0; tb < 2; ++tb) {
         std::vector<float> unused;

@@ -28,6 +28,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <type_traits>
 
 namespace kiln::kernels::cpu::avx512 {
 
@@ -75,6 +76,10 @@ int64_t PackedBStripElems(int64_t k);
 /// PackedBStripElems(k) values, the layout the bf16 GEMM paths read, zero padded.
 void PackBBf16(const uint16_t* b, int64_t k, int64_t n, uint16_t* out);
 
+/// PackBBf16 of a B whose element (i, j) is b[i * b_rs + j * b_cs] (e.g. Gemm's transB).
+void PackBBf16Strided(const uint16_t* b, int64_t k, int64_t n, int64_t b_rs, int64_t b_cs,
+                      uint16_t* out);
+
 /// fp32 values of one strip (64 columns) of a packed fp32 B with `k` rows.
 int64_t PackedBStripElemsF32(int64_t k);
 
@@ -86,19 +91,22 @@ void PackBF32(const float* b, int64_t k, int64_t n, float* out);
 /// PackBF32 of a B whose element (i, j) is b[i * b_rs + j * b_cs] (e.g. Gemm's transB).
 void PackBF32Strided(const float* b, int64_t k, int64_t n, int64_t b_rs, int64_t b_cs, float* out);
 
-/// A constant B packed once, fp32 (T = float) for GemmArgs::b_packed_f32 or fp16 (T = uint16_t)
-/// for GemmArgs::b_packed_f16, and kept while its source stays the same (buffer, shape,
-/// strides): the weight of a kernel that packs it at its first run. Defined in gemm_ops.cc (no
-/// ISA code) for those two types.
-template <typename T>
+/// A constant B packed once for GemmArgs::b_packed_f32 (kType kF32, float values),
+/// b_packed_f16 (kF16) or b_packed (kBF16, uint16_t values), and kept while its source stays the
+/// same (buffer, shape, strides): the weight of a kernel that packs it at its first run. Defined
+/// in gemm_ops.cc (no ISA code).
+template <GemmType kType>
 class PackedWeight {
  public:
+  using T = std::conditional_t<kType == GemmType::kF32, float, uint16_t>;
   /// The packed copy of `count` matrices k x n whose element (i, j) is
   /// b[c * offset + i * b_rs + j * b_cs] (a convolution's kernel taps: count = taps, offset 1),
-  /// one after another, `PackedBElemsF32(k, n)` values apart (64-byte aligned); made at the
-  /// first call for this source. nullptr when the memory cannot be had.
+  /// one after another, Elems(k, n) values apart (64-byte aligned); made at the first call for
+  /// this source. nullptr when the memory cannot be had.
   const T* Get(const T* b, int64_t k, int64_t n, int64_t b_rs, int64_t b_cs, int64_t count = 1,
                int64_t offset = 0);
+  /// Values of one packed k x n matrix.
+  static int64_t Elems(int64_t k, int64_t n);
 
  private:
   struct Free {
@@ -108,8 +116,9 @@ class PackedWeight {
   const T* source_ = nullptr;
   std::array<int64_t, 6> key_ = {};  // k, n, b_rs, b_cs, count, offset
 };
-using PackedWeightF32 = PackedWeight<float>;
-using PackedWeightF16 = PackedWeight<uint16_t>;
+using PackedWeightF32 = PackedWeight<GemmType::kF32>;
+using PackedWeightF16 = PackedWeight<GemmType::kF16>;
+using PackedWeightBf16 = PackedWeight<GemmType::kBF16>;
 
 /// fp32 values of a whole packed fp32 B of k x n: ceil(n / 64) strips.
 int64_t PackedBElemsF32(int64_t k, int64_t n);

@@ -682,7 +682,14 @@ void PackBHalfStrided(const uint16_t* b, int64_t k, int64_t n, int64_t b_rs, int
 int64_t PackedBStripElems(int64_t k) { return CeilDiv(k, kAmxK) * (kAmxK / 2) * kNr * 2; }
 
 void PackBBf16(const uint16_t* b, int64_t k, int64_t n, uint16_t* out) {
-  const GemmArgs g = RowMajorB(GemmType::kBF16, k, n);
+  PackBBf16Strided(b, k, n, n, 1, out);
+}
+
+void PackBBf16Strided(const uint16_t* b, int64_t k, int64_t n, int64_t b_rs, int64_t b_cs,
+                      uint16_t* out) {
+  GemmArgs g = RowMajorB(GemmType::kBF16, k, n);
+  g.b_rs = b_rs;
+  g.b_cs = b_cs;
   const int64_t strip = PackedBStripElems(k), filled = CeilDiv(k, 2) * kNr * 2;
   for (int64_t s = 0; s * kNr < n; ++s) {
     PackBStripBf16(g, b, s * kNr, out + s * strip);

@@ -142,12 +142,16 @@ class GemmKernel final : public Kernel {
     const ir::Value* bv = node_.input(1);
     const bool weight = bv && bv->constant && !bv->is_graph_input && k > 0 && n > 0;
     if (weight && a->dtype() == DataType::kF32) {
-      // A constant fp32 or fp16 B (a classifier's weight, usually transposed): packed once, at
+      // A constant B (a classifier's weight, usually transposed): packed once, at
       // the first run, as the build packs MatMul weights; the same values, read contiguously
       // (nullptr, and B read as it is, when the buffer cannot be had).
       g.b_packed_f32 = packed_.Get(b->data<float>(), k, n, g.b_rs, g.b_cs);
     } else if (weight && a->dtype() == DataType::kF16) {
       g.b_packed_f16 = packed_f16_.Get(b->data<uint16_t>(), k, n, g.b_rs, g.b_cs);
+    } else if (weight && a->dtype() == DataType::kBF16) {
+      // Either bf16 path reads a packed B (the fp32 one widens each strip).
+      g.b_packed = packed_bf16_.Get(b->data<uint16_t>(), k, n, g.b_rs, g.b_cs);
+      ChooseBf16Path(g, node_, *a, *b, scan_);
     } else {
       ChooseBf16Path(g, node_, *a, *b, scan_);
     }
@@ -160,8 +164,9 @@ class GemmKernel final : public Kernel {
   bool trans_a_ = false, trans_b_ = false;
   float alpha_ = 1.0f, beta_ = 1.0f;
   WeightScan scan_;
-  PackedWeightF32 packed_;      // a constant fp32 B
-  PackedWeightF16 packed_f16_;  // a constant fp16 B
+  PackedWeightF32 packed_;        // a constant fp32 B
+  PackedWeightF16 packed_f16_;    // a constant fp16 B
+  PackedWeightBf16 packed_bf16_;  // a constant bf16 B
 };
 
 // numpy.matmul: 1-D operands are promoted (and the added dim dropped), batch dims broadcast.
@@ -404,25 +409,34 @@ void RegisterGemmOps(Registry& r) {
 
 int64_t PackedBElemsF32(int64_t k, int64_t n) { return (n + 63) / 64 * PackedBStripElemsF32(k); }
 
-template <typename T>
-void PackedWeight<T>::Free::operator()(T* p) const {
+template <GemmType kType>
+void PackedWeight<kType>::Free::operator()(T* p) const {
   std::free(p);
 }
 
-template <typename T>
-const T* PackedWeight<T>::Get(const T* b, int64_t k, int64_t n, int64_t b_rs, int64_t b_cs,
-                              int64_t count, int64_t offset) {
+template <GemmType kType>
+int64_t PackedWeight<kType>::Elems(int64_t k, int64_t n) {
+  if constexpr (kType == GemmType::kBF16) return (n + 63) / 64 * PackedBStripElems(k);
+  return PackedBElemsF32(k, n);
+}
+
+template <GemmType kType>
+auto PackedWeight<kType>::Get(const T* b, int64_t k, int64_t n, int64_t b_rs, int64_t b_cs,
+                              int64_t count, int64_t offset) -> const T* {
   const std::array<int64_t, 6> key = {k, n, b_rs, b_cs, count, offset};
   if (packed_ != nullptr && source_ == b && key_ == key) return packed_.get();
-  const int64_t elems = PackedBElemsF32(k, n);
+  const int64_t elems = Elems(k, n);
   const size_t bytes = static_cast<size_t>(count * elems) * sizeof(T);
   packed_.reset(static_cast<T*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
   if (packed_ == nullptr) return nullptr;
   for (int64_t c = 0; c < count; ++c) {
-    if constexpr (std::is_same_v<T, float>) {
-      PackBF32Strided(b + c * offset, k, n, b_rs, b_cs, packed_.get() + c * elems);
+    T* out = packed_.get() + c * elems;
+    if constexpr (kType == GemmType::kF32) {
+      PackBF32Strided(b + c * offset, k, n, b_rs, b_cs, out);
+    } else if constexpr (kType == GemmType::kF16) {
+      PackBHalfStrided(b + c * offset, k, n, b_rs, b_cs, out);
     } else {
-      PackBHalfStrided(b + c * offset, k, n, b_rs, b_cs, packed_.get() + c * elems);
+      PackBBf16Strided(b + c * offset, k, n, b_rs, b_cs, out);
     }
   }
   source_ = b;
@@ -430,7 +444,8 @@ const T* PackedWeight<T>::Get(const T* b, int64_t k, int64_t n, int64_t b_rs, in
   return packed_.get();
 }
 
-template class PackedWeight<float>;
-template class PackedWeight<uint16_t>;
+template class PackedWeight<GemmType::kF32>;
+template class PackedWeight<GemmType::kF16>;
+template class PackedWeight<GemmType::kBF16>;
 
 }  // namespace kiln::kernels::cpu::avx512
