@@ -1,6 +1,7 @@
 #include "engine/passes/layout.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -98,6 +99,10 @@ class ChannelsLast {
         nhwc_nodes_.insert(n);
         nhwc_values_.insert(n->outputs[0]);
         ++result_.concats;
+      } else if (ResizeOnNhwc(*n)) {
+        nhwc_nodes_.insert(n);
+        nhwc_values_.insert(n->outputs[0]);
+        ++result_.resizes;
       }
     }
     if (nhwc_nodes_.empty()) return std::move(result_);
@@ -121,8 +126,15 @@ class ChannelsLast {
     for (ir::Node* n : live_) {
       if (!nhwc_nodes_.contains(n)) continue;
       // Convolutions: X and FusedConv's residual Z; pools: X; elementwise nodes and Concat: every
-      // input.
+      // input; Resize: X, and its scales or sizes in NHWC axis order.
       for (int i = 0; i < n->num_inputs(); ++i) {
+        if (n->op == ir::OpType::kResize && i > 0) {
+          ir::Value* v = n->inputs[i];
+          if ((i == 2 || i == 3) && v && v->constant && v->constant->num_elements() == 4) {
+            ASSIGN_OR_RETURN(n->inputs[i], InNhwcOrder(v));
+          }
+          continue;
+        }
         if ((IsConv(*n) && i != 0 && i != 3) || (IsPool(*n) && i != 0)) continue;
         ir::Value* v = n->inputs[i];
         if (!v || IsScalarConstant(v)) continue;
@@ -212,6 +224,47 @@ class ChannelsLast {
     return true;
   }
 
+  // A Resize (opset 11 on: X, roi, scales, sizes) of an NHWC value with constant scales or sizes
+  // (4 values, in NCHW axis order) and no roi: each axis is resized on its own, in axis order,
+  // so the same resize of the NHWC axes (H and W still in that order) gives the same values.
+  bool ResizeOnNhwc(const ir::Node& n) const {
+    if (n.op != ir::OpType::kResize || n.since_version < 11 || n.num_outputs() != 1 ||
+        !KnownRank4(n.outputs[0]) || !n.input(0) || !nhwc_values_.contains(n.input(0)) ||
+        n.has_attr("axes")) {
+      return false;
+    }
+    const ir::Value* roi = n.input(1);
+    if (roi && (!roi->constant || roi->constant->num_elements() != 0)) return false;
+    bool given = false;
+    for (int i : {2, 3}) {
+      const ir::Value* v = n.input(i);
+      if (!v) continue;
+      if (!v->constant) return false;
+      const int64_t count = v->constant->num_elements();
+      if (count != 0 && count != 4) return false;
+      given |= count == 4;
+    }
+    return given;
+  }
+
+  // Constant `v` of 4 values in NCHW axis order ([N, C, H, W]) in NHWC order ([N, H, W, C]).
+  absl::StatusOr<ir::Value*> InNhwcOrder(ir::Value* v) {
+    auto it = nhwc_order_.find(v);
+    if (it != nhwc_order_.end()) return it->second;
+    ASSIGN_OR_RETURN(ir::Value * w, g_.AddValue(absl::StrCat(v->name, "::nhwc_order")));
+    ASSIGN_OR_RETURN(ir::Tensor t, ir::Tensor::AllocateUninitialized(v->constant->dtype(), {4}));
+    const size_t size = DataTypeSize(t.dtype());
+    const char* from = static_cast<const char*>(v->constant->raw_data());
+    for (int i = 0; i < 4; ++i) {
+      std::memcpy(static_cast<char*>(t.raw_data()) + i * size, from + kToNhwc[i] * size, size);
+    }
+    w->dtype = v->dtype;
+    w->shape = ir::Shape::Of({4});
+    w->constant = std::move(t);
+    nhwc_order_[v] = w;
+    return w;
+  }
+
   // Channel constant `v` ([C, 1, 1] or [1, C, 1, 1]) as the [C] row an NHWC operand broadcasts
   // over its last axis: the same values, one value shared by every reader. Its name carries no
   // channels-last marker (the report reads it as the constant it is, not an NHWC tensor).
@@ -260,6 +313,7 @@ class ChannelsLast {
   std::vector<std::pair<ir::Value*, ir::Value*>> twins_in_order_;  // the same, in order
   absl::flat_hash_map<ir::Value*, ir::Value*> to_nhwc_;            // NCHW value -> transposed copy
   absl::flat_hash_map<ir::Value*, ir::Value*> channel_rows_;       // channel constant -> [C] row
+  absl::flat_hash_map<ir::Value*, ir::Value*> nhwc_order_;  // Resize's scales / sizes, permuted
   LayoutResult result_;
 };
 
@@ -271,10 +325,10 @@ absl::StatusOr<LayoutResult> KeepChannelsLast(
   ASSIGN_OR_RETURN(LayoutResult r, ChannelsLast(graph, live, channels_last_kernel).Run());
   if (logger && r.convolutions > 0) {
     logger->info(
-        "layout: {} convolution(s), {} pool and BatchNormalization node(s), {} elementwise node(s) "
-        "and {} Concat(s) run "
-        "channels-last (NHWC), {} transpose(s) inserted",
-        r.convolutions, r.pools, r.elementwise, r.concats, r.transposes);
+        "layout: {} convolution(s), {} pool and BatchNormalization node(s), {} elementwise "
+        "node(s), {} Concat(s) and {} Resize(s) run channels-last (NHWC), {} transpose(s) "
+        "inserted",
+        r.convolutions, r.pools, r.elementwise, r.concats, r.resizes, r.transposes);
   }
   return r;
 }

@@ -18,6 +18,8 @@
 //     shift) is read as the same values in a [C] row, which broadcasts over NHWC's last axis;
 //   - a Concat of NHWC values only joins them as NHWC, its axis moved to its NHWC position
 //     (channels: 1 -> 3), so Inception- and DenseNet-style blocks stay NHWC across their joins;
+//   - a Resize of an NHWC value with constant scales or sizes and no roi resizes it as NHWC,
+//     its scales or sizes permuted to NHWC order (feature-pyramid upsampling);
 //   - an NCHW value read in NHWC gets one inserted Transpose (perm 0,2,3,1), shared by every
 //     such reader; an NHWC value read by anything else, or a graph output, gets one inserted
 //     Transpose back (perm 0,3,1,2) producing the value under its ONNX name.
@@ -43,6 +45,7 @@ struct LayoutResult {
   int pools = 0;                    // pools and BatchNormalization nodes running NHWC
   int elementwise = 0;              // elementwise nodes running on NHWC values
   int concats = 0;                  // Concat nodes joining NHWC values
+  int resizes = 0;                  // Resize nodes resizing NHWC values
   int transposes = 0;               // transposes inserted (into and out of NHWC)
   std::vector<ir::Node*> inserted;  // the inserted Transpose nodes
 };

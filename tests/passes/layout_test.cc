@@ -18,6 +18,7 @@
 #include "engine/runtime/session.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/node_runner.h"
 #include "tests/testing/onnx_models.h"
 
 namespace kiln::testing {
@@ -38,8 +39,8 @@ onnx::NodeProto* Conv(onnx::GraphProto* g, const std::string& name, const std::s
 // x [1, 8, 10, 10] -> a stem Conv scaled and shifted per channel (Mul by a [C, 1, 1] constant,
 // Add of a [1, C, 1, 1] one: a decomposed BatchNormalization) -> a residual block (Conv+Relu,
 // Conv, Add, Relu), a BatchNormalization and a MaxPool on it, a branch
-// concatenated with the pool on channels (an NCHW reader), a last Conv and a GlobalAveragePool;
-// the first block's sum is also an output.
+// concatenated with the pool on channels, a last Conv, a GlobalAveragePool and a 2x bilinear
+// Resize of its output; the first block's sum is also an output.
 onnx::ModelProto ResidualNet() {
   onnx::ModelProto m;
   m.set_ir_version(8);
@@ -72,9 +73,15 @@ onnx::ModelProto ResidualNet() {
   AddIntAttribute(AddOnnxNode(g, "Concat", {"p", "b"}, {"cat"}, "/concat"), "axis", 1);
   Conv(g, "/head", "cat", 2 * kC, 4, 3, "y");
   AddOnnxNode(g, "GlobalAveragePool", {"y"}, {"gap"}, "/gap");
+  AddFloatInitializer(g, "up.scales", {4}, {1.0f, 1.0f, 2.0f, 2.0f});
+  auto* up = AddOnnxNode(g, "Resize", {"y", "", "up.scales"}, {"up"}, "/up");
+  up->add_attribute()->set_name("mode");
+  up->mutable_attribute(0)->set_type(onnx::AttributeProto::STRING);
+  up->mutable_attribute(0)->set_s("linear");
   AddTensorValueInfo(g->mutable_output(), "y", {1, 4, kH / 2, kW / 2});
   AddTensorValueInfo(g->mutable_output(), "sum", {1, kC, kH, kW});
   AddTensorValueInfo(g->mutable_output(), "gap", {1, 4, 1, 1});
+  AddTensorValueInfo(g->mutable_output(), "up", {1, 4, kH, kW});
   return m;
 }
 
@@ -127,7 +134,7 @@ TEST(ChannelsLastTest, ConvolutionsAndTheElementwiseNodesBetweenThemRunNhwc) {
                               kernels::IsaCpuFeatures(kernels::Isa::kAvx512);
   int transposes = 0, channels_last = 0;
   const ir::Node* concat = nullptr;
-  int channel_rows = 0;
+  int channel_rows = 0, resizes = 0;
   for (const ir::Node* n : b.engine->order) {
     if (n->op == ir::OpType::kMul || n->op == ir::OpType::kAdd) {
       // The stem's per-channel Mul and Add on its NHWC output, by the constants as [C] rows.
@@ -142,34 +149,44 @@ TEST(ChannelsLastTest, ConvolutionsAndTheElementwiseNodesBetweenThemRunNhwc) {
       EXPECT_TRUE(n->sources.empty()) << n->name;
     }
     if (n->op == ir::OpType::kConcat) concat = n;
+    if (n->op == ir::OpType::kResize) {
+      // On the head's NHWC output, its scales in NHWC order.
+      EXPECT_TRUE(absl::EndsWith(n->inputs[0]->name, "::nhwc"));
+      ASSERT_TRUE(n->inputs[2]->constant.has_value());
+      EXPECT_EQ(ToFloats(*n->inputs[2]->constant), (std::vector<float>{1, 2, 2, 1}));
+      ++resizes;
+    }
     if (n->GetInt(kernels::kChannelsLastAttr, 0) != 0) ++channels_last;
   }
   // Five convolutions, and the BatchNormalization, MaxPool and GlobalAveragePool where the
   // AVX-512 kernels for them run.
   EXPECT_EQ(channels_last, fast_pools ? 8 : 5);
-  // With the fast pools, in: x; out: the graph outputs `sum`, `y` and `gap`. The Concat joins
+  // With the fast pools, in: x; out: the graph outputs `sum`, `y`, `gap` and `up`. The Concat joins
   // the pool's and the branch's NHWC outputs on channels, axis 3 in NHWC. Nothing between two
   // NHWC nodes (the residual Add runs inside conv2's FusedConv, the Relu after it on its NHWC
   // output; the first Relu is fused into conv1). Without them the BatchNormalization and the
   // MaxPool run NCHW, and so
   // does the Concat of its output: r2 out, p in, the branch's output out and the Concat's
   // output in, and `y` serves the GlobalAveragePool too.
-  const int expected = fast_pools ? 4 : 7;
+  const int expected = fast_pools ? 5 : 8;
   EXPECT_EQ(channel_rows, 2);
+  EXPECT_EQ(resizes, 1);
   EXPECT_EQ(transposes, expected);
   EXPECT_EQ(b.result.summary.layout_transposes, expected);
   ASSERT_NE(concat, nullptr);
   EXPECT_EQ(concat->GetInt("axis", 0), fast_pools ? 3 : 1);
   // Graph outputs keep their names, NCHW dims and order.
-  ASSERT_EQ(b.engine->graph->outputs().size(), 3u);
+  ASSERT_EQ(b.engine->graph->outputs().size(), 4u);
   EXPECT_EQ(b.engine->graph->outputs()[0]->name, "y");
   EXPECT_EQ(b.engine->graph->outputs()[1]->name, "sum");
   EXPECT_EQ(b.engine->graph->outputs()[2]->name, "gap");
+  EXPECT_EQ(b.engine->graph->outputs()[3]->name, "up");
   std::vector<ir::Tensor> out = RunOutputs(b.engine);
-  ASSERT_EQ(out.size(), 3u);
+  ASSERT_EQ(out.size(), 4u);
   EXPECT_EQ(out[0].dims(), (std::vector<int64_t>{1, 4, kH / 2, kW / 2}));
   EXPECT_EQ(out[1].dims(), (std::vector<int64_t>{1, kC, kH, kW}));
   EXPECT_EQ(out[2].dims(), (std::vector<int64_t>{1, 4, 1, 1}));
+  EXPECT_EQ(out[3].dims(), (std::vector<int64_t>{1, 4, kH, kW}));
 }
 
 // The NHWC engine computes what the NCHW engine computes: the same products summed in fp32, in
