@@ -171,11 +171,12 @@ class ChannelsLast {
   static bool IsConv(const ir::Node& n) {
     return n.op == ir::OpType::kConv || n.op == ir::OpType::kFusedConv;
   }
-  // Pools, and BatchNormalization (per channel): nodes that read X (input 0) in NHWC when
+  // Pools, BatchNormalization and LRN (per channel): nodes that read X (input 0) in NHWC when
   // kChannelsLastAttr is set on them, their other inputs as they are.
   static bool IsPool(const ir::Node& n) {
     return n.op == ir::OpType::kMaxPool || n.op == ir::OpType::kAveragePool ||
-           n.op == ir::OpType::kGlobalAveragePool || n.op == ir::OpType::kBatchNormalization;
+           n.op == ir::OpType::kGlobalAveragePool || n.op == ir::OpType::kBatchNormalization ||
+           n.op == ir::OpType::kLRN;
   }
 
   // Every non-constant input an NHWC value of the output's static shape (scalar constants
@@ -325,7 +326,7 @@ absl::StatusOr<LayoutResult> KeepChannelsLast(
   ASSIGN_OR_RETURN(LayoutResult r, ChannelsLast(graph, live, channels_last_kernel).Run());
   if (logger && r.convolutions > 0) {
     logger->info(
-        "layout: {} convolution(s), {} pool and BatchNormalization node(s), {} elementwise "
+        "layout: {} convolution(s), {} pool, BatchNormalization and LRN node(s), {} elementwise "
         "node(s), {} Concat(s) and {} Resize(s) run channels-last (NHWC), {} transpose(s) "
         "inserted",
         r.convolutions, r.pools, r.elementwise, r.concats, r.resizes, r.transposes);

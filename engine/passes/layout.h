@@ -8,9 +8,9 @@
 //   - every convolution with a kernel taking it channels-last (`channels_last_kernel`: the
 //     oneDNN kernel) reads X (and a FusedConv's residual Z) and writes Y as NHWC tensors
 //     ([N, H, W, C]; the node gets
-//     kChannelsLastAttr), and so does a MaxPool, AveragePool, GlobalAveragePool or
-//     BatchNormalization (inference) reading an NHWC value when a kernel takes it (the AVX-512
-//     ones);
+//     kChannelsLastAttr), and so does a MaxPool, AveragePool, GlobalAveragePool,
+//     BatchNormalization (inference) or LRN reading an NHWC value when a kernel takes it (the
+//     AVX-512 ones);
 //   - an elementwise node whose activation inputs are all NHWC values of one static shape
 //     (Add, Sum, Mul, Sub; Relu, Clip, LeakyRelu, Sigmoid, HardSwish, Tanh on input 0) runs on
 //     them as they are: elementwise arithmetic does not depend on the layout; a per-channel
@@ -42,7 +42,7 @@ namespace kiln::passes {
 /// What the layout pass did.
 struct LayoutResult {
   int convolutions = 0;             // convolutions running NHWC
-  int pools = 0;                    // pools and BatchNormalization nodes running NHWC
+  int pools = 0;                    // pools, BatchNormalization and LRN nodes running NHWC
   int elementwise = 0;              // elementwise nodes running on NHWC values
   int concats = 0;                  // Concat nodes joining NHWC values
   int resizes = 0;                  // Resize nodes resizing NHWC values

@@ -424,7 +424,50 @@ TEST(Avx512Norm, ChannelsLastBatchNormMatchesTheReferenceBitForBit) {
   }
 }
 
-// The reference pools refuse a channels-last node rather than read NHWC as NCHW.
+// LRN on NHWC tensors against the reference on the NCHW tensors, bit for bit: odd and even
+// window sizes (windows clipped at both channel ends), a window wider than the channels,
+// channel counts around the 16-lane tail.
+TEST(Avx512Norm, ChannelsLastLrnMatchesTheReferenceBitForBit) {
+  SKIP_WITHOUT(kAvx512Bf16);
+  std::mt19937 gen(29);
+  std::uniform_real_distribution<float> dist(-3, 3);
+  for (DataType t : {DataType::kF32, DataType::kF16, DataType::kBF16}) {
+    for (int64_t c : {int64_t{3}, int64_t{16}, int64_t{37}}) {
+      const std::vector<int64_t> dims = {2, c, 4, 5};
+      std::vector<float> v(ir::NumElementsOf(dims));
+      for (float& e : v) e = dist(gen);
+      const ir::Tensor nchw = t == DataType::kF32   ? MakeFloat(dims, v)
+                              : t == DataType::kF16 ? MakeHalf(dims, v)
+                                                    : MakeBf16(dims, v);
+      for (int64_t size : {1, 4, 5, 41}) {
+        NodeSpec spec;
+        spec.op = OpType::kLRN;
+        spec.since_version = 13;
+        spec.attrs = {{"size", IntAttr(size)},
+                      {"alpha", FloatAttr(0.02f)},
+                      {"beta", FloatAttr(0.75f)},
+                      {"bias", FloatAttr(1.5f)}};
+        spec.inputs = {nchw};
+        spec.cpu_features = 0;
+        const ir::Tensor ref = RunNodeOk0(spec);
+        auto nhwc = ir::ChannelsLastCopy(nchw, true);
+        ASSERT_TRUE(nhwc.ok());
+        spec.inputs = {*nhwc};
+        spec.attrs.push_back({kernels::kChannelsLastAttr, IntAttr(1)});
+        spec.cpu_features = std::nullopt;
+        const ir::Tensor fast = RunNodeOk0(spec);
+        auto back = ir::ChannelsLastCopy(fast, false);
+        ASSERT_TRUE(back.ok());
+        ASSERT_EQ(back->dims(), ref.dims());
+        EXPECT_EQ(std::memcmp(back->raw_data(), ref.raw_data(), ref.byte_size()), 0)
+            << DataTypeOnnxName(t) << " C=" << c << " size " << size;
+      }
+    }
+  }
+}
+
+// The reference pools, BatchNormalization and LRN refuse a channels-last node rather than read
+// NHWC as NCHW.
 TEST(Avx512Pool, ReferencePoolsRefuseChannelsLastNodes) {
   NodeSpec spec;
   spec.op = OpType::kMaxPool;
@@ -442,6 +485,14 @@ TEST(Avx512Pool, ReferencePoolsRefuseChannelsLastNodes) {
   bn.inputs = {MakeFloat({1, 4, 4, 2}, std::vector<float>(32, 1.0f)), p, p, p, p};
   bn.cpu_features = 0;
   ExpectNodeError(bn, absl::StatusCode::kInvalidArgument, "channels-last");
+  // And the reference LRN.
+  NodeSpec lrn;
+  lrn.op = OpType::kLRN;
+  lrn.since_version = 13;
+  lrn.attrs = {{"size", IntAttr(3)}, {kernels::kChannelsLastAttr, IntAttr(1)}};
+  lrn.inputs = {MakeFloat({1, 4, 4, 2}, std::vector<float>(32, 1.0f))};
+  lrn.cpu_features = 0;
+  ExpectNodeError(lrn, absl::StatusCode::kInvalidArgument, "channels-last");
 }
 
 // ---------------------------------------------------------------- Erf

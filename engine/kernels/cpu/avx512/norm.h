@@ -1,6 +1,6 @@
 // LayerNorm rows on float, float16 and bfloat16 storage (norm_avx512.cc), for the fast
 // LayerNormalization and AddLayerNorm kernels (norm_ops.cc), and channels-last
-// BatchNormalization. Call only when the CPU has the
+// BatchNormalization and LRN. Call only when the CPU has the
 // kAvx512 features and kCpuAvx512Bf16.
 //
 // Arithmetic (fp32 throughout; the reference's steps, normalization_internal.h, with its sums in
@@ -42,5 +42,12 @@ void LayerNormRows(const LayerNormArgs& a);
 /// reference kernel's arithmetic, with stddev[c] = sqrt(var[c] + epsilon) given.
 void BatchNormNhwc(DataType dtype, const void* x, void* y, int64_t pixels, int64_t channels,
                    const float* mean, const float* stddev, const float* scale, const float* bias);
+
+/// LRN across channels on a channels-last X of `pixels` x `channels` values (kF32, kF16 or
+/// kBF16): sq = the sum of x[c']^2 over c' in [c - (size - 1) / 2, c + size / 2] within
+/// [0, channels), in that order from 0, each square and sum an fp32 operation, then
+/// y = x / powf(bias + alpha / size * sq, beta), rounded once: the reference LRN's arithmetic.
+void LrnNhwc(DataType dtype, const void* x, void* y, int64_t pixels, int64_t channels, int64_t size,
+             float alpha, float beta, float bias);
 
 }  // namespace kiln::kernels::cpu::avx512

@@ -2,6 +2,7 @@
 // instead of keeping a copy: the values are recomputed bit for bit.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "engine/kernels/cpu/avx512/norm.h"
@@ -102,7 +103,49 @@ void BatchNormPixels(const void* x, void* y, int64_t pixels, int64_t channels, c
   }
 }
 
+template <DataType T>
+void LrnPixels(const void* x, void* y, int64_t pixels, int64_t channels, int64_t size, float alpha,
+               float beta, float bias) {
+  const int64_t lo = (size - 1) / 2, hi = size - 1 - lo;
+  const float scale = alpha / static_cast<float>(size);
+#pragma omp parallel for schedule(static) if (pixels * channels >= (1 << 14))
+  for (int64_t p = 0; p < pixels; ++p) {
+    const int64_t row = p * channels;
+    for (int64_t c = 0; c < channels; c += 16) {
+      const __mmask16 m = LaneMask(channels - c);
+      // Lane j (channel c + j) adds x[c + j + k]^2 for k = -lo .. hi; a channel outside
+      // [0, channels) adds +0 (a masked lane), which leaves the non-negative sum as it is.
+      __m512 sq = _mm512_setzero_ps();
+      for (int64_t k = -lo; k <= hi; ++k) {
+        const int64_t first = std::max<int64_t>(0, -(c + k));           // lanes below channel 0
+        const int64_t end = std::min<int64_t>(16, channels - (c + k));  // lanes past the last
+        if (end <= first) continue;
+        const __mmask16 in = static_cast<__mmask16>(m & LaneMask(end) & ~LaneMask(first));
+        const __m512 v = Load16<T>(x, row + c + k, in);
+        sq = _mm512_add_ps(sq, _mm512_mul_ps(v, v));
+      }
+      alignas(64) float lanes[16];
+      _mm512_store_ps(lanes, sq);
+      for (int j = 0; j < 16; ++j) lanes[j] = std::pow(bias + scale * lanes[j], beta);
+      const __m512 denom = _mm512_mask_load_ps(_mm512_set1_ps(1.0f), m, lanes);
+      Store16<T>(y, row + c, m, _mm512_div_ps(Load16<T>(x, row + c, m), denom));
+    }
+  }
+}
+
 }  // namespace
+
+void LrnNhwc(DataType dtype, const void* x, void* y, int64_t pixels, int64_t channels, int64_t size,
+             float alpha, float beta, float bias) {
+  switch (dtype) {
+    case DataType::kF16:
+      return LrnPixels<DataType::kF16>(x, y, pixels, channels, size, alpha, beta, bias);
+    case DataType::kBF16:
+      return LrnPixels<DataType::kBF16>(x, y, pixels, channels, size, alpha, beta, bias);
+    default:
+      return LrnPixels<DataType::kF32>(x, y, pixels, channels, size, alpha, beta, bias);
+  }
+}
 
 void BatchNormNhwc(DataType dtype, const void* x, void* y, int64_t pixels, int64_t channels,
                    const float* mean, const float* stddev, const float* scale, const float* bias) {

@@ -1,6 +1,7 @@
 // LayerNormalization (stash_type float) and the fused AddLayerNorm on float, float16 and
 // bfloat16, through the rows of norm.h: the reference's arithmetic with the row sums in 16
-// lanes; and BatchNormalization on channels-last tensors (BatchNormNhwcKernel). A run the rows do
+// lanes; and BatchNormalization and LRN on channels-last tensors (BatchNormNhwcKernel,
+// LrnNhwcKernel). A run the rows do
 // not cover goes to the reference kernel: a scale or bias that broadcasts within the normalized
 // block, operands of mixed dtypes, an AddLayerNorm whose operands broadcast, empty rows, double
 // values.
@@ -181,9 +182,53 @@ class BatchNormNhwcKernel final : public Kernel {
   std::vector<float> params_[4], stddev_;  // scale, B, mean, var; sqrt(var + epsilon)
 };
 
+// LRN on a channels-last X (kChannelsLastAttr, the layout pass's): float, float16 and bfloat16
+// X of rank 4, the reference's arithmetic (LrnNhwc). Attribute errors are the reference's.
+class LrnNhwcKernel final : public Kernel {
+ public:
+  static bool Supports(const ir::Node& node) {
+    return node.GetInt(kChannelsLastAttr, 0) != 0 && node.num_inputs() == 1 && node.inputs[0] &&
+           IsF32OrHalf(node.inputs[0]->dtype) && node.GetInt("size", 0) > 0;
+  }
+
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const ir::Node& node) {
+    if (!node.has_attr("size")) return ref::InvalidNode(node, "attribute 'size' is required");
+    const int64_t size = node.GetInt("size", 0);
+    if (size <= 0) return ref::InvalidNode(node, "attribute 'size' must be positive, got ", size);
+    return std::unique_ptr<Kernel>(new LrnNhwcKernel(node, size));
+  }
+
+  absl::Status Run(KernelContext& ctx) override {
+    ASSIGN_OR_RETURN(const ir::Tensor* x, ref::RequireInput(node_, ctx, 0));
+    if (x->rank() != 4 || !IsF32OrHalf(x->dtype())) {
+      return ref::InvalidNode(node_, "a channels-last LRN needs a rank-4 float X");
+    }
+    ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, x->dtype(), x->dims()));
+    const int64_t c = x->dim(3);
+    LrnNhwc(x->dtype(), x->raw_data(), y->raw_data(), c == 0 ? 0 : x->num_elements() / c, c, size_,
+            node_.GetFloat("alpha", 1e-4f), node_.GetFloat("beta", 0.75f),
+            node_.GetFloat("bias", 1.0f));
+    return absl::OkStatus();
+  }
+
+ private:
+  LrnNhwcKernel(const ir::Node& node, int64_t size) : node_(node), size_(size) {}
+  const ir::Node& node_;
+  int64_t size_;
+};
+
 }  // namespace
 
 void RegisterNormOps(Registry& r) {
+  KernelDef lrn{ir::OpType::kLRN,
+                {DataType::kF32, DataType::kF16, DataType::kBF16},
+                0,
+                Backend::kCpu,
+                Isa::kAvx512,
+                &LrnNhwcKernel::Create};
+  lrn.cpu_features = kCpuAvx512Bf16;  // vcvtneps2bf16 for bfloat16 outputs
+  lrn.supports = &LrnNhwcKernel::Supports;
+  r.Add(lrn);
   KernelDef bn{ir::OpType::kBatchNormalization,
                {DataType::kF32, DataType::kF16, DataType::kBF16},
                0,

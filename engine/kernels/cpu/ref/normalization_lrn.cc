@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "engine/kernels/cpu/ref/common.h"
+#include "engine/kernels/cpu/ref/nn_internal.h"
 #include "engine/kernels/cpu/ref/register.h"
 
 namespace kiln::kernels::cpu::ref {
@@ -15,6 +16,7 @@ class LrnKernel final : public Kernel {
       : node_(node), alpha_(alpha), beta_(beta), bias_(bias), size_(size) {}
 
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const ir::Node& node) {
+    RETURN_IF_ERROR(nn::RefuseChannelsLast(node));  // NCHW only
     if (!node.has_attr("size")) return InvalidNode(node, "attribute 'size' is required");
     int64_t size = node.GetInt("size", 0);
     if (size <= 0) return InvalidNode(node, "attribute 'size' must be positive, got ", size);
