@@ -36,13 +36,17 @@ absl::Status RunConcat(const ir::Node& node, KernelContext& ctx) {
   ASSIGN_OR_RETURN(ir::Tensor * out, ctx.output(0, xs[0]->dtype(), out_dims));
   const int64_t outer = Product(out_dims, 0, axis);
   const size_t inner_bytes = Product(out_dims, axis + 1, rank) * DataTypeSize(out->dtype());
+  const size_t row = out_dims[axis] * inner_bytes;  // one output row: every input's chunk
   char* dst = static_cast<char*>(out->raw_data());
+  // Rows on the threads when there are many (a channels-last join: one row per pixel).
+#pragma omp parallel for schedule(static) if (outer >= 64 && outer * row >= (size_t{1} << 16))
   for (int64_t o = 0; o < outer; ++o) {
+    char* d = dst + o * row;
     for (const ir::Tensor* x : xs) {
       const size_t chunk = x->dim(axis) * inner_bytes;
       if (chunk == 0) continue;
-      std::memcpy(dst, static_cast<const char*>(x->raw_data()) + o * chunk, chunk);
-      dst += chunk;
+      std::memcpy(d, static_cast<const char*>(x->raw_data()) + o * chunk, chunk);
+      d += chunk;
     }
   }
   return absl::OkStatus();
