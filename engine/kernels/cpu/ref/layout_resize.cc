@@ -242,9 +242,9 @@ AxisPlan BuildPlan(const ResizeAttrs& a, const AxisSpec& s) {
   return p;
 }
 
-// Resizes axis `axis` of `src` (dims `dims`) into `dst` by `plan`. kInterp=false: nearest,
-// one tap copied. V is the element type being moved or accumulated, C the weight type.
-template <bool kInterp, typename V, typename C>
+// Resizes axis `axis` of `src` (dims `dims`) into `dst` by `plan` (linear or cubic). V is the
+// element type accumulated, C the weight type.
+template <typename V, typename C>
 void ApplyPlan(const V* src, V* dst, const std::vector<int64_t>& dims, int axis, int64_t out,
                const AxisPlan& plan, const std::vector<C>& weights, V extrapolation) {
   int64_t outer = 1, inner = 1;
@@ -261,40 +261,75 @@ void ApplyPlan(const V* src, V* dst, const std::vector<int64_t>& dims, int axis,
         continue;
       }
       const int64_t* idx = &plan.index[y * taps];
-      if constexpr (!kInterp) {
-        std::copy(s + idx[0] * inner, s + idx[0] * inner + inner, d);
-      } else {
-        const C* w = &weights[y * taps];
-        std::fill(d, d + inner, V(0));
-        for (int k = 0; k < taps; ++k) {
-          const V* row = s + idx[k] * inner;
-          const C wk = w[k];
-          for (int64_t j = 0; j < inner; ++j) d[j] += wk * row[j];
-        }
+      const C* w = &weights[y * taps];
+      std::fill(d, d + inner, V(0));
+      for (int k = 0; k < taps; ++k) {
+        const V* row = s + idx[k] * inner;
+        const C wk = w[k];
+        for (int64_t j = 0; j < inner; ++j) d[j] += wk * row[j];
       }
     }
   }
 }
 
 // Runs the active plans axis by axis over `data` (dims updated in place).
-template <bool kInterp, typename V, typename C>
+template <typename V, typename C>
 std::vector<V> ResizeSeparable(std::vector<V> data, std::vector<int64_t> dims,
                                const std::vector<AxisSpec>& specs,
                                const std::vector<AxisPlan>& plans, const std::vector<bool>& active,
                                V extrapolation) {
   for (size_t a = 0; a < specs.size(); ++a) {
     if (!active[a]) continue;
-    std::vector<C> weights;
-    if constexpr (kInterp) weights.assign(plans[a].weight.begin(), plans[a].weight.end());
+    std::vector<C> weights(plans[a].weight.begin(), plans[a].weight.end());
     std::vector<int64_t> out_dims = dims;
     out_dims[a] = specs[a].out;
     std::vector<V> next(ir::NumElementsOf(out_dims));
-    ApplyPlan<kInterp>(data.data(), next.data(), dims, static_cast<int>(a), specs[a].out, plans[a],
-                       weights, extrapolation);
+    ApplyPlan(data.data(), next.data(), dims, static_cast<int>(a), specs[a].out, plans[a], weights,
+              extrapolation);
     data.swap(next);
     dims = std::move(out_dims);
   }
   return data;
+}
+
+// Nearest, all axes at once: output element (o_0, ..., o_r) is input element (i_0, ..., i_r),
+// i_a = the plan's one tap for o_a on a resized axis and o_a on the others, or the
+// extrapolation value when any resized axis extrapolates at o_a -- what ResizeSeparable's
+// axis-by-axis passes give, without their intermediate copies. The axes after the last resized
+// one are the same in X and Y: each output index up to it copies that block whole.
+template <typename U>
+void NearestGather(const U* src, U* dst, const std::vector<int64_t>& in_dims,
+                   const std::vector<int64_t>& out_dims, const std::vector<AxisPlan>& plans,
+                   const std::vector<bool>& active, U extrapolation) {
+  const int rank = static_cast<int>(out_dims.size());
+  int last = rank - 1;
+  while (last > 0 && !active[last]) --last;
+  int64_t block = 1;
+  for (int a = last + 1; a < rank; ++a) block *= out_dims[a];
+  const std::vector<int64_t> in_strides = Strides(in_dims);
+  int64_t outer = 1;
+  for (int a = 0; a <= last; ++a) outer *= out_dims[a];
+#pragma omp parallel for schedule(static) if (outer * block >= (int64_t{1} << 16))
+  for (int64_t o = 0; o < outer; ++o) {
+    int64_t rest = o, from = 0;
+    bool fill = false;
+    for (int a = last; a >= 0; --a) {
+      const int64_t i = rest % out_dims[a];
+      rest /= out_dims[a];
+      if (active[a]) {
+        fill |= plans[a].extrapolate[i] != 0;
+        from += plans[a].index[i] * in_strides[a];
+      } else {
+        from += i * in_strides[a];
+      }
+    }
+    U* d = dst + o * block;
+    if (fill) {
+      std::fill(d, d + block, extrapolation);
+    } else {
+      std::copy(src + from, src + from + block, d);
+    }
+  }
 }
 
 // Compute type of linear/cubic for storage type T (see the file comment).
@@ -496,18 +531,15 @@ absl::Status ResizeKernel::Run(KernelContext& ctx) {
       const T ev = FromCompute<T>(attrs_.extrapolation_value);
       U uev;
       std::memcpy(&uev, &ev, sizeof(U));
-      std::vector<U> data(total);
-      std::memcpy(data.data(), src, total * sizeof(U));
-      std::vector<U> r =
-          ResizeSeparable<false, U, float>(std::move(data), x->dims(), specs, plans, active, uev);
-      std::memcpy(dst, r.data(), r.size() * sizeof(U));
+      NearestGather(reinterpret_cast<const U*>(src), reinterpret_cast<U*>(dst), x->dims(), out_dims,
+                    plans, active, uev);
       return absl::OkStatus();
     }
     using C = ResizeCompute<T>;
     std::vector<C> data(total);
     for (int64_t i = 0; i < total; ++i) data[i] = static_cast<C>(Load<T>(src[i]));
-    std::vector<C> r = ResizeSeparable<true, C, C>(std::move(data), x->dims(), specs, plans, active,
-                                                   static_cast<C>(attrs_.extrapolation_value));
+    std::vector<C> r = ResizeSeparable<C, C>(std::move(data), x->dims(), specs, plans, active,
+                                             static_cast<C>(attrs_.extrapolation_value));
     for (size_t i = 0; i < r.size(); ++i) dst[i] = FromCompute<T>(r[i]);
     return absl::OkStatus();
   });
