@@ -135,7 +135,10 @@ class ChannelsLast {
           }
           continue;
         }
-        if ((IsConv(*n) && i != 0 && i != 3) || (IsPool(*n) && i != 0)) continue;
+        if ((IsConv(*n) && i != 0 && i != 3) || (IsPool(*n) && i != 0) ||
+            (LayoutFreeElementwise(n->op) && i >= ActivationInputs(*n))) {
+          continue;
+        }
         ir::Value* v = n->inputs[i];
         if (!v || IsScalarConstant(v)) continue;
         if (LayoutFreeElementwise(n->op) &&
@@ -179,17 +182,24 @@ class ChannelsLast {
            n.op == ir::OpType::kLRN;
   }
 
-  // Every non-constant input an NHWC value of the output's static shape (scalar constants
-  // broadcast the same in any layout).
+  // How many leading inputs of elementwise node `n` are operands (the rest, Clip's bounds, are
+  // left as they are).
+  static int ActivationInputs(const ir::Node& n) {
+    return n.op == ir::OpType::kAdd || n.op == ir::OpType::kSum || n.op == ir::OpType::kMul ||
+                   n.op == ir::OpType::kSub
+               ? n.num_inputs()
+               : 1;
+  }
+
+  // Every operand input (ActivationInputs) an NHWC value of the output's static shape, a scalar
+  // constant (it broadcasts the same in any layout) or a channel constant; any other inputs
+  // (Clip's bounds) are read as they are.
   bool ElementwiseOnNhwc(const ir::Node& n) const {
     if (!LayoutFreeElementwise(n.op) || n.num_outputs() != 1 || !KnownRank4(n.outputs[0]) ||
         !n.outputs[0]->shape.is_static()) {
       return false;
     }
-    const int activations = n.op == ir::OpType::kAdd || n.op == ir::OpType::kSum ||
-                                    n.op == ir::OpType::kMul || n.op == ir::OpType::kSub
-                                ? n.num_inputs()
-                                : 1;
+    const int activations = ActivationInputs(n);
     const int64_t channels = n.outputs[0]->shape.dims[1].value;
     bool any = false;
     for (int i = 0; i < n.num_inputs(); ++i) {
