@@ -285,6 +285,34 @@ TEST(Avx512Elementwise, SameShapeOpsMatchTheReferenceBitForBit) {
 
 // ---------------------------------------------------------------- channels-last pools
 
+// `v` as a tensor of float dtype `t` (fp16 / bf16 rounded to nearest even).
+ir::Tensor MakeOf(DataType t, const std::vector<int64_t>& dims, const std::vector<float>& v) {
+  return t == DataType::kF32   ? MakeFloat(dims, v)
+         : t == DataType::kF16 ? MakeHalf(dims, v)
+                               : MakeBf16(dims, v);
+}
+
+// Runs `spec` on the reference kernel with `nchw` as input 0 and on the fast kernel with its
+// channels-last copy (kChannelsLastAttr), and expects the same bits back in NCHW.
+void ExpectChannelsLastMatchesReference(NodeSpec spec, const ir::Tensor& nchw,
+                                        const std::string& what) {
+  auto nhwc = ir::ChannelsLastCopy(nchw, true);
+  ASSERT_TRUE(nhwc.ok());
+  if (spec.inputs.empty()) spec.inputs.resize(1);
+  spec.inputs[0] = nchw;
+  spec.cpu_features = 0;
+  const ir::Tensor ref = RunNodeOk0(spec);
+  spec.inputs[0] = *nhwc;
+  spec.attrs.push_back({kernels::kChannelsLastAttr, IntAttr(1)});
+  spec.cpu_features = std::nullopt;
+  const ir::Tensor fast = RunNodeOk0(spec);
+  auto back = ir::ChannelsLastCopy(fast, false);
+  ASSERT_TRUE(back.ok());
+  ASSERT_EQ(back->dims(), ref.dims()) << what;
+  EXPECT_EQ(std::memcmp(back->raw_data(), ref.raw_data(), ref.byte_size()), 0)
+      << what << " " << DataTypeOnnxName(nchw.dtype());
+}
+
 // MaxPool, AveragePool and GlobalAveragePool on NHWC tensors (kChannelsLastAttr) against the
 // reference on the NCHW tensors, bit for bit: windows with pads, strides, dilations and
 // ceil_mode, channel counts around the 16-lane tail; for MaxPool NaN cells (skipped), ties of +0
@@ -313,24 +341,9 @@ TEST(Avx512Pool, ChannelsLastPoolsMatchTheReferenceBitForBit) {
       for (int64_t x = 0; x < 2; ++x) v[x] = NAN;  // (0, 0, 0, 0..1): NaN corner windows
       v[dims[3]] = NAN;
       v[dims[3] + 1] = NAN;
-      const ir::Tensor nchw = t == DataType::kF32   ? MakeFloat(dims, v)
-                              : t == DataType::kF16 ? MakeHalf(dims, v)
-                                                    : MakeBf16(dims, v);
-      auto check = [&](NodeSpec spec, const ir::Tensor& nchw, const std::string& what) {
-        auto nhwc = ir::ChannelsLastCopy(nchw, true);
-        ASSERT_TRUE(nhwc.ok());
-        spec.inputs = {nchw};
-        spec.cpu_features = 0;
-        const ir::Tensor ref = RunNodeOk0(spec);
-        spec.inputs = {*nhwc};
-        spec.attrs.push_back({kernels::kChannelsLastAttr, IntAttr(1)});
-        spec.cpu_features = std::nullopt;
-        const ir::Tensor fast = RunNodeOk0(spec);
-        auto back = ir::ChannelsLastCopy(fast, false);
-        ASSERT_TRUE(back.ok());
-        ASSERT_EQ(back->dims(), ref.dims()) << what;
-        EXPECT_EQ(std::memcmp(back->raw_data(), ref.raw_data(), ref.byte_size()), 0)
-            << what << " " << DataTypeOnnxName(t) << " C=" << c;
+      const ir::Tensor nchw = MakeOf(t, dims, v);
+      auto check = [&](const NodeSpec& spec, const ir::Tensor& x, const std::string& what) {
+        ExpectChannelsLastMatchesReference(spec, x, what + " C=" + std::to_string(c));
       };
       for (const Window& w : windows) {
         NodeSpec spec;
@@ -348,9 +361,7 @@ TEST(Avx512Pool, ChannelsLastPoolsMatchTheReferenceBitForBit) {
       gap.since_version = 1;
       // No NaN: one would make its whole plane NaN and hide the sums.
       for (float& e : v) e = std::isnan(e) ? 1.5f : e;
-      const ir::Tensor finite = t == DataType::kF32   ? MakeFloat(dims, v)
-                                : t == DataType::kF16 ? MakeHalf(dims, v)
-                                                      : MakeBf16(dims, v);
+      const ir::Tensor finite = MakeOf(t, dims, v);
       check(gap, finite, "GlobalAveragePool");
       for (const Window& w : windows) {
         for (int64_t include : {0, 1}) {
@@ -382,9 +393,7 @@ TEST(Avx512Norm, ChannelsLastBatchNormMatchesTheReferenceBitForBit) {
       const std::vector<int64_t> dims = {2, c, 5, 7};
       std::vector<float> v(ir::NumElementsOf(dims));
       for (float& e : v) e = dist(gen);
-      const ir::Tensor nchw = t == DataType::kF32   ? MakeFloat(dims, v)
-                              : t == DataType::kF16 ? MakeHalf(dims, v)
-                                                    : MakeBf16(dims, v);
+      const ir::Tensor nchw = MakeOf(t, dims, v);
       std::vector<float> scale(c), bias(c), mean(c), var(c);
       for (int64_t j = 0; j < c; ++j) {
         scale[j] = dist(gen);
@@ -395,30 +404,14 @@ TEST(Avx512Norm, ChannelsLastBatchNormMatchesTheReferenceBitForBit) {
       for (int opset : {9, 15}) {
         // Opset 15 lets the parameters have their own float dtype: fp32 with fp16 / bf16 X.
         const DataType pt = opset == 15 ? DataType::kF32 : t;
-        auto param = [&](const std::vector<float>& p) {
-          const std::vector<int64_t> d = {c};
-          return pt == DataType::kF32   ? MakeFloat(d, p)
-                 : pt == DataType::kF16 ? MakeHalf(d, p)
-                                        : MakeBf16(d, p);
-        };
+        auto param = [&](const std::vector<float>& p) { return MakeOf(pt, {c}, p); };
         NodeSpec spec;
         spec.op = OpType::kBatchNormalization;
         spec.since_version = opset;
         spec.attrs = {{"epsilon", FloatAttr(1e-3f)}};
         spec.inputs = {nchw, param(scale), param(bias), param(mean), param(var)};
-        spec.cpu_features = 0;
-        const ir::Tensor ref = RunNodeOk0(spec);
-        auto nhwc = ir::ChannelsLastCopy(nchw, true);
-        ASSERT_TRUE(nhwc.ok());
-        spec.inputs[0] = *nhwc;
-        spec.attrs.push_back({kernels::kChannelsLastAttr, IntAttr(1)});
-        spec.cpu_features = std::nullopt;
-        const ir::Tensor fast = RunNodeOk0(spec);
-        auto back = ir::ChannelsLastCopy(fast, false);
-        ASSERT_TRUE(back.ok());
-        ASSERT_EQ(back->dims(), ref.dims());
-        EXPECT_EQ(std::memcmp(back->raw_data(), ref.raw_data(), ref.byte_size()), 0)
-            << DataTypeOnnxName(t) << " C=" << c << " opset " << opset;
+        ExpectChannelsLastMatchesReference(
+            spec, nchw, "C=" + std::to_string(c) + " opset " + std::to_string(opset));
       }
     }
   }
@@ -436,9 +429,7 @@ TEST(Avx512Norm, ChannelsLastLrnMatchesTheReferenceBitForBit) {
       const std::vector<int64_t> dims = {2, c, 4, 5};
       std::vector<float> v(ir::NumElementsOf(dims));
       for (float& e : v) e = dist(gen);
-      const ir::Tensor nchw = t == DataType::kF32   ? MakeFloat(dims, v)
-                              : t == DataType::kF16 ? MakeHalf(dims, v)
-                                                    : MakeBf16(dims, v);
+      const ir::Tensor nchw = MakeOf(t, dims, v);
       for (int64_t size : {1, 4, 5, 41}) {
         NodeSpec spec;
         spec.op = OpType::kLRN;
@@ -447,20 +438,8 @@ TEST(Avx512Norm, ChannelsLastLrnMatchesTheReferenceBitForBit) {
                       {"alpha", FloatAttr(0.02f)},
                       {"beta", FloatAttr(0.75f)},
                       {"bias", FloatAttr(1.5f)}};
-        spec.inputs = {nchw};
-        spec.cpu_features = 0;
-        const ir::Tensor ref = RunNodeOk0(spec);
-        auto nhwc = ir::ChannelsLastCopy(nchw, true);
-        ASSERT_TRUE(nhwc.ok());
-        spec.inputs = {*nhwc};
-        spec.attrs.push_back({kernels::kChannelsLastAttr, IntAttr(1)});
-        spec.cpu_features = std::nullopt;
-        const ir::Tensor fast = RunNodeOk0(spec);
-        auto back = ir::ChannelsLastCopy(fast, false);
-        ASSERT_TRUE(back.ok());
-        ASSERT_EQ(back->dims(), ref.dims());
-        EXPECT_EQ(std::memcmp(back->raw_data(), ref.raw_data(), ref.byte_size()), 0)
-            << DataTypeOnnxName(t) << " C=" << c << " size " << size;
+        ExpectChannelsLastMatchesReference(
+            spec, nchw, "C=" + std::to_string(c) + " size " + std::to_string(size));
       }
     }
   }
