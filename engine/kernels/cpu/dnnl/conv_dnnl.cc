@@ -125,6 +125,17 @@ void FloatToHalf(const float* src, void* dst, int64_t n) {
   }
 }
 
+// Scratch buffer `which` of the calling thread, at least n floats: 0 the fp32 sums of a bf16 or
+// fp16 convolution, 1 an fp16 X widened to fp32. Shared by the convolutions a thread runs (an
+// engine's kernels run one after another on one thread), so an engine holds one pair, as large
+// as its largest convolution needs, rather than one per convolution.
+float* ThreadScratch(int which, int64_t n) {
+  thread_local std::vector<float> buffers[2];
+  std::vector<float>& b = buffers[which];
+  if (static_cast<int64_t>(b.size()) < n) b.resize(n);
+  return b.data();
+}
+
 // One engine for the process: a oneDNN CPU engine holds no state a kernel run changes.
 absl::StatusOr<dn::engine*> CpuEngine() {
   static dn::engine* engine = []() -> dn::engine* {
@@ -263,8 +274,7 @@ class ConvKernel final : public Kernel {
       if (dt == DataType::kF32) {
         sums = y->data<float>();
       } else {
-        scratch_.resize(n);
-        sums = scratch_.data();
+        sums = ThreadScratch(0, n);
       }
     }
     // The residual Z (conv+residual fusion): the primitive adds the destination's prior
@@ -294,9 +304,9 @@ class ConvKernel final : public Kernel {
     }
     const void* src = x.raw_data();
     if (half) {
-      x_f32_.resize(x.num_elements());
-      ToFloat(dt, src, x_f32_.data(), x.num_elements());
-      src = x_f32_.data();
+      float* x32 = ThreadScratch(1, x.num_elements());
+      ToFloat(dt, src, x32, x.num_elements());
+      src = x32;
     }
     try {
       plan->src_mem.set_data_handle(const_cast<void*>(src));
@@ -619,7 +629,7 @@ class ConvKernel final : public Kernel {
   ir::Node nchw_node_;
   std::unique_ptr<Kernel> reference_;
   std::optional<Plan> plan_;
-  std::vector<float> scratch_, bias_, x_f32_;  // x_f32_: an fp16 X in fp32
+  std::vector<float> bias_;
   const void* scanned_w_ = nullptr;
   bool w_allowed_ = false;
   bool channels_last_ = false;
