@@ -10,6 +10,23 @@
 namespace kiln::kernels::cpu::avx512 {
 namespace {
 
+// f(acc, cell) folded over the cells of output (b, oy, ox)'s window that lie inside the input,
+// in row-major order, for the 16 channels from c (lanes m).
+template <DataType T, typename F>
+inline __m512 FoldWindow(const void* x, const PoolWindow2d& w, int64_t b, int64_t oy, int64_t ox,
+                         int64_t c, __mmask16 m, __m512 acc, F f) {
+  for (int64_t ky = 0; ky < w.kh; ++ky) {
+    const int64_t iy = oy * w.sh - w.ph + ky * w.dh;
+    if (iy < 0 || iy >= w.ih) continue;
+    for (int64_t kx = 0; kx < w.kw; ++kx) {
+      const int64_t ix = ox * w.sw - w.pw + kx * w.dw;
+      if (ix < 0 || ix >= w.iw) continue;
+      acc = f(acc, Load16<T>(x, ((b * w.ih + iy) * w.iw + ix) * w.c + c, m));
+    }
+  }
+  return acc;
+}
+
 template <DataType T>
 void MaxPool(const void* x, void* y, const PoolWindow2d& w) {
   const int64_t rows = w.n * w.oh;
@@ -20,19 +37,11 @@ void MaxPool(const void* x, void* y, const PoolWindow2d& w) {
       const int64_t out = ((b * w.oh + oy) * w.ow + ox) * w.c;
       for (int64_t c = 0; c < w.c; c += 16) {
         const __mmask16 m = LaneMask(w.c - c);
-        __m512 best = _mm512_set1_ps(std::numeric_limits<float>::lowest());
         // Cells in row-major order; max(v, best) keeps `best` on a tie (the earliest cell, as
         // the reference's first-maximum rule) and when v is NaN (skipped, as the reference).
-        for (int64_t ky = 0; ky < w.kh; ++ky) {
-          const int64_t iy = oy * w.sh - w.ph + ky * w.dh;
-          if (iy < 0 || iy >= w.ih) continue;
-          for (int64_t kx = 0; kx < w.kw; ++kx) {
-            const int64_t ix = ox * w.sw - w.pw + kx * w.dw;
-            if (ix < 0 || ix >= w.iw) continue;
-            const int64_t in = ((b * w.ih + iy) * w.iw + ix) * w.c + c;
-            best = _mm512_max_ps(Load16<T>(x, in, m), best);
-          }
-        }
+        const __m512 best = FoldWindow<T>(
+            x, w, b, oy, ox, c, m, _mm512_set1_ps(std::numeric_limits<float>::lowest()),
+            [](__m512 acc, __m512 v) { return _mm512_max_ps(v, acc); });
         Store16<T>(y, out + c, m, best);
       }
     }
@@ -70,16 +79,9 @@ void AveragePool(const void* x, void* y, const PoolWindow2d& w, bool count_inclu
       for (int64_t c = 0; c < w.c; c += 16) {
         const __mmask16 m = LaneMask(w.c - c);
         // The cells inside the input in row-major order, summed from 0 as the reference.
-        __m512 sum = _mm512_setzero_ps();
-        for (int64_t ky = 0; ky < w.kh; ++ky) {
-          const int64_t iy = oy * w.sh - w.ph + ky * w.dh;
-          if (iy < 0 || iy >= w.ih) continue;
-          for (int64_t kx = 0; kx < w.kw; ++kx) {
-            const int64_t ix = ox * w.sw - w.pw + kx * w.dw;
-            if (ix < 0 || ix >= w.iw) continue;
-            sum = _mm512_add_ps(sum, Load16<T>(x, ((b * w.ih + iy) * w.iw + ix) * w.c + c, m));
-          }
-        }
+        const __m512 sum =
+            FoldWindow<T>(x, w, b, oy, ox, c, m, _mm512_setzero_ps(),
+                          [](__m512 acc, __m512 v) { return _mm512_add_ps(acc, v); });
         // A window with nothing to count has nothing to average: 0 (one entirely in the padding
         // that counts the padding divides a sum of nothing, 0, as the reference).
         Store16<T>(y, out + c, m, count > 0 ? _mm512_div_ps(sum, divisor) : _mm512_setzero_ps());
