@@ -1,10 +1,9 @@
 // LayerNormalization (stash_type float) and the fused AddLayerNorm on float, float16 and
 // bfloat16, through the rows of norm.h: the reference's arithmetic with the row sums in 16
-// lanes; and BatchNormalization and LRN on channels-last tensors (BatchNormNhwcKernel,
-// LrnNhwcKernel). A run the rows do
-// not cover goes to the reference kernel: a scale or bias that broadcasts within the normalized
-// block, operands of mixed dtypes, an AddLayerNorm whose operands broadcast, empty rows, double
-// values.
+// lanes. A run the rows do not cover goes to the reference kernel: a scale or bias that
+// broadcasts within the normalized block, operands of mixed dtypes, an AddLayerNorm whose
+// operands broadcast, empty rows, double values. And BatchNormalization and LRN on
+// channels-last tensors (BatchNormNhwcKernel, LrnNhwcKernel).
 #include <algorithm>
 #include <cmath>
 #include <memory>
