@@ -55,6 +55,8 @@ class Fuser {
     }
     for (const PatternInstance& p : patterns) RETURN_IF_ERROR(FusePattern(p));
     RETURN_IF_ERROR(FuseConvBatchNorm());
+    Compact();  // the folded BatchNormalizations gone: their outputs are the convolutions' now
+    RETURN_IF_ERROR(FuseScale());
     Compact();
     RETURN_IF_ERROR(FuseLinear());
     Compact();
@@ -570,6 +572,175 @@ class Fuser {
     return absl::OkStatus();
   }
 
+  // The values of `v` when they are known before constant folding: a constant's, or those of
+  // the constant an Unsqueeze or Reshape (same values, same order) gives another shape.
+  static const ir::Tensor* ConstantValues(const ir::Value* v) {
+    if (!v) return nullptr;
+    if (v->constant) return &*v->constant;
+    const ir::Node* p = v->producer;
+    if (p && (p->op == ir::OpType::kUnsqueeze || p->op == ir::OpType::kReshape) && p->input(0) &&
+        p->input(0)->constant) {
+      return &*p->input(0)->constant;
+    }
+    return nullptr;
+  }
+
+  // The fp32 values a 2-D convolution's output [N, C, H, W] is multiplied or shifted by, channel
+  // by channel, when `v` is such a constant ([C, 1, 1], [1, C, 1, 1] or one value); else null.
+  static const ir::Tensor* ChannelConstant(const ir::Value* v, int64_t channels) {
+    const ir::Tensor* t = ConstantValues(v);
+    if (!t || v->dtype != DataType::kF32 || t->dtype() != DataType::kF32 || !v->shape.is_static()) {
+      return nullptr;
+    }
+    const std::vector<int64_t> d = v->shape.StaticDims();
+    if (ir::NumElementsOf(d) != t->num_elements() || d.size() > 4) return nullptr;
+    if (t->num_elements() == 1) return t;
+    if (d.size() != 3 && d.size() != 4) return nullptr;
+    for (size_t i = 0; i < d.size(); ++i) {
+      if (d[i] != (i == d.size() - 3 ? channels : 1)) return nullptr;
+    }
+    return t;
+  }
+
+  // The output channels of `base` when a per-channel scale and shift can be folded into its
+  // constants: a 2-D Conv with fp32 constant W (and B), or a BatchNormalization in inference mode
+  // (opset 9 on) with fp32 constant parameters; else 0.
+  static int64_t ScalableChannels(const ir::Node& base) {
+    if (base.num_outputs() != 1 || !base.outputs[0]) return 0;
+    auto fp32_constant = [](const ir::Value* v) {
+      return v && v->constant && v->dtype == DataType::kF32 &&
+             v->constant->dtype() == DataType::kF32;
+    };
+    if (base.op == ir::OpType::kConv) {
+      const ir::Value* w = base.input(1);
+      const ir::Value* b = base.input(2);
+      if (!fp32_constant(w) || w->constant->rank() != 4 || (b && !fp32_constant(b))) return 0;
+      const int64_t oc = w->constant->dim(0);
+      return !b || b->constant->num_elements() == oc ? oc : 0;
+    }
+    if (base.op != ir::OpType::kBatchNormalization || base.num_inputs() != 5 ||
+        base.since_version < 9 || base.GetInt("training_mode", 0) != 0 ||
+        !base.outputs[0]->shape.rank_known || base.outputs[0]->shape.rank() != 4) {
+      return 0;
+    }
+    const int64_t c = fp32_constant(base.input(1)) ? base.input(1)->constant->num_elements() : 0;
+    for (int k = 1; k <= 4; ++k) {
+      if (!fp32_constant(base.input(k)) || base.input(k)->constant->num_elements() != c) return 0;
+    }
+    return c;
+  }
+
+  // A Conv or BatchNormalization (ScalableChannels) -> Mul by a per-channel constant s [-> Add of
+  // a per-channel constant t] (a scale layer, or a BatchNormalization written as Mul and Add):
+  // folded into the convolution's weights and bias (W' = W * s, B' = B * s + t) or the
+  // BatchNormalization's scale and bias (scale' = scale * s, B' = B * s + t), per channel, in
+  // double and rounded once to fp32, as conv+batchnorm folds.
+  absl::Status FuseScale() {
+    if (!o_.enabled) return absl::OkStatus();
+    size_t count = g_.nodes().size();
+    for (size_t i = 0; i < count; ++i) {
+      ir::Node* mul = g_.nodes()[i].get();
+      if (removed_[mul->id] || mul->op != ir::OpType::kMul || mul->num_inputs() != 2 ||
+          mul->num_outputs() != 1 || !mul->outputs[0]) {
+        continue;
+      }
+      int bi = -1;  // the Mul's input a foldable node produces
+      int64_t oc = 0;
+      for (int k = 0; k < 2 && bi < 0; ++k) {
+        const ir::Value* v = mul->inputs[k];
+        if (!v || !v->producer || removed_[v->producer->id]) continue;
+        oc = ScalableChannels(*v->producer);
+        if (oc > 0) bi = k;
+      }
+      if (bi < 0) continue;
+      ir::Value* y = mul->inputs[bi];
+      ir::Node* base = y->producer;
+      if (y->consumers.size() != 1 || y->is_graph_output) continue;
+      const ir::Tensor* sv = ChannelConstant(mul->inputs[1 - bi], oc);
+      if (!sv) continue;
+      // The Add of a per-channel constant after it, when the Mul's output goes there alone.
+      ir::Node* add = nullptr;
+      const ir::Tensor* tv = nullptr;
+      ir::Value* scaled = mul->outputs[0];
+      if (scaled->consumers.size() == 1 && !scaled->is_graph_output) {
+        ir::Node* c = scaled->consumers[0];
+        if (!removed_[c->id] && c->op == ir::OpType::kAdd && c->num_inputs() == 2 &&
+            c->num_outputs() == 1 && c->outputs[0] && c->inputs[0] != c->inputs[1]) {
+          const int mi = c->inputs[0] == scaled ? 0 : 1;
+          tv = ChannelConstant(c->inputs[1 - mi], oc);
+          if (tv) add = c;
+        }
+      }
+      const bool conv = base->op == ir::OpType::kConv;
+      const char* pattern = conv ? "conv+scale" : "batchnorm+scale";
+      std::vector<ir::Node*> members = {base, mul};
+      if (add) members.push_back(add);
+      if (Excluded(members, base->op, pattern)) continue;
+      const auto& ba = Assigned(*base);
+      bool lower = false;
+      for (size_t m = 1; m < members.size(); ++m) {
+        const auto& ma = Assigned(*members[m]);
+        if (precision::AtLeast(ba.assigned, ma.assigned)) continue;
+        Refuse(absl::StrCat(pattern, " of ", Names(members), ": ", members[m]->Label(),
+                            " is assigned ", precision::PrecisionName(ma.assigned), " by ", ma.rule,
+                            ", and folding it into the constants of ", base->Label(), " (",
+                            precision::PrecisionName(ba.assigned), ") would compute it lower"));
+        lower = true;
+        break;
+      }
+      if (lower) continue;
+      auto at = [](const ir::Tensor* t, int64_t o) -> double {
+        return t->data<float>()[t->num_elements() == 1 ? 0 : o];
+      };
+      // The multiplied constant (W, or the BatchNormalization's scale) and the shifted one (the
+      // bias, absent from a Conv without one).
+      const ir::Value* mv = base->input(1);
+      const ir::Value* bv0 = base->input(2);
+      const ir::Tensor& mt = *mv->constant;
+      ASSIGN_OR_RETURN(ir::Tensor nm, ir::Tensor::Allocate(DataType::kF32, mt.dims()));
+      ASSIGN_OR_RETURN(ir::Tensor nb, ir::Tensor::Allocate(DataType::kF32, {oc}));
+      const int64_t per = mt.num_elements() / oc;
+      for (int64_t o = 0; o < oc; ++o) {
+        const double sc = at(sv, o);
+        for (int64_t k = 0; k < per; ++k) {
+          nm.data<float>()[o * per + k] = static_cast<float>(mt.data<float>()[o * per + k] * sc);
+        }
+        const double bias = bv0 ? bv0->constant->data<float>()[o] : 0.0;
+        nb.data<float>()[o] = static_cast<float>(bias * sc + (tv ? at(tv, o) : 0.0));
+      }
+      ASSIGN_OR_RETURN(ir::Value * mnew,
+                       g_.AddValue(absl::StrCat(mv->name, "/scaled_", mul->name)));
+      mnew->dtype = DataType::kF32;
+      mnew->shape = ir::Shape::Of(nm.dims());
+      mnew->constant = std::move(nm);
+      ASSIGN_OR_RETURN(ir::Value * bnew, g_.AddValue(absl::StrCat(mul->name, "/scaled_bias")));
+      bnew->dtype = DataType::kF32;
+      bnew->shape = ir::Shape::Of({oc});
+      bnew->constant = std::move(nb);
+      if (conv) {
+        base->inputs = {base->inputs[0], mnew, bnew};
+      } else {
+        base->inputs[1] = mnew;
+        base->inputs[2] = bnew;
+      }
+      base->outputs = {members.back()->outputs[0]};
+      for (size_t m = 1; m < members.size(); ++m) {
+        base->sources.insert(base->sources.end(), members[m]->sources.begin(),
+                             members[m]->sources.end());
+        removed_[members[m]->id] = true;
+      }
+      const std::string label = conv ? "conv+scale" : "batchnorm+scale";
+      base->fusion = base->fusion.empty() ? label : absl::StrCat(base->fusion, "+scale");
+      result_.precision[base] = ba.assigned;
+      for (int src : base->sources) result_.effective[src] = ba.assigned;
+      result_.applied.push_back(absl::StrCat(label, ": ", Names(members), " -> one ",
+                                             ir::OpName(base->op), " at ",
+                                             precision::PrecisionName(ba.assigned)));
+    }
+    g_.RebuildEdges();
+    return absl::OkStatus();
+  }
+
   ir::Graph& g_;
   const precision::Assignment& a_;
   const FusionOptions& o_;
@@ -604,15 +775,15 @@ absl::Status ValidateNoFuse(const std::vector<std::string>& selectors) {
           absl::StrCat("--no-fuse '", s, "': expected op:TYPE, scope:PREFIX or pattern:NAME"));
     }
     std::string name = s.substr(colon + 1);
-    bool linear = name == "conv+batchnorm" || name == "conv+activation" ||
-                  name == "conv+residual" || name == "matmul+bias" || name == "add+layernorm" ||
-                  name == "conv-chain";
+    bool linear = name == "conv+batchnorm" || name == "conv+scale" || name == "batchnorm+scale" ||
+                  name == "conv+activation" || name == "conv+residual" || name == "matmul+bias" ||
+                  name == "add+layernorm" || name == "conv-chain";
     if (kind == "pattern" && !precision::PatternFromName(name) && !linear) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--no-fuse '", s,
-          "': unknown pattern (layernorm, rmsnorm, gelu, softmax, attention, "
-          "conv+batchnorm, conv+activation, conv+residual, matmul+bias, add+layernorm, "
-          "conv-chain)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--no-fuse '", s,
+                       "': unknown pattern (layernorm, rmsnorm, gelu, softmax, attention, "
+                       "conv+batchnorm, conv+scale, batchnorm+scale, conv+activation, "
+                       "conv+residual, matmul+bias, add+layernorm, conv-chain)"));
     }
   }
   return absl::OkStatus();

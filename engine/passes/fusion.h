@@ -37,8 +37,8 @@
 namespace kiln::passes {
 
 /// `--fusion on|off` and `--no-fuse SELECTOR` (op:TYPE, scope:PREFIX, pattern:NAME where NAME is
-/// a recognised pattern or conv+batchnorm, conv+activation, conv+residual, matmul+bias,
-/// add+layernorm, conv-chain (passes/conv_chain.h)).
+/// a recognised pattern or conv+batchnorm, conv+scale, batchnorm+scale, conv+activation,
+/// conv+residual, matmul+bias, add+layernorm, conv-chain (passes/conv_chain.h)).
 struct FusionOptions {
   bool enabled = true;
   std::vector<std::string> no_fuse;

@@ -124,6 +124,48 @@ onnx::ModelProto ConvBatchNorm() {
   return m;
 }
 
+// y = Conv(x) * s + t, s and t one value per channel ([C, 1, 1] and [1, C, 1, 1]): a scale layer.
+onnx::ModelProto ConvScale() {
+  onnx::ModelProto m = NewModel({1, 3, 8, 8}, {1, 4, 8, 8});
+  auto* g = m.mutable_graph();
+  AddFloatInitializer(g, "w", {4, 3, 3, 3}, Ramp(4 * 27, 0.3f, 0.0f));
+  AddFloatInitializer(g, "b", {4}, {0.1f, -0.2f, 0.3f, 0.0f});
+  AddFloatInitializer(g, "s", {4, 1, 1}, {1.5f, 0.5f, -2.0f, 1.0f});
+  AddFloatInitializer(g, "t", {1, 4, 1, 1}, {0.0f, 0.1f, -0.1f, 0.2f});
+  auto* conv = AddOnnxNode(g, "Conv", {"x", "w", "b"}, {"c"}, "/conv");
+  auto* pads = conv->add_attribute();
+  pads->set_name("pads");
+  pads->set_type(onnx::AttributeProto::INTS);
+  for (int i = 0; i < 4; ++i) pads->add_ints(1);
+  AddOnnxNode(g, "Mul", {"s", "c"}, {"cs"}, "/scale/mul");
+  AddOnnxNode(g, "Add", {"cs", "t"}, {"y"}, "/scale/add");
+  return m;
+}
+
+// y = BatchNormalization(x) * s + t, s an Unsqueeze of a [C] initializer to [C, 1, 1] (as
+// Caffe2 exports a scale layer after a BatchNormalization) and t a [1, C, 1, 1] constant.
+onnx::ModelProto BatchNormScale() {
+  onnx::ModelProto m = NewModel({1, 4, 5, 5}, {1, 4, 5, 5});
+  auto* g = m.mutable_graph();
+  AddFloatInitializer(g, "scale", {4}, {1.5f, 0.5f, 2.0f, 1.0f});
+  AddFloatInitializer(g, "bias", {4}, {0.0f, 0.1f, -0.1f, 0.2f});
+  AddFloatInitializer(g, "mean", {4}, {0.05f, -0.1f, 0.2f, 0.0f});
+  AddFloatInitializer(g, "var", {4}, {0.9f, 1.1f, 0.5f, 2.0f});
+  AddFloatInitializer(g, "s0", {4}, {0.7f, -1.2f, 0.4f, 2.5f});
+  auto* axes = g->add_initializer();
+  axes->set_name("axes");
+  axes->set_data_type(onnx::TensorProto::INT64);
+  axes->add_dims(2);
+  axes->add_int64_data(1);
+  axes->add_int64_data(2);
+  AddFloatInitializer(g, "t", {1, 4, 1, 1}, {0.3f, 0.0f, -0.2f, 0.1f});
+  AddOnnxNode(g, "BatchNormalization", {"x", "scale", "bias", "mean", "var"}, {"bn"}, "/bn");
+  AddOnnxNode(g, "Unsqueeze", {"s0", "axes"}, {"s"}, "/scale/unsqueeze");
+  AddOnnxNode(g, "Mul", {"bn", "s"}, {"bs"}, "/scale/mul");
+  AddOnnxNode(g, "Add", {"bs", "t"}, {"y"}, "/scale/add");
+  return m;
+}
+
 // y = Relu(x @ W + b).
 onnx::ModelProto MatMulBiasRelu() {
   onnx::ModelProto m = NewModel({kRows, kCols}, {kRows, 32});
@@ -289,6 +331,8 @@ INSTANTIATE_TEST_SUITE_P(
                       FusionCase{"gelu", DecomposedGelu, "gelu"},
                       FusionCase{"softmax", DecomposedSoftmax, "softmax"},
                       FusionCase{"conv_batchnorm", ConvBatchNorm, "conv+batchnorm"},
+                      FusionCase{"conv_scale", ConvScale, "conv+scale"},
+                      FusionCase{"batchnorm_scale", BatchNormScale, "batchnorm+scale"},
                       FusionCase{"conv_relu", ConvRelu, "conv+Relu"},
                       FusionCase{"conv_residual_relu", ConvResidualRelu, "conv+residual+Relu"},
                       FusionCase{"matmul_bias_relu", MatMulBiasRelu, "matmul+bias+Relu"},

@@ -36,8 +36,9 @@ onnx::NodeProto* Conv(onnx::GraphProto* g, const std::string& name, const std::s
   return n;
 }
 
-// x [1, 8, 10, 10] -> a stem Conv scaled and shifted per channel (Mul by a [C, 1, 1] constant,
-// Add of a [1, C, 1, 1] one: a decomposed BatchNormalization) -> a residual block (Conv+Relu,
+// x [1, 8, 10, 10] -> a stem Conv+Relu scaled and shifted per channel (Mul by a [C, 1, 1]
+// constant, Add of a [1, C, 1, 1] one: after the Relu, not folded into the Conv's weights) -> a
+// residual block (Conv+Relu,
 // Conv, Add, Relu), a BatchNormalization and a MaxPool on it, a branch
 // concatenated with the pool on channels, a last Conv, a GlobalAveragePool and a 2x bilinear
 // Resize of its output; the first block's sum is also an output.
@@ -51,7 +52,8 @@ onnx::ModelProto ResidualNet() {
   Conv(g, "/stem", "x", kC, kC, 3, "s0");
   AddFloatInitializer(g, "scale", {kC, 1, 1}, Wave(kC, 0.5f, 1.0f));
   AddFloatInitializer(g, "shift", {1, kC, 1, 1}, Wave(kC, 0.2f, 0.0f));
-  AddOnnxNode(g, "Mul", {"s0", "scale"}, {"sm"}, "/stem/scale");
+  AddOnnxNode(g, "Relu", {"s0"}, {"s0r"}, "/stem/relu");
+  AddOnnxNode(g, "Mul", {"s0r", "scale"}, {"sm"}, "/stem/scale");
   AddOnnxNode(g, "Add", {"sm", "shift"}, {"s"}, "/stem/shift");
   Conv(g, "/block/conv1", "s", kC, kC, 3, "c1");
   AddOnnxNode(g, "Relu", {"c1"}, {"r1"}, "/block/relu1");
