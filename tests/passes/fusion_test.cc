@@ -389,6 +389,20 @@ TEST(FusionTest, FusionThatWouldLowerAPinnedNodeIsRefusedAndLogged) {
   }
 }
 
+TEST(FusionTest, ScaleFoldRefusedWhenTheShiftIsPinnedHigher) {
+  auto r = BuildRun(ConvScale(), "fp16", {"op:Add = fp32"}, true);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->built.summary.fusions, 0);
+  ASSERT_EQ(r->built.summary.fusion_refusals.size(), 1u);
+  const std::string& why = r->built.summary.fusion_refusals[0];
+  EXPECT_THAT(why, HasSubstr("conv+scale"));
+  EXPECT_THAT(why, HasSubstr("'/scale/add'"));
+  EXPECT_THAT(why, HasSubstr("op:Add = fp32 (--rule 1)"));
+  for (const auto& n : r->built.nodes) {
+    if (n.op_type() == "Add") EXPECT_EQ(n.effective_precision(), "fp32");
+  }
+}
+
 TEST(FusionTest, MatMulFusionRefusedWhenTheBiasAddIsPinnedHigher) {
   auto r = BuildRun(MatMulBiasRelu(), "bf16", {"op:Add = fp32"}, true);
   ASSERT_TRUE(r.ok()) << r.status();
