@@ -99,32 +99,6 @@ dn::memory::data_type DnnlType(DataType t) {
   return t == DataType::kBF16 ? dn::memory::data_type::bf16 : dn::memory::data_type::f32;
 }
 
-// Chunks of the conversions below, one per loop iteration on the threads.
-constexpr int64_t kConvertChunk = int64_t{1} << 14;
-
-// dst[i] = src[i] for i < n, fp16 or bf16 (`from`) to fp32: exact.
-void ToFloat(DataType from, const void* src, float* dst, int64_t n) {
-  const uint16_t* s = static_cast<const uint16_t*>(src);
-#pragma omp parallel for schedule(static) if (n >= 4 * kConvertChunk)
-  for (int64_t i = 0; i < n; i += kConvertChunk) {
-    const int64_t len = std::min(kConvertChunk, n - i);
-    if (from == DataType::kF16) {
-      avx512::HalfToFloat(s + i, dst + i, len);
-    } else {
-      avx512::Bf16ToFloat(s + i, dst + i, len);
-    }
-  }
-}
-
-// dst[i] = fp16(src[i]) for i < n, rounded to nearest even.
-void FloatToHalf(const float* src, void* dst, int64_t n) {
-  uint16_t* d = static_cast<uint16_t*>(dst);
-#pragma omp parallel for schedule(static) if (n >= 4 * kConvertChunk)
-  for (int64_t i = 0; i < n; i += kConvertChunk) {
-    avx512::FloatToHalf(src + i, d + i, std::min(kConvertChunk, n - i));
-  }
-}
-
 // Scratch buffer `which` of the calling thread, at least n floats: 0 the fp32 sums of a bf16 or
 // fp16 convolution, 1 an fp16 X widened to fp32. Shared by the convolutions a thread runs (an
 // engine's kernels run one after another on one thread), so an engine holds one pair, as large
@@ -288,7 +262,7 @@ class ConvKernel final : public Kernel {
           ref::ParallelCopy(y->raw_data(), z->raw_data(), z->byte_size());
         }
       } else {
-        ToFloat(dt, z->raw_data(), sums, n);  // exact
+        avx512::ConvertArray(dt, DataType::kF32, z->raw_data(), sums, n);  // exact
       }
     }
     const float* bias = nullptr;
@@ -298,14 +272,15 @@ class ConvKernel final : public Kernel {
       } else {
         // bf16 or fp16 to fp32 is exact: the bias enters the sum unrounded, as in the reference.
         bias_.resize(s.in.b->num_elements());
-        ToFloat(dt, s.in.b->raw_data(), bias_.data(), s.in.b->num_elements());
+        avx512::ConvertArray(dt, DataType::kF32, s.in.b->raw_data(), bias_.data(),
+                             s.in.b->num_elements());
         bias = bias_.data();
       }
     }
     const void* src = x.raw_data();
     if (half) {
       float* x32 = ThreadScratch(1, x.num_elements());
-      ToFloat(dt, src, x32, x.num_elements());
+      avx512::ConvertArray(dt, DataType::kF32, src, x32, x.num_elements());
       src = x32;
     }
     try {
@@ -321,7 +296,7 @@ class ConvKernel final : public Kernel {
           absl::StrCat(node_.Label(), " oneDNN convolution failed: ", e.what()));
     }
     if (half && plan->post_op) {
-      FloatToHalf(sums, y->raw_data(), n);
+      avx512::ConvertArray(DataType::kF32, DataType::kF16, sums, y->raw_data(), n);
     } else if (sums != nullptr) {
       ApplyActivation(sums, *y);
     }
@@ -567,7 +542,8 @@ class ConvKernel final : public Kernel {
     std::vector<float> w_f32;
     if (w.dtype() == DataType::kF16) {
       w_f32.resize(w.num_elements());
-      ToFloat(DataType::kF16, w.raw_data(), w_f32.data(), w.num_elements());
+      avx512::ConvertArray(DataType::kF16, DataType::kF32, w.raw_data(), w_f32.data(),
+                           w.num_elements());
     }
     dn::memory user(w_user, engine, w_f32.empty() ? const_cast<void*>(w.raw_data()) : w_f32.data());
     dn::stream stream(engine);
