@@ -5,6 +5,7 @@
 // operands broadcast, empty rows, double values. And BatchNormalization and LRN on
 // channels-last tensors (BatchNormNhwcKernel, LrnNhwcKernel).
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <memory>
 #include <vector>
@@ -134,7 +135,7 @@ class BatchNormNhwcKernel final : public Kernel {
   }
 
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const ir::Node& node) {
-    return std::unique_ptr<Kernel>(new BatchNormNhwcKernel(node));
+    return std::unique_ptr<Kernel>(new BatchNormNhwcKernel(node, node.GetFloat("epsilon", 1e-5f)));
   }
 
   absl::Status Run(KernelContext& ctx) override {
@@ -144,20 +145,31 @@ class BatchNormNhwcKernel final : public Kernel {
     }
     const int64_t c = x->dim(3);
     static constexpr const char* kNames[] = {"scale", "B", "mean", "var"};
+    std::array<const void*, 4> sources;
     for (int i = 0; i < 4; ++i) {
       ASSIGN_OR_RETURN(const ir::Tensor* t, ref::RequireInput(node_, ctx, i + 1));
       if (!IsFloating(t->dtype()) || t->num_elements() != c) {
         return ref::InvalidNode(node_, kNames[i], " must be ", c, " float values, got ",
                                 DataTypeOnnxName(t->dtype()), ir::DimsToString(t->dims()));
       }
-      params_[i].resize(c);
-      for (int64_t j = 0; j < c; ++j) {
-        params_[i][j] = static_cast<float>(ir::ElementAsDouble(*t, j));
-      }
+      const ir::Value* v = node_.input(i + 1);
+      // A constant's buffer keeps its values; a graph input's may be reused with others.
+      sources[i] = v && v->constant && !v->is_graph_input ? t->raw_data() : nullptr;
     }
-    const float eps = node_.GetFloat("epsilon", 1e-5f);
-    stddev_.resize(c);
-    for (int64_t j = 0; j < c; ++j) stddev_[j] = std::sqrt(params_[3][j] + eps);
+    // The parameters widened once for constant ones, on every run otherwise.
+    const bool constant = std::find(sources.begin(), sources.end(), nullptr) == sources.end();
+    if (!constant || sources != sources_ || static_cast<int64_t>(stddev_.size()) != c) {
+      for (int i = 0; i < 4; ++i) {
+        const ir::Tensor& t = *ctx.input(i + 1);
+        params_[i].resize(c);
+        for (int64_t j = 0; j < c; ++j) {
+          params_[i][j] = static_cast<float>(ir::ElementAsDouble(t, j));
+        }
+      }
+      stddev_.resize(c);
+      for (int64_t j = 0; j < c; ++j) stddev_[j] = std::sqrt(params_[3][j] + epsilon_);
+      sources_ = sources;
+    }
     ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, x->dtype(), x->dims()));
     BatchNormNhwc(x->dtype(), x->raw_data(), y->raw_data(),
                   x->num_elements() / std::max<int64_t>(c, 1), c, params_[2].data(), stddev_.data(),
@@ -166,7 +178,7 @@ class BatchNormNhwcKernel final : public Kernel {
   }
 
  private:
-  explicit BatchNormNhwcKernel(const ir::Node& node) : node_(node) {}
+  BatchNormNhwcKernel(const ir::Node& node, float epsilon) : node_(node), epsilon_(epsilon) {}
 
   // Inference mode, as the reference reads it per opset, with Y the only output.
   static bool Inference(const ir::Node& node) {
@@ -178,7 +190,9 @@ class BatchNormNhwcKernel final : public Kernel {
   }
 
   const ir::Node& node_;
-  std::vector<float> params_[4], stddev_;  // scale, B, mean, var; sqrt(var + epsilon)
+  float epsilon_;
+  std::vector<float> params_[4], stddev_;    // scale, B, mean, var; sqrt(var + epsilon)
+  std::array<const void*, 4> sources_ = {};  // the constant buffers params_ was read from
 };
 
 // LRN on a channels-last X (kChannelsLastAttr, the layout pass's): float, float16 and bfloat16
@@ -205,15 +219,20 @@ class LrnNhwcKernel final : public Kernel {
     ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, x->dtype(), x->dims()));
     const int64_t c = x->dim(3);
     LrnNhwc(x->dtype(), x->raw_data(), y->raw_data(), c == 0 ? 0 : x->num_elements() / c, c, size_,
-            node_.GetFloat("alpha", 1e-4f), node_.GetFloat("beta", 0.75f),
-            node_.GetFloat("bias", 1.0f));
+            alpha_, beta_, bias_);
     return absl::OkStatus();
   }
 
  private:
-  LrnNhwcKernel(const ir::Node& node, int64_t size) : node_(node), size_(size) {}
+  LrnNhwcKernel(const ir::Node& node, int64_t size)
+      : node_(node),
+        size_(size),
+        alpha_(node.GetFloat("alpha", 1e-4f)),
+        beta_(node.GetFloat("beta", 0.75f)),
+        bias_(node.GetFloat("bias", 1.0f)) {}
   const ir::Node& node_;
   int64_t size_;
+  float alpha_, beta_, bias_;
 };
 
 }  // namespace

@@ -30,7 +30,6 @@
 // streaming W from memory, which the GEMM overlaps with the arithmetic.
 #include <omp.h>
 
-#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <optional>
