@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/common/status.h"
+#include "engine/passes/layout.h"
 
 namespace kiln::passes {
 namespace {
@@ -339,15 +340,20 @@ class Fuser {
     result_.refusals.push_back(std::move(why));
   }
 
-  // A constant float vector of ones with `d` elements (scale of a LayerNorm without gamma).
-  absl::StatusOr<ir::Value*> Ones(int64_t d, const std::string& name) {
+  // A new value `name` holding constant `t`.
+  absl::StatusOr<ir::Value*> AddConstant(const std::string& name, ir::Tensor t) {
     ASSIGN_OR_RETURN(ir::Value * v, g_.AddValue(name));
-    ASSIGN_OR_RETURN(ir::Tensor t, ir::Tensor::Allocate(DataType::kF32, {d}));
-    for (int64_t i = 0; i < d; ++i) t.data<float>()[i] = 1.0f;
-    v->dtype = DataType::kF32;
-    v->shape = ir::Shape::Of({d});
+    v->dtype = t.dtype();
+    v->shape = ir::Shape::Of(t.dims());
     v->constant = std::move(t);
     return v;
+  }
+
+  // A constant float vector of ones with `d` elements (scale of a LayerNorm without gamma).
+  absl::StatusOr<ir::Value*> Ones(int64_t d, const std::string& name) {
+    ASSIGN_OR_RETURN(ir::Tensor t, ir::Tensor::Allocate(DataType::kF32, {d}));
+    for (int64_t i = 0; i < d; ++i) t.data<float>()[i] = 1.0f;
+    return AddConstant(name, std::move(t));
   }
 
   absl::Status FusePattern(const PatternInstance& p) {
@@ -550,14 +556,10 @@ class Fuser {
         nb.data<float>()[o] =
             static_cast<float>((bias - mean->data<float>()[o]) * s + beta->data<float>()[o]);
       }
-      ASSIGN_OR_RETURN(ir::Value * wv, g_.AddValue(absl::StrCat(w->name, "/folded_", bn->name)));
-      wv->dtype = DataType::kF32;
-      wv->shape = ir::Shape::Of(nw.dims());
-      wv->constant = std::move(nw);
-      ASSIGN_OR_RETURN(ir::Value * bv, g_.AddValue(absl::StrCat(bn->name, "/folded_bias")));
-      bv->dtype = DataType::kF32;
-      bv->shape = ir::Shape::Of({oc});
-      bv->constant = std::move(nb);
+      ASSIGN_OR_RETURN(ir::Value * wv,
+                       AddConstant(absl::StrCat(w->name, "/folded_", bn->name), std::move(nw)));
+      ASSIGN_OR_RETURN(ir::Value * bv,
+                       AddConstant(absl::StrCat(bn->name, "/folded_bias"), std::move(nb)));
       conv->inputs = {conv->inputs[0], wv, bv};
       conv->outputs = {bn->outputs[0]};
       conv->sources.insert(conv->sources.end(), bn->sources.begin(), bn->sources.end());
@@ -594,12 +596,7 @@ class Fuser {
     }
     const std::vector<int64_t> d = v->shape.StaticDims();
     if (ir::NumElementsOf(d) != t->num_elements() || d.size() > 4) return nullptr;
-    if (t->num_elements() == 1) return t;
-    if (d.size() != 3 && d.size() != 4) return nullptr;
-    for (size_t i = 0; i < d.size(); ++i) {
-      if (d[i] != (i == d.size() - 3 ? channels : 1)) return nullptr;
-    }
-    return t;
+    return t->num_elements() == 1 || IsPerChannelDims(d, channels) ? t : nullptr;
   }
 
   // The output channels of `base` when a per-channel scale and shift can be folded into its
@@ -709,14 +706,9 @@ class Fuser {
         nb.data<float>()[o] = static_cast<float>(bias * sc + (tv ? at(tv, o) : 0.0));
       }
       ASSIGN_OR_RETURN(ir::Value * mnew,
-                       g_.AddValue(absl::StrCat(mv->name, "/scaled_", mul->name)));
-      mnew->dtype = DataType::kF32;
-      mnew->shape = ir::Shape::Of(nm.dims());
-      mnew->constant = std::move(nm);
-      ASSIGN_OR_RETURN(ir::Value * bnew, g_.AddValue(absl::StrCat(mul->name, "/scaled_bias")));
-      bnew->dtype = DataType::kF32;
-      bnew->shape = ir::Shape::Of({oc});
-      bnew->constant = std::move(nb);
+                       AddConstant(absl::StrCat(mv->name, "/scaled_", mul->name), std::move(nm)));
+      ASSIGN_OR_RETURN(ir::Value * bnew,
+                       AddConstant(absl::StrCat(mul->name, "/scaled_bias"), std::move(nb)));
       if (conv) {
         base->inputs = {base->inputs[0], mnew, bnew};
       } else {

@@ -30,17 +30,10 @@ bool IsScalarConstant(const ir::Value* v) {
   return v->constant && v->constant->num_elements() == 1;
 }
 
-// A constant of dims [C, 1, 1] or [1, C, 1, 1] (C > 1): one value per channel of an NCHW
-// operand with C channels, as a per-channel scale or shift (a decomposed BatchNormalization).
+// A constant of IsPerChannelDims: one value per channel of an NCHW operand with C channels (a
+// decomposed BatchNormalization's scale or shift).
 bool IsChannelConstant(const ir::Value* v, int64_t channels) {
-  if (!v->constant || channels <= 1) return false;
-  const std::vector<int64_t>& d = v->constant->dims();
-  if (d.size() != 3 && d.size() != 4) return false;
-  const size_t c = d.size() - 3;
-  for (size_t i = 0; i < d.size(); ++i) {
-    if (d[i] != (i == c ? channels : 1)) return false;
-  }
-  return true;
+  return v->constant && IsPerChannelDims(v->constant->dims(), channels);
 }
 
 // Elementwise ops whose arithmetic does not depend on the layout of same-shaped inputs.
@@ -329,6 +322,14 @@ class ChannelsLast {
 };
 
 }  // namespace
+
+bool IsPerChannelDims(const std::vector<int64_t>& dims, int64_t channels) {
+  if (channels <= 1 || (dims.size() != 3 && dims.size() != 4)) return false;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] != (i == dims.size() - 3 ? channels : 1)) return false;
+  }
+  return true;
+}
 
 absl::StatusOr<LayoutResult> KeepChannelsLast(
     ir::Graph& graph, const std::vector<ir::Node*>& live,

@@ -50,6 +50,10 @@ struct LayoutResult {
   std::vector<ir::Node*> inserted;  // the inserted Transpose nodes
 };
 
+/// Whether `dims` ([C, 1, 1] or [1, C, 1, 1], C = `channels` > 1) broadcast over an NCHW tensor
+/// with C channels as one value per channel: a per-channel scale or shift.
+bool IsPerChannelDims(const std::vector<int64_t>& dims, int64_t channels);
+
 /// Rewrites `live` (the graph's live nodes in execution order; nodes outside it are ignored as
 /// readers) and returns what changed; the caller re-orders the graph and chooses the kernels of
 /// the nodes given kChannelsLastAttr again. `channels_last_kernel(n)` says whether a kernel
