@@ -406,7 +406,7 @@ absl::StatusOr<Compiled> Compile(ir::Graph& g, const precision::Policy& policy,
       }
       sum.layout_convolutions = layout.convolutions;
       sum.layout_transposes = layout.transposes;
-      // Inverted-residual blocks as one kernel each (fp32 convolutions only: after lowering).
+      // Inverted-residual blocks as one kernel each (fp32 or fp16 convolutions: after lowering).
       ASSIGN_OR_RETURN(passes::ChainResult chains,
                        passes::ChainConvolutions(g, live, fast_kernel, options.fusion, logger));
       if (!chains.added.empty()) {

@@ -5,6 +5,7 @@
 #include "absl/strings/str_join.h"
 #include "engine/kernels/cpu/avx512/conv_chain_nodes.h"
 #include "engine/kernels/kernel.h"
+#include "engine/precision/precision.h"
 
 namespace kiln::passes {
 namespace {
@@ -117,9 +118,11 @@ class Chainer {
       result_.removed.push_back(n);
     }
     result_.added.push_back(added);
-    result_.applied.push_back(absl::StrCat(added->fusion, ": ", names.size(), " nodes (",
-                                           absl::StrJoin(names, ", "), ") -> one ",
-                                           ir::OpName(added->op), " at fp32"));
+    // The members' type (ChainMemberConv: fp32 or fp16, in and out alike).
+    const auto precision = precision::PrecisionOfDataType(added->outputs[0]->dtype);
+    result_.applied.push_back(absl::StrCat(
+        added->fusion, ": ", names.size(), " nodes (", absl::StrJoin(names, ", "), ") -> one ",
+        ir::OpName(added->op), " at ", precision ? precision::PrecisionName(*precision) : "?"));
   }
 
   ir::Graph& g_;

@@ -1,8 +1,9 @@
 // The AVX-512 FusedConvChain (cpu/avx512/conv_chain_ops.cc) against its members run one after
-// another by the reference FusedConv kernel: shapes with channel counts that are not whole
-// vectors, strides, asymmetric pads, batches, a band of rows smaller than the image, with and
-// without the expansion, the projection, the biases and the residual, on one and on two threads;
-// and a depthwise Conv or FusedConv alone, which runs on the same kernel.
+// another by the reference FusedConv kernel, in fp32 and in fp16: shapes with channel counts that
+// are not whole vectors, strides, asymmetric pads, batches, a band of rows smaller than the image,
+// with and without the expansion, the projection, the biases and the residual, on one and on two
+// threads; an fp16 chain's rounding of its interior tensors; and a depthwise Conv or FusedConv
+// alone, which runs on the same kernel.
 #include <omp.h>
 
 #include <cmath>
@@ -253,13 +254,22 @@ ir::Tensor Random(const Dims& dims, std::mt19937& rng, float scale) {
   return MakeFloat(dims, v);
 }
 
+// |t| as fp32 (fp16 values are exact in fp32).
 ir::Tensor Abs(const ir::Tensor& t) {
   std::vector<float> v = ToFloats(t);
   for (float& f : v) f = std::fabs(f);
   return MakeFloat(t.dims(), v);
 }
 
-// NCHW <-> NHWC copies of a rank-4 float tensor.
+// A tensor of t's type (fp32 or fp16) with `values`.
+ir::Tensor Like(const ir::Tensor& t, const Dims& dims, const std::vector<float>& values) {
+  return t.dtype() == DataType::kF16 ? MakeHalf(dims, values) : MakeFloat(dims, values);
+}
+
+// t rounded to fp16 (undefined stays undefined).
+ir::Tensor Half(const ir::Tensor& t) { return t.defined() ? MakeHalf(t.dims(), ToFloats(t)) : t; }
+
+// NCHW <-> NHWC copies of a rank-4 fp32 or fp16 tensor (NCHW results as fp32).
 ir::Tensor ToNhwc(const ir::Tensor& t) {
   const auto& d = t.dims();
   std::vector<float> in = ToFloats(t), out(in.size());
@@ -267,7 +277,7 @@ ir::Tensor ToNhwc(const ir::Tensor& t) {
     for (int64_t c = 0; c < d[1]; ++c)
       for (int64_t p = 0; p < d[2] * d[3]; ++p)
         out[(n * d[2] * d[3] + p) * d[1] + c] = in[(n * d[1] + c) * d[2] * d[3] + p];
-  return MakeFloat({d[0], d[2], d[3], d[1]}, out);
+  return Like(t, {d[0], d[2], d[3], d[1]}, out);
 }
 
 ir::Tensor ToNchw(const ir::Tensor& t) {
@@ -283,6 +293,30 @@ ir::Tensor ToNchw(const ir::Tensor& t) {
 struct Operands {
   ir::Tensor x, w[3], b[3], z;  // x and z NCHW
 };
+
+// Every operand rounded to fp16.
+Operands HalfOf(const Operands& o) {
+  Operands h;
+  h.x = Half(o.x);
+  h.z = Half(o.z);
+  for (int s = 0; s < 3; ++s) {
+    h.w[s] = Half(o.w[s]);
+    h.b[s] = Half(o.b[s]);
+  }
+  return h;
+}
+
+// The operands of the bounds' chains on absolute values (fp32): |X|, |W|, |B| and |Z|.
+Operands AbsOf(const Operands& o) {
+  Operands a = o;
+  a.x = Abs(o.x);
+  for (int s = 0; s < 3; ++s) {
+    if (o.w[s].defined()) a.w[s] = Abs(o.w[s]);
+    if (o.b[s].defined()) a.b[s] = Abs(o.b[s]);
+  }
+  if (o.z.defined()) a.z = Abs(o.z);
+  return a;
+}
 
 Operands Make(const ChainCase& c, std::mt19937& rng) {
   Operands o;
@@ -352,14 +386,7 @@ TEST(ConvChainTest, MatchesTheMembersRunOneAfterAnother) {
     SCOPED_TRACE(c.name);
     const Operands o = Make(c, rng);
     const ir::Tensor ref = Reference(c, o, true);
-    Operands a = o;
-    a.x = Abs(o.x);
-    for (int s = 0; s < 3; ++s) {
-      if (o.w[s].defined()) a.w[s] = Abs(o.w[s]);
-      if (o.b[s].defined()) a.b[s] = Abs(o.b[s]);
-    }
-    if (o.z.defined()) a.z = Abs(o.z);
-    const ir::Tensor abs = Reference(c, a, false);
+    const ir::Tensor abs = Reference(c, AbsOf(o), false);
     ASSERT_TRUE(ref.defined() && abs.defined());
     std::vector<float> runs[2];
     for (int threads : {1, 2}) {
@@ -381,8 +408,86 @@ TEST(ConvChainTest, MatchesTheMembersRunOneAfterAnother) {
   }
 }
 
-// A channels-last depthwise Conv or FusedConv alone: the registry prefers the chain kernel's
-// depthwise step to oneDNN's convolution, and it computes what the reference computes.
+// An fp16 chain against its members run one after another in fp16 by the reference. Both round
+// each step's fp32 result to fp16. Step s's results before that rounding differ by at most
+// g_s M_s (the sums' orders, as in fp32: g_s = 2 (terms + 1) 2^-24) plus |W_s| times the
+// difference of its inputs, then each rounding adds at most 2^-11 of its value (M_s, 1% of
+// margin for the fp32 rounding of M itself) or, below fp16's normal range, 2^-25. By induction
+// the outputs differ by at most (sum of g_s + 3 * 2 * 2^-11) * 1.01 * M, M the chain on absolute
+// values without the activations, plus A, the same chain on X = 0 and Z = 0 with every bias
+// 2^-24 (the subnormal roundings, carried through the later steps' |W|).
+TEST(ConvChainTest, Fp16MatchesTheMembersRunOneAfterAnother) {
+  if (!kernels::CpuHasIsa(kernels::Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
+  std::mt19937 rng(17);
+  const int saved = omp_get_max_threads();
+  for (const ChainCase& c : Cases()) {
+    SCOPED_TRACE(c.name);
+    const Operands o = HalfOf(Make(c, rng));
+    const ir::Tensor ref = Reference(c, o, true);
+    const Operands a = AbsOf(o);
+    Operands e = a;  // A's operands
+    e.x = MakeFloat(o.x.dims(), std::vector<float>(o.x.num_elements(), 0.0f));
+    if (o.z.defined()) e.z = MakeFloat(o.z.dims(), std::vector<float>(o.z.num_elements(), 0.0f));
+    const int64_t outs[3] = {c.c1, c.c1, c.c2};
+    for (int s = 0; s < 3; ++s) {
+      if (o.w[s].defined()) {
+        e.b[s] = MakeFloat({outs[s]}, std::vector<float>(outs[s], std::ldexp(1.0f, -24)));
+      }
+    }
+    const ir::Tensor abs = Reference(c, a, false), sub = Reference(c, e, false);
+    ASSERT_TRUE(ref.defined() && abs.defined() && sub.defined());
+    ASSERT_EQ(ref.dtype(), DataType::kF16);
+    std::vector<float> runs[2];
+    for (int threads : {1, 2}) {
+      omp_set_num_threads(threads);
+      const ir::Tensor y = Chain(c, o);
+      ASSERT_TRUE(y.defined());
+      ASSERT_EQ(y.dims(), ref.dims());
+      runs[threads - 1] = ToFloats(y);
+    }
+    omp_set_num_threads(saved);
+    const std::vector<float> r = ToFloats(ref), m = ToFloats(abs), s = ToFloats(sub);
+    const double g = 2.0 * (c.c0 + c.kh * c.kw + c.c1 + 3) * std::ldexp(1.0, -24);
+    const double k = 1.01 * (g + 6 * std::ldexp(1.0, -11));
+    for (size_t i = 0; i < r.size(); ++i) {
+      ASSERT_LE(std::fabs(runs[0][i] - r[i]), k * m[i] + s[i]) << "element " << i;
+    }
+    EXPECT_EQ(runs[0], runs[1]);
+  }
+}
+
+// An fp16 chain hands on E and D rounded to fp16, as its members store them: values chosen so
+// that each rounding decides the output. u = 2^-10 (fp16's spacing at 1), X = 1 + u:
+//   E = (1 + u)^2 = 1 + 2u + u^2 in both channels, fp16 1 + 2u;
+//   D0 = 1024 E0 - 1026: 0 from the fp16 E0, 1024 u^2 = 2^-10 from the unrounded one;
+//   D1 = (1 + u) E1 = 1 + 3u + 2u^2, fp16 1 + 3u;
+//   Y = 1024 D0 + 1024 D1 - 1027: 0 with both roundings, 1 without E's, 2^-9 without D's.
+// Every step's sum is exact in fp32 (in any order, with or without FMA). The same values in fp32
+// (no rounding between the steps) give Y != 0: the check can fail.
+TEST(ConvChainTest, Fp16RoundsTheInteriorTensors) {
+  if (!kernels::CpuHasIsa(kernels::Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
+  const float u = std::ldexp(1.0f, -10);
+  const ChainCase c = {"rounding",   1, 1,    1,    1,     2, 1, 1, {1, 1},
+                       {0, 0, 0, 0}, 1, true, true, false, {}};
+  Operands o;
+  o.x = MakeFloat({1, 1, 1, 1}, {1 + u});
+  o.w[0] = MakeFloat({2, 1, 1, 1}, {1 + u, 1 + u});
+  o.w[1] = MakeFloat({2, 1, 1, 1}, {1024, 1 + u});
+  o.b[1] = MakeFloat({2}, {-1026, 0});
+  o.w[2] = MakeFloat({1, 2, 1, 1}, {1024, 1024});
+  o.b[2] = MakeFloat({1}, {-1027});
+  const Operands h = HalfOf(o);
+  EXPECT_EQ(ToFloats(h.x), ToFloats(o.x));  // every operand is an fp16 value
+  EXPECT_EQ(ToFloats(h.w[1]), ToFloats(o.w[1]));
+  EXPECT_EQ(ToFloats(Reference(c, h, true)), std::vector<float>{0.0f});
+  EXPECT_EQ(ToFloats(Chain(c, h)), std::vector<float>{0.0f});
+  const std::vector<float> f32 = ToFloats(Chain(c, o));
+  ASSERT_EQ(f32.size(), 1u);
+  EXPECT_NE(f32[0], 0.0f);
+}
+
+// A channels-last depthwise Conv or FusedConv alone, fp32 or fp16: the registry prefers the chain
+// kernel's depthwise step to oneDNN's convolution, and it computes what the reference computes.
 TEST(ConvChainTest, DepthwiseConvolutionAloneRunsOnTheChainKernel) {
   if (!kernels::CpuHasIsa(kernels::Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
   struct Case {
@@ -397,66 +502,73 @@ TEST(ConvChainTest, DepthwiseConvolutionAloneRunsOnTheChainKernel) {
       {ir::OpType::kFusedConv, 24, 11, 13, 5, {1, 2}, {2, 1, 2, 3}, {"LeakyRelu", 0.1f}},
   };
   std::mt19937 rng(11);
-  for (const Case& c : cases) {
-    SCOPED_TRACE(ir::OpName(c.op));
-    const ir::Tensor x = Random({1, c.c, c.h, c.w}, rng, 1.0f);
-    const ir::Tensor w = Random({c.c, 1, c.k, c.k}, rng, 1.0f / c.k);
-    const ir::Tensor b = Random({c.c}, rng, 0.5f);
-    Attrs attrs = {
-        {"group", IntAttr(c.c)}, {"strides", IntsAttr(c.strides)}, {"pads", IntsAttr(c.pads)}};
-    const int version = c.op == ir::OpType::kConv ? 22 : 1;
-    auto run = [&](const Attrs& a, const ir::Tensor& xi, const ir::Tensor& wi, const ir::Tensor& bi,
-                   std::optional<uint64_t> cpu) {
-      NodeSpec spec{c.op, a, {xi, wi, bi}};
-      spec.since_version = version;
-      spec.cpu_features = cpu;
-      spec.constant_inputs = {1, 2};
-      spec.runs = 2;
-      return RunNodeOk0(spec);
-    };
-    Attrs with_act = attrs;
-    if (c.op == ir::OpType::kFusedConv) AddAct(with_act, "", c.act);
-    const std::vector<float> want = ToFloats(run(with_act, x, w, b, 0));
-    Attrs abs_attrs = attrs;
-    if (c.op == ir::OpType::kFusedConv) AddAct(abs_attrs, "", Act{});
-    const std::vector<float> mag = ToFloats(run(abs_attrs, Abs(x), Abs(w), Abs(b), 0));
-    Attrs cl = with_act;
-    cl.push_back({kernels::kChannelsLastAttr, IntAttr(1)});
-    const std::vector<float> got = ToFloats(ToNchw(run(cl, ToNhwc(x), w, b, std::nullopt)));
-    ASSERT_EQ(got.size(), want.size());
-    // k * k products and the bias summed in fp32 in two orders: each within (k * k + 1) 2^-24
-    // of the sum of the terms' magnitudes; the activations are 1-Lipschitz.
-    const double gamma = 2.0 * (c.k * c.k + 1) * std::ldexp(1.0, -24);
-    for (size_t i = 0; i < got.size(); ++i) {
-      ASSERT_LE(std::fabs(got[i] - want[i]), gamma * mag[i] + 1e-30) << "element " << i;
+  for (const DataType dt : {DataType::kF32, DataType::kF16})
+    for (const Case& c : cases) {
+      SCOPED_TRACE(std::string(ir::OpName(c.op)) + " " + std::string(DataTypeName(dt)));
+      const bool half = dt == DataType::kF16;
+      auto typed = [half](const ir::Tensor& t) { return half ? Half(t) : t; };
+      const ir::Tensor x = typed(Random({1, c.c, c.h, c.w}, rng, 1.0f));
+      const ir::Tensor w = typed(Random({c.c, 1, c.k, c.k}, rng, 1.0f / c.k));
+      const ir::Tensor b = typed(Random({c.c}, rng, 0.5f));
+      Attrs attrs = {
+          {"group", IntAttr(c.c)}, {"strides", IntsAttr(c.strides)}, {"pads", IntsAttr(c.pads)}};
+      const int version = c.op == ir::OpType::kConv ? 22 : 1;
+      auto run = [&](const Attrs& a, const ir::Tensor& xi, const ir::Tensor& wi,
+                     const ir::Tensor& bi, std::optional<uint64_t> cpu) {
+        NodeSpec spec{c.op, a, {xi, wi, bi}};
+        spec.since_version = version;
+        spec.cpu_features = cpu;
+        spec.constant_inputs = {1, 2};
+        spec.runs = 2;
+        return RunNodeOk0(spec);
+      };
+      Attrs with_act = attrs;
+      if (c.op == ir::OpType::kFusedConv) AddAct(with_act, "", c.act);
+      const std::vector<float> want = ToFloats(run(with_act, x, w, b, 0));
+      Attrs abs_attrs = attrs;
+      if (c.op == ir::OpType::kFusedConv) AddAct(abs_attrs, "", Act{});
+      const std::vector<float> mag = ToFloats(run(abs_attrs, Abs(x), Abs(w), Abs(b), 0));
+      Attrs cl = with_act;
+      cl.push_back({kernels::kChannelsLastAttr, IntAttr(1)});
+      const std::vector<float> got = ToFloats(ToNchw(run(cl, ToNhwc(x), w, b, std::nullopt)));
+      ASSERT_EQ(got.size(), want.size());
+      // k * k products and the bias summed in fp32 in two orders: each within (k * k + 1) 2^-24
+      // of the sum of the terms' magnitudes; the activations are 1-Lipschitz. In fp16 both then
+      // round to fp16: 2^-11 of the magnitude each (1% of margin for mag's own fp32 rounding), or
+      // 2^-25 below the normal range.
+      const double gamma = 2.0 * (c.k * c.k + 1) * std::ldexp(1.0, -24) +
+                           (half ? 1.01 * 2 * std::ldexp(1.0, -11) : 0.0);
+      const double floor = half ? std::ldexp(1.0, -24) : 1e-30;
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_LE(std::fabs(got[i] - want[i]), gamma * mag[i] + floor) << "element " << i;
+      }
+      // The kernel the registry chooses for the node.
+      ir::Graph g;
+      ir::Node* n = g.AddNode(c.op, "dw");
+      n->since_version = version;
+      for (const auto& [k, v] : cl) n->attrs[k] = v;
+      int i = 0;
+      for (const ir::Tensor* t : {&x, &w, &b}) {
+        ir::Value* v = *g.AddValue("in" + std::to_string(i++));
+        v->dtype = dt;
+        v->shape = ir::Shape::Of(t->dims());
+        if (t != &x) v->constant = *t;
+        n->inputs.push_back(v);
+      }
+      ir::Value* y = *g.AddValue("y");
+      y->dtype = dt;
+      n->outputs.push_back(y);
+      g.RebuildEdges();
+      auto def = kernels::Registry::Default().Find(*n);
+      ASSERT_TRUE(def.ok()) << def.status();
+      EXPECT_EQ((*def)->isa, kernels::Isa::kAvx512);
+      EXPECT_TRUE((*def)->preferred);
+      // Without the channels-last layout, oneDNN's convolution (or the reference) as before.
+      n->attrs.erase(kernels::kChannelsLastAttr);
+      def = kernels::Registry::Default().Find(*n);
+      ASSERT_TRUE(def.ok()) << def.status();
+      EXPECT_FALSE((*def)->preferred);
     }
-    // The kernel the registry chooses for the node.
-    ir::Graph g;
-    ir::Node* n = g.AddNode(c.op, "dw");
-    n->since_version = version;
-    for (const auto& [k, v] : cl) n->attrs[k] = v;
-    int i = 0;
-    for (const ir::Tensor* t : {&x, &w, &b}) {
-      ir::Value* v = *g.AddValue("in" + std::to_string(i++));
-      v->dtype = DataType::kF32;
-      v->shape = ir::Shape::Of(t->dims());
-      if (t != &x) v->constant = *t;
-      n->inputs.push_back(v);
-    }
-    ir::Value* y = *g.AddValue("y");
-    y->dtype = DataType::kF32;
-    n->outputs.push_back(y);
-    g.RebuildEdges();
-    auto def = kernels::Registry::Default().Find(*n);
-    ASSERT_TRUE(def.ok()) << def.status();
-    EXPECT_EQ((*def)->isa, kernels::Isa::kAvx512);
-    EXPECT_TRUE((*def)->preferred);
-    // Without the channels-last layout, oneDNN's convolution (or the reference) as before.
-    n->attrs.erase(kernels::kChannelsLastAttr);
-    def = kernels::Registry::Default().Find(*n);
-    ASSERT_TRUE(def.ok()) << def.status();
-    EXPECT_FALSE((*def)->preferred);
-  }
 }
 
 // A NaN in X reaches the outputs whose sums take it, through every activation, as in the

@@ -1,16 +1,18 @@
-// The fp32 convolution chain of an inverted-residual block (MobileNetV2), computed row by row so
-// that its wide interior tensors never leave the cache (conv_chain_avx512.cc; the kernel class is
-// conv_chain_ops.cc):
+// The fp32 or fp16 convolution chain of an inverted-residual block (MobileNetV2), computed row by
+// row so that its wide interior tensors never leave the cache (conv_chain_avx512.cc; the kernel
+// class is conv_chain_ops.cc):
 //
 //   E = act0(X * W0 + B0)            1x1 expansion, C0 -> C1 channels (optional: E = X)
 //   D = act1(depthwise(E, W1) + B1)  kh x kw depthwise window, strides, zero padding
 //   Y = act2(D * W2 + B2 [+ Z])      1x1 projection, C1 -> C2 channels, optional residual Z
 //                                    (optional: Y = D, C2 = C1)
 //
-// X, Z and Y are NHWC. Each output element is, as in the three convolutions one after another,
-// one fp32 sum of the bias and its products (then + Z), then the activation; every interior
-// value is fp32 (what the separate fp32 convolutions would store). The sums start at the bias
-// and are taken in ascending input-channel (or window) order.
+// X, Z and Y are NHWC, fp32 or (`half`) fp16. Each output element is, as in the three
+// convolutions one after another, one fp32 sum of the bias and its products (then + Z), then the
+// activation; every interior value is what the separate convolutions would store: fp32, or in an
+// fp16 chain that sum rounded to fp16 (kept widened to fp32, exactly). The sums start at the bias
+// and are taken in ascending input-channel (or window) order. Weights and biases are fp32 (an
+// fp16 graph's widened, exactly).
 //
 // Each thread takes a contiguous run of output rows, in bands of rows whose interior fits in L2
 // (kBandBytes): for a band it computes the rows of E its windows need that it has not yet
@@ -34,7 +36,8 @@ struct ChainActivation {
 
 struct ConvChainArgs {
   int64_t n = 0, h = 0, w = 0, c0 = 0;  // X [n, h, w, c0]
-  const float* x = nullptr;
+  bool half = false;                    // X, Z and Y fp16 (uint16_t bits), else fp32
+  const void* x = nullptr;
   // Expansion: W0 [c1, c0] packed in panels of 16 outputs ([ceil(c1 / 16)][c0][16], zero padded)
   // and B0 zero padded to whole vectors of 16; w0 nullptr when the chain starts at the depthwise
   // convolution (then c1 == c0).
@@ -53,15 +56,16 @@ struct ConvChainArgs {
   const float* b2 = nullptr;
   ChainActivation act2;
   int64_t c2 = 0;
-  const float* z = nullptr;  // optional residual [n, oh, ow, c2]
-  float* y = nullptr;        // [n, oh, ow, c2]
+  const void* z = nullptr;  // optional residual [n, oh, ow, c2]
+  void* y = nullptr;        // [n, oh, ow, c2]
   // Scratch of ConvChainScratchFloats floats, 64-byte aligned.
   float* scratch = nullptr;
   int threads = 1;
 };
 
 /// Floats of the scratch for `a.threads` threads: per thread the ring of E rows and a band of D
-/// rows, or, for small images on several threads, one image's E and each thread's D pixels.
+/// rows, or, for small images on several threads, one image's E and each thread's D pixels; in
+/// an fp16 chain also X's rows widened to fp32 (into the ring when there is no expansion).
 int64_t ConvChainScratchFloats(const ConvChainArgs& a);
 
 /// Runs the chain on `a.threads` OpenMP threads. Needs the kAvx512 CPU features.

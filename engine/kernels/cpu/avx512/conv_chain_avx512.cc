@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "engine/kernels/cpu/avx512/conv_chain.h"
+#include "engine/kernels/cpu/avx512/vec_convert_inl.h"
 
 namespace kiln::kernels::cpu::avx512 {
 namespace {
@@ -18,6 +19,44 @@ int64_t Pad16(int64_t c) { return (c + 15) / 16 * 16; }
 __mmask16 TailMask(int64_t c) {
   const int r = static_cast<int>(c % 16);
   return r == 0 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << r) - 1);
+}
+
+// How a step stores its values: fp32; fp32 holding fp16 values (an interior tensor of an fp16
+// chain: what the member convolution would have stored, widened again); fp16 (Y of an fp16
+// chain). Rounded as half.h rounds (round to nearest even; NaN as the reference keeps it).
+enum class Store { kF32, kF32Half, kHalf };
+
+// Where a step stores: a base address and how it stores there; At(e) is the element e further.
+struct Out {
+  void* p;
+  Store st;
+  Out At(int64_t e) const { return {static_cast<char*>(p) + e * (st == Store::kHalf ? 2 : 4), st}; }
+};
+
+// Element e of a residual Z of Y's type (fp16 when Y is).
+const void* ZAt(const void* z, Store st, int64_t e) {
+  return z == nullptr ? nullptr : static_cast<const char*>(z) + e * (st == Store::kHalf ? 2 : 4);
+}
+
+// The lanes m of v (16 values) at `out`.
+inline __attribute__((always_inline)) void StoreVector(Out out, __mmask16 m, __m512 v) {
+  switch (out.st) {
+    case Store::kF32:
+      _mm512_mask_storeu_ps(out.p, m, v);
+      break;
+    case Store::kF32Half:
+      _mm512_mask_storeu_ps(out.p, m, HalfToFloat16(FloatToHalf16(v)));
+      break;
+    case Store::kHalf:
+      _mm256_mask_storeu_epi16(out.p, m, FloatToHalf16(v));
+      break;
+  }
+}
+
+// 16 values of Z (lanes m, the others 0) as fp32, Z being of Y's type.
+inline __attribute__((always_inline)) __m512 LoadZ(const void* z, Store st, __mmask16 m) {
+  if (st == Store::kHalf) return HalfToFloat16(_mm256_maskz_loadu_epi16(m, z));
+  return _mm512_maskz_loadu_ps(m, z);
 }
 
 // An activation with its constants in vectors.
@@ -66,8 +105,8 @@ __m512 Act::operator()(__m512 v) const {
 // A tile's sums (which start at the bias) plus z, when given, activated and stored; fully
 // unrolled so the sums stay in registers.
 template <int MP, int NP, ChainActivation::Kind K>
-inline __attribute__((always_inline)) void TileStore(const __m512 (&acc)[MP][NP], const float* z,
-                                                     float* out, int64_t out_ps, __mmask16 last,
+inline __attribute__((always_inline)) void TileStore(const __m512 (&acc)[MP][NP], const void* z,
+                                                     Out out, int64_t out_ps, __mmask16 last,
                                                      const Act& act_in) {
   // The constants in locals: the stores below may alias any memory (__m512 may alias), so
   // constants read through `act_in` would be read again after every store.
@@ -78,8 +117,9 @@ inline __attribute__((always_inline)) void TileStore(const __m512 (&acc)[MP][NP]
 #pragma GCC unroll 16
     for (int i = 0; i < MP; ++i) {
       __m512 v = acc[i][j];
-      if (z != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, z + i * out_ps + j * 16));
-      _mm512_mask_storeu_ps(out + i * out_ps + j * 16, m, Apply<K>(act, v));
+      const int64_t e = i * out_ps + j * 16;
+      if (z != nullptr) v = _mm512_add_ps(v, LoadZ(ZAt(z, out.st, e), out.st, m));
+      StoreVector(out.At(e), m, Apply<K>(act, v));
     }
   }
 }
@@ -87,9 +127,8 @@ inline __attribute__((always_inline)) void TileStore(const __m512 (&acc)[MP][NP]
 // TileStore with the activation's kind chosen once for the tile.
 template <int MP, int NP>
 inline __attribute__((always_inline)) void StoreActivated(const __m512 (&acc)[MP][NP],
-                                                          const float* z, float* out,
-                                                          int64_t out_ps, __mmask16 last,
-                                                          const Act& act) {
+                                                          const void* z, Out out, int64_t out_ps,
+                                                          __mmask16 last, const Act& act) {
   switch (act.kind) {
     case ChainActivation::kNone:
       TileStore<MP, NP, ChainActivation::kNone>(acc, z, out, out_ps, last, act);
@@ -114,8 +153,8 @@ inline __attribute__((always_inline)) void StoreActivated(const __m512 (&acc)[MP
 // k step: a share of the weights the next tiles read.
 template <int MP, int NP>
 void Tile(const float* a, int64_t a_ps, int64_t k, const float* b, int64_t b_ps, const float* bias,
-          const float* z, float* out, int64_t out_ps, __mmask16 last, const Act& act,
-          const char* pf, int64_t pf_lines) {
+          const void* z, Out out, int64_t out_ps, __mmask16 last, const Act& act, const char* pf,
+          int64_t pf_lines) {
   __m512 acc[MP][NP];
 #pragma GCC unroll 4
   for (int j = 0; j < NP; ++j) {
@@ -139,7 +178,7 @@ void Tile(const float* a, int64_t a_ps, int64_t k, const float* b, int64_t b_ps,
 }
 
 using TileFn = void (*)(const float*, int64_t, int64_t, const float*, int64_t, const float*,
-                        const float*, float*, int64_t, __mmask16, const Act&, const char*, int64_t);
+                        const void*, Out, int64_t, __mmask16, const Act&, const char*, int64_t);
 
 // Pixels per tile for NP panels: NP x MP accumulators within 28 of the 32 registers (the rest
 // hold the panels' weights and a broadcast; 7 x 4 leaves one accumulator on the stack).
@@ -197,7 +236,7 @@ Lines FirstGroup(const float* w, int64_t k, int64_t n) {
 // [n/16][k][16]. Panel groups outer, so a group's weights stay in L1 across the pixels. `then`:
 // lines the last group prefetches into L2 (the next step's first weights).
 void Pointwise(const float* a, int64_t a_ps, int64_t p, int64_t k, const float* w, int64_t n,
-               const float* bias, const float* z, float* out, int64_t out_ps, const Act& act,
+               const float* bias, const void* z, Out out, int64_t out_ps, const Act& act,
                Lines then = {}) {
   if (p <= 0) return;  // an empty share (fewer pixels than threads)
   const int64_t panels = (n + 15) / 16;
@@ -222,9 +261,10 @@ void Pointwise(const float* a, int64_t a_ps, int64_t p, int64_t k, const float* 
     for (int64_t t = 0, i = 0; t < tiles; ++t) {
       const int mp = static_cast<int>(t < tall ? mp_tall : mp_tall - 1);
       const int64_t pf_first = std::min(t * pf_share, pf_total);
-      TileFor(mp, np)(a + i * a_ps, a_ps, k, b, k * 16, bias + j * 16,
-                      z ? z + i * out_ps + j * 16 : nullptr, out + i * out_ps + j * 16, out_ps,
-                      last, act, pf + pf_first * 64, std::min({pf_share, pf_total - pf_first, k}));
+      const int64_t e = i * out_ps + j * 16;
+      TileFor(mp, np)(a + i * a_ps, a_ps, k, b, k * 16, bias + j * 16, ZAt(z, out.st, e), out.At(e),
+                      out_ps, last, act, pf + pf_first * 64,
+                      std::min({pf_share, pf_total - pf_first, k}));
       i += mp;
     }
     j += np;
@@ -258,7 +298,7 @@ struct DwSource {
 // it every column is inside. Each sum runs from the bias over the window in (row, column) order.
 template <int MP, int V, int SW, int KW, bool CHECK>
 void DwTile(const float* const* rows, const DwGeom& g, int64_t ps, int64_t ox, int64_t cv,
-            __mmask16 last, float* out, int64_t out_ps, const Act& act) {
+            __mmask16 last, Out out, int64_t out_ps, const Act& act) {
   constexpr int kCols = (MP - 1) * SW + KW;
   const int64_t cp = Pad16(g.c);
   const int64_t ix0 = ox * SW - g.pad_left;
@@ -299,12 +339,11 @@ void DwTile(const float* const* rows, const DwGeom& g, int64_t ps, int64_t ox, i
       }
     }
   }
-  out += cv;
-  StoreActivated(acc, nullptr, out, out_ps, last, act);
+  StoreActivated(acc, nullptr, out.At(cv), out_ps, last, act);
 }
 
 using DwTileFn = void (*)(const float* const*, const DwGeom&, int64_t, int64_t, int64_t, __mmask16,
-                          float*, int64_t, const Act&);
+                          Out, int64_t, const Act&);
 
 // Pixels per interior tile: 8 x 2 accumulators, 2 x KW weights and 2 columns in registers.
 constexpr int kDwPixels = 8;
@@ -339,7 +378,7 @@ const DwTiles* FastDwTiles(int64_t kh, int64_t kw, int64_t sw, int v) {
 // One output pixel of any window and stride (stored at `out`), nv (1 or 2) channel vectors from
 // cv.
 void DwPixel(const float* const* rows, const DwGeom& g, int64_t ps, int64_t ox, int64_t cv, int nv,
-             __mmask16 last, float* out, const Act& act) {
+             __mmask16 last, Out out, const Act& act) {
   const int64_t cp = Pad16(g.c);
   __m512 acc[2] = {_mm512_loadu_ps(g.bias + cv), _mm512_setzero_ps()};
   if (nv == 2) acc[1] = _mm512_loadu_ps(g.bias + cv + 16);
@@ -359,14 +398,14 @@ void DwPixel(const float* const* rows, const DwGeom& g, int64_t ps, int64_t ox, 
   }
   for (int v = 0; v < nv; ++v) {
     const __mmask16 m = v == nv - 1 ? last : static_cast<__mmask16>(0xFFFF);
-    _mm512_mask_storeu_ps(out + cv + 16 * v, m, act(acc[v]));
+    StoreVector(out.At(cv + 16 * v), m, act(acc[v]));
   }
 }
 
 // The depthwise outputs of image pixels [q0, q1) (row-major, oy * ow + ox) into `out` (pixel q
 // at (q - q0) * out_ps; out_ps floats per pixel; channels past c are not stored). Channel blocks
 // of two vectors outermost, so a block's input rows stay in L1 from one output row to the next.
-void DepthwisePixels(const DwSource& s, const DwGeom& g, int64_t q0, int64_t q1, float* out,
+void DepthwisePixels(const DwSource& s, const DwGeom& g, int64_t q0, int64_t q1, Out out,
                      int64_t out_ps, const Act& act) {
   const int64_t cp = Pad16(g.c);
   const float* rows[16];  // kh <= 16 (the kernel class checks)
@@ -378,10 +417,10 @@ void DepthwisePixels(const DwSource& s, const DwGeom& g, int64_t q0, int64_t q1,
       for (int64_t r = 0; r < g.kh; ++r) rows[r] = s.Row(oy * g.sh - g.pad_top + r);
       const int64_t xb = std::max<int64_t>(q0 - oy * g.ow, 0);
       const int64_t xe = std::min<int64_t>(q1 - oy * g.ow, g.ow);
-      float* o = out + (oy * g.ow - q0) * out_ps;  // pixel (oy, 0); written from xb on
+      const Out o = out.At((oy * g.ow - q0) * out_ps);  // pixel (oy, 0); written from xb on
       if (fast == nullptr) {
         for (int64_t ox = xb; ox < xe; ++ox) {
-          DwPixel(rows, g, s.ps, ox, cv, nv, last, o + ox * out_ps, act);
+          DwPixel(rows, g, s.ps, ox, cv, nv, last, o.At(ox * out_ps), act);
         }
         continue;
       }
@@ -390,11 +429,30 @@ void DepthwisePixels(const DwSource& s, const DwGeom& g, int64_t q0, int64_t q1,
         // The tile's input columns, [ox * sw - pad_left, (ox + mp - 1) * sw - pad_left + kw).
         const int64_t c0 = ox * g.sw - g.pad_left, c1 = (ox + mp - 1) * g.sw - g.pad_left + g.kw;
         const auto& tiles = c0 < 0 || c1 > g.w ? fast->border : fast->interior;
-        tiles[mp - 1](rows, g, s.ps, ox, cv, last, o + ox * out_ps, out_ps, act);
+        tiles[mp - 1](rows, g, s.ps, ox, cv, last, o.At(ox * out_ps), out_ps, act);
       }
     }
   }
 }
+
+// Pixels of fp16 X (c channels each) widened to fp32 at `out`, out_ps floats per pixel (exact).
+void WidenPixels(const uint16_t* x, int64_t pixels, int64_t c, float* out, int64_t out_ps) {
+  for (int64_t p = 0; p < pixels; ++p) {
+    for (int64_t ch = 0; ch < c; ch += 16) {
+      const __mmask16 m = LaneMask(c - ch);
+      _mm512_mask_storeu_ps(out + p * out_ps + ch, m,
+                            HalfToFloat16(_mm256_maskz_loadu_epi16(m, x + p * c + ch)));
+    }
+  }
+}
+
+// Whether the depthwise step reads its rows from the scratch: the expansion's rows, or, in an
+// fp16 chain without one, X's rows widened to fp32 (an fp32 chain without one reads X in place).
+bool Ringed(const ConvChainArgs& a) { return a.w0 != nullptr || a.half; }
+
+// How a step of the chain stores: the interior tensors E and D, and Y.
+Store InteriorStore(const ConvChainArgs& a) { return a.half ? Store::kF32Half : Store::kF32; }
+Store OutputStore(const ConvChainArgs& a) { return a.half ? Store::kHalf : Store::kF32; }
 
 // Output rows per band and E rows in the ring: what a band keeps in L2 between the steps (its E
 // rows, (band - 1) * sh + kh, in the ring, or those rows of X without an expansion, which the
@@ -415,39 +473,72 @@ struct Band {
   int64_t rows, ring;
 };
 
+// Floats of an fp16 chain's X rows widened for the expansion of `ring` rows at once (0 for an
+// fp32 chain or without an expansion), in whole vectors.
+int64_t XRowsFloats(const ConvChainArgs& a, int64_t ring) {
+  return a.half && a.w0 != nullptr ? Pad16(ring * a.w * a.c0) : 0;
+}
+
 Band BandOf(const ConvChainArgs& a) {
   const int64_t cp = Pad16(a.c1);
-  const bool expand = a.w0 != nullptr, project = a.w2 != nullptr;
+  const bool project = a.w2 != nullptr;
   Band b{1, a.kh};
   for (int64_t rows = 2; rows <= a.oh; ++rows) {
     const int64_t ring = (rows - 1) * a.sh + a.kh;
-    const int64_t bytes =
-        (ring * a.w * (expand ? cp : a.c0) + (project ? rows * a.ow * cp : 0)) * 4;
+    const int64_t bytes = (ring * a.w * (Ringed(a) ? cp : a.c0) + XRowsFloats(a, ring) +
+                           (project ? rows * a.ow * cp : 0)) *
+                          4;
     if (bytes > kBandBytes) break;
     b = {rows, ring};
   }
   return b;
 }
 
-// Floats of one image's E (0 without an expansion) and of the D pixels one of `threads` threads
-// projects (0 without a projection), in whole-image mode.
+// Floats of one image's E (or widened X; 0 when not Ringed), of the D pixels one of `threads`
+// threads projects (0 without a projection), and of the X pixels one thread widens for the
+// expansion (fp16 only), in whole-image mode.
 struct Whole {
-  int64_t e, d;
+  int64_t e, d, x;
 };
 
 Whole WholeOf(const ConvChainArgs& a) {
   const int64_t cp = Pad16(a.c1);
-  const int64_t pixels = a.oh * a.ow;
-  return {a.w0 != nullptr ? a.h * a.w * cp : 0,
-          a.w2 != nullptr ? (pixels + a.threads - 1) / a.threads * cp : 0};
+  const int64_t pixels = a.oh * a.ow, in_share = (a.h * a.w + a.threads - 1) / a.threads;
+  return {Ringed(a) ? a.h * a.w * cp : 0,
+          a.w2 != nullptr ? (pixels + a.threads - 1) / a.threads * cp : 0,
+          a.half && a.w0 != nullptr ? Pad16(in_share * a.c0) : 0};
 }
 
 bool WholeImages(const ConvChainArgs& a) {
   if (a.threads < 2 || a.oh >= kWholeRows * a.threads) return false;
   const int64_t cp = Pad16(a.c1);
-  const int64_t e = a.w0 != nullptr ? a.h * a.w * cp : 0;
+  const int64_t e = Ringed(a) ? a.h * a.w * cp : 0;
   const int64_t d = a.w2 != nullptr ? a.oh * a.ow * cp : 0;
   return (e + d) * 4 <= kWholeBytes;
+}
+
+// X of image b: fp32 (nullptr in an fp16 chain) and fp16 (nullptr in an fp32 chain).
+const float* ImageF32(const ConvChainArgs& a, int64_t b) {
+  return a.half ? nullptr : static_cast<const float*>(a.x) + b * a.h * a.w * a.c0;
+}
+const uint16_t* ImageF16(const ConvChainArgs& a, int64_t b) {
+  return a.half ? static_cast<const uint16_t*>(a.x) + b * a.h * a.w * a.c0 : nullptr;
+}
+
+// The first step on `pixels` pixels of X from pixel p0 (of image xb or xh): the expansion into
+// `e` (cp floats per pixel; X widened into `xbuf` first in an fp16 chain), or, in an fp16 chain
+// without an expansion, X widened into `e`.
+void FirstStep(const ConvChainArgs& a, const float* xb, const uint16_t* xh, int64_t p0,
+               int64_t pixels, float* e, float* xbuf, const Act& act0, Lines then) {
+  const int64_t cp = Pad16(a.c1);
+  if (a.w0 == nullptr) {
+    WidenPixels(xh + p0 * a.c0, pixels, a.c0, e, cp);
+    return;
+  }
+  const float* rows = xb != nullptr ? xb + p0 * a.c0 : xbuf;
+  if (xb == nullptr) WidenPixels(xh + p0 * a.c0, pixels, a.c0, xbuf, a.c0);
+  Pointwise(rows, a.c0, pixels, a.c0, a.w0, a.c1, a.b0, nullptr, Out{e, InteriorStore(a)}, cp, act0,
+            then);
 }
 
 // Bands of output rows, each thread a contiguous run of them (its own ring and D band).
@@ -455,17 +546,19 @@ void RunBands(const ConvChainArgs& a, const Act& act0, const Act& act1, const Ac
               const DwGeom& dw) {
   const int64_t total = a.n * a.oh;
   const int64_t cp = Pad16(a.c1);
-  const bool expand = a.w0 != nullptr;
+  const bool ringed = Ringed(a);
   const Band band = BandOf(a);
   const int64_t per_thread = ConvChainScratchFloats(a) / a.threads;
   const Lines project_first = a.w2 ? FirstGroup(a.w2, a.c1, a.c2) : Lines{};
-  const Lines expand_first = expand ? FirstGroup(a.w0, a.c0, a.c1) : Lines{};  // the next band's
+  const Lines expand_first = a.w0 ? FirstGroup(a.w0, a.c0, a.c1) : Lines{};  // the next band's
+  const Out y{a.y, OutputStore(a)};
 #pragma omp parallel num_threads(a.threads)
   {
     const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
     const int64_t q0 = total * t / nt, q1 = total * (t + 1) / nt;
     float* ring = a.scratch + t * per_thread;
-    float* dband = ring + (expand ? band.ring * a.w * cp : 0);
+    float* dband = ring + (ringed ? band.ring * a.w * cp : 0);
+    float* xbuf = dband + (a.w2 != nullptr ? band.rows * a.ow * cp : 0);
     int64_t image = -1, next = 0;
     for (int64_t q = q0; q < q1;) {
       // A band of output rows [oy0, oy1) of one image.
@@ -475,31 +568,31 @@ void RunBands(const ConvChainArgs& a, const Act& act0, const Act& act1, const Ac
         image = b;
         next = 0;
       }
-      const float* xb = a.x + b * a.h * a.w * a.c0;
-      if (expand) {
-        // The E rows of the band's windows not yet computed, row iy into ring slot iy % ring:
-        // one 1x1 convolution per run of slots without a wrap.
+      const float* xb = ImageF32(a, b);
+      if (ringed) {
+        // The ring rows of the band's windows not yet computed, row iy into ring slot
+        // iy % ring: one first step per run of slots without a wrap.
         const int64_t lo = std::max<int64_t>(oy0 * a.sh - a.pad_top, 0);
         const int64_t hi = std::min((oy1 - 1) * a.sh - a.pad_top + a.kh, a.h);
         for (int64_t iy = std::max(next, lo); iy < hi;) {
           const int64_t slot = iy % band.ring;
           const int64_t count = std::min(hi - iy, band.ring - slot);
-          Pointwise(xb + iy * a.w * a.c0, a.c0, count * a.w, a.c0, a.w0, a.c1, a.b0, nullptr,
-                    ring + slot * a.w * cp, cp, act0, project_first);
+          FirstStep(a, xb, ImageF16(a, b), iy * a.w, count * a.w, ring + slot * a.w * cp, xbuf,
+                    act0, project_first);
           iy += count;
         }
         next = std::max(next, hi);
       }
-      const DwSource src{expand ? ring : xb, expand ? cp : a.c0, a.w, a.h, expand ? band.ring : 0};
+      const DwSource src{ringed ? ring : xb, ringed ? cp : a.c0, a.w, a.h, ringed ? band.ring : 0};
       // The band's Y rows are consecutive; without a projection the D rows are Y's.
       const int64_t yo = (b * a.oh + oy0) * a.ow * a.c2;
       const int64_t p0 = oy0 * a.ow, p1 = oy1 * a.ow;
       if (a.w2 == nullptr) {
-        DepthwisePixels(src, dw, p0, p1, a.y + yo, a.c2, act1);
+        DepthwisePixels(src, dw, p0, p1, y.At(yo), a.c2, act1);
       } else {
-        DepthwisePixels(src, dw, p0, p1, dband, cp, act1);
-        Pointwise(dband, cp, p1 - p0, a.c1, a.w2, a.c2, a.b2, a.z ? a.z + yo : nullptr, a.y + yo,
-                  a.c2, act2, expand_first);
+        DepthwisePixels(src, dw, p0, p1, Out{dband, InteriorStore(a)}, cp, act1);
+        Pointwise(dband, cp, p1 - p0, a.c1, a.w2, a.c2, a.b2, ZAt(a.z, y.st, yo), y.At(yo), a.c2,
+                  act2, expand_first);
       }
       q += oy1 - oy0;
     }
@@ -511,13 +604,14 @@ void RunBands(const ConvChainArgs& a, const Act& act0, const Act& act1, const Ac
 void RunWholeImages(const ConvChainArgs& a, const Act& act0, const Act& act1, const Act& act2,
                     const DwGeom& dw) {
   const int64_t cp = Pad16(a.c1);
-  const bool expand = a.w0 != nullptr;
+  const bool ringed = Ringed(a);
   const Whole whole = WholeOf(a);
   const int64_t in_pixels = a.h * a.w, out_pixels = a.oh * a.ow;
   const Lines project_first = a.w2 ? FirstGroup(a.w2, a.c1, a.c2) : Lines{};
-  const Lines expand_first = expand ? FirstGroup(a.w0, a.c0, a.c1) : Lines{};  // the next image's
+  const Lines expand_first = a.w0 ? FirstGroup(a.w0, a.c0, a.c1) : Lines{};  // the next image's
+  const Out y{a.y, OutputStore(a)};
   float* e = a.scratch;
-  const int64_t parts = a.threads;  // the scratch holds `parts` D shares
+  const int64_t parts = a.threads;  // the scratch holds `parts` D shares and X shares
 #pragma omp parallel num_threads(a.threads)
   {
     // Part k of `parts` of n items; a thread takes the parts t, t + nt, ... (one part each when
@@ -526,31 +620,31 @@ void RunWholeImages(const ConvChainArgs& a, const Act& act0, const Act& act1, co
     auto part = [parts](int64_t n, int64_t k) {
       return std::pair<int64_t, int64_t>(n * k / parts, n * (k + 1) / parts);
     };
+    float* xbuf = a.scratch + whole.e + parts * whole.d + t * whole.x;
     for (int64_t b = 0; b < a.n; ++b) {
-      const float* xb = a.x + b * in_pixels * a.c0;
-      if (expand) {
+      const float* xb = ImageF32(a, b);
+      if (ringed) {
         for (int64_t k = t; k < parts; k += nt) {
           const auto [p0, p1] = part(in_pixels, k);
-          Pointwise(xb + p0 * a.c0, a.c0, p1 - p0, a.c0, a.w0, a.c1, a.b0, nullptr, e + p0 * cp, cp,
-                    act0, project_first);
+          FirstStep(a, xb, ImageF16(a, b), p0, p1 - p0, e + p0 * cp, xbuf, act0, project_first);
         }
 #pragma omp barrier
       }
-      const DwSource src{expand ? e : xb, expand ? cp : a.c0, a.w, a.h, 0};
+      const DwSource src{ringed ? e : xb, ringed ? cp : a.c0, a.w, a.h, 0};
       for (int64_t k = t; k < parts; k += nt) {
         const auto [q0, q1] = part(out_pixels, k);
         const int64_t yo = (b * out_pixels + q0) * a.c2;
         if (a.w2 == nullptr) {
-          DepthwisePixels(src, dw, q0, q1, a.y + yo, a.c2, act1);
+          DepthwisePixels(src, dw, q0, q1, y.At(yo), a.c2, act1);
         } else {
           float* d = a.scratch + whole.e + k * whole.d;
-          DepthwisePixels(src, dw, q0, q1, d, cp, act1);
-          Pointwise(d, cp, q1 - q0, a.c1, a.w2, a.c2, a.b2, a.z ? a.z + yo : nullptr, a.y + yo,
-                    a.c2, act2, expand_first);
+          DepthwisePixels(src, dw, q0, q1, Out{d, InteriorStore(a)}, cp, act1);
+          Pointwise(d, cp, q1 - q0, a.c1, a.w2, a.c2, a.b2, ZAt(a.z, y.st, yo), y.At(yo), a.c2,
+                    act2, expand_first);
         }
       }
       // The next image's E overwrites this one's, which the other threads may still be reading.
-      if (expand && b + 1 < a.n) {
+      if (ringed && b + 1 < a.n) {
 #pragma omp barrier
       }
     }
@@ -562,13 +656,13 @@ void RunWholeImages(const ConvChainArgs& a, const Act& act0, const Act& act1, co
 int64_t ConvChainScratchFloats(const ConvChainArgs& a) {
   if (WholeImages(a)) {
     const Whole whole = WholeOf(a);
-    return whole.e + a.threads * whole.d;  // multiples of 16
+    return whole.e + a.threads * (whole.d + whole.x);  // multiples of 16
   }
   const int64_t cp = Pad16(a.c1);
   const Band band = BandOf(a);
-  const int64_t ring = a.w0 != nullptr ? band.ring * a.w * cp : 0;
+  const int64_t ring = Ringed(a) ? band.ring * a.w * cp : 0;
   const int64_t d = a.w2 != nullptr ? band.rows * a.ow * cp : 0;
-  return (ring + d) * a.threads;  // multiples of 16 per thread
+  return (ring + d + XRowsFloats(a, band.ring)) * a.threads;  // multiples of 16 per thread
 }
 
 void ConvChainAvx512(const ConvChainArgs& a) {

@@ -1,4 +1,4 @@
-// FusedConvChain: the channels-last fp32 convolution chain of an inverted-residual block
+// FusedConvChain: the channels-last fp32 or fp16 convolution chain of an inverted-residual block
 // (conv_chain.h; made by passes/conv_chain.h from FusedConv / Conv nodes running NHWC).
 //
 // Inputs: 0 X [N, H, W, C0] (NHWC), 1 W0 [C1, C0, 1, 1] and 2 B0 [C1] of the 1x1 expansion (both
@@ -13,8 +13,10 @@
 // The same kernel runs a channels-last depthwise Conv or FusedConv alone (inputs X, W, B; its
 // `activation`), preferred to oneDNN's convolution for those nodes.
 //
-// The weights are packed at the first run of each weight buffer (as the oneDNN convolution
-// reorders its W); the per-thread scratch is sized at the first run of each shape.
+// X, the weights, the biases, Z and Y are all fp32 or all fp16 (an fp16 chain computes in fp32 and
+// rounds each step's output to fp16, as its member convolutions do). The weights are packed (fp16
+// ones widened to fp32, exactly) at the first run of each weight buffer (as the oneDNN
+// convolution reorders its W); the per-thread scratch is sized at the first run of each shape.
 #include <omp.h>
 
 #include <algorithm>
@@ -29,6 +31,7 @@
 #include "engine/common/cpu_features.h"
 #include "engine/kernels/cpu/avx512/conv_chain.h"
 #include "engine/kernels/cpu/avx512/conv_chain_nodes.h"
+#include "engine/kernels/cpu/avx512/convert.h"
 #include "engine/kernels/cpu/avx512/register.h"
 #include "engine/kernels/cpu/ref/common.h"
 #include "engine/kernels/cpu/ref/fused_activation.h"
@@ -120,8 +123,23 @@ bool AllEqual(const std::vector<int64_t>& v, int64_t x) {
   return std::all_of(v.begin(), v.end(), [x](int64_t e) { return e == x; });
 }
 
-bool ConstantF32(const ir::Value* v) {
-  return v && v->constant && !v->is_graph_input && v->dtype == DataType::kF32;
+// The types a chain runs in.
+bool ChainType(DataType t) { return t == DataType::kF32 || t == DataType::kF16; }
+
+// A constant of type `t` (not an overridable graph input).
+bool ConstantOf(const ir::Value* v, DataType t) {
+  return v && v->constant && !v->is_graph_input && v->dtype == t;
+}
+
+// The values of an fp32 or fp16 tensor as fp32 (fp16 widened exactly).
+std::vector<float> Widened(const ir::Tensor& t) {
+  std::vector<float> out(t.num_elements());
+  if (t.dtype() == DataType::kF32) {
+    std::memcpy(out.data(), t.raw_data(), out.size() * sizeof(float));
+  } else {
+    ConvertArray(DataType::kF16, DataType::kF32, t.raw_data(), out.data(), t.num_elements());
+  }
+  return out;
 }
 
 // The weights and biases the kernel reads, with their shapes checked against each other.
@@ -161,30 +179,31 @@ class ConvChainKernel final : public Kernel {
     return std::unique_ptr<Kernel>(std::move(k));
   }
 
-  // FusedConvChain: fp32 X and Y, the weights fp32 constants (not overridable graph inputs), a
-  // residual only after a projection.
+  // FusedConvChain: X, Y and Z of one type, fp32 or fp16, the weights constants of that type
+  // (not overridable graph inputs), a residual only after a projection.
   static bool SupportsChain(const ir::Node& node) {
-    if (!FloatInOut(node)) return false;
+    if (!OneTypeInOut(node)) return false;
+    const DataType t = node.input(0)->dtype;
     for (int s = 0; s < 3; ++s) {
-      if (!ConstantF32OrAbsent(node.input(kChainOperands.w[s])) ||
-          !ConstantF32OrAbsent(node.input(kChainOperands.b[s]))) {
+      if (!ConstantOrAbsent(node.input(kChainOperands.w[s]), t) ||
+          !ConstantOrAbsent(node.input(kChainOperands.b[s]), t)) {
         return false;
       }
     }
     const ir::Value* z = node.input(kChainOperands.z);
     const bool project = node.input(kChainOperands.w[2]) != nullptr;
     return node.input(kChainOperands.w[1]) &&
-           (project || (!node.input(kChainOperands.b[2]) && !z)) &&
-           (!z || z->dtype == DataType::kF32);
+           (project || (!node.input(kChainOperands.b[2]) && !z)) && (!z || z->dtype == t);
   }
 
   absl::Status Run(KernelContext& ctx) override {
-    ASSIGN_OR_RETURN(const ChainWeights cw, Weights(ctx));
     ASSIGN_OR_RETURN(const ir::Tensor* x, ref::RequireInput(node_, ctx, io_.x));
-    if (x->rank() != 4 || x->dtype() != DataType::kF32) {
-      return ref::InvalidNode(node_, "X must be a rank-4 float NHWC tensor, got ",
-                              DataTypeName(x->dtype()), " ", ir::DimsToString(x->dims()));
+    const DataType t = x->dtype();
+    if (x->rank() != 4 || !ChainType(t)) {
+      return ref::InvalidNode(node_, "X must be a rank-4 float or float16 NHWC tensor, got ",
+                              DataTypeName(t), " ", ir::DimsToString(x->dims()));
     }
+    ASSIGN_OR_RETURN(const ChainWeights cw, Weights(ctx, t));
     const auto& d = x->dims();
     if (d[3] != cw.c0) {
       return ref::InvalidNode(node_, "X has ", d[3], " channels, the first convolution's W ",
@@ -201,12 +220,12 @@ class ConvChainKernel final : public Kernel {
     if (z != nullptr && cw.w[2] == nullptr) {
       return ref::InvalidNode(node_, "a residual Z needs the projection W2");
     }
-    if (z != nullptr && (z->dims() != y_dims || z->dtype() != DataType::kF32)) {
+    if (z != nullptr && (z->dims() != y_dims || z->dtype() != t)) {
       return ref::InvalidNode(node_, "Z of ", DataTypeName(z->dtype()), " ",
-                              ir::DimsToString(z->dims()), " does not match Y (float ",
-                              ir::DimsToString(y_dims), ")");
+                              ir::DimsToString(z->dims()), " does not match Y (", DataTypeName(t),
+                              " ", ir::DimsToString(y_dims), ")");
     }
-    ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, DataType::kF32, y_dims));
+    ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, t, y_dims));
     if (y->num_elements() == 0 || x->num_elements() == 0) return absl::OkStatus();
     RETURN_IF_ERROR(Pack(cw));
 
@@ -215,7 +234,8 @@ class ConvChainKernel final : public Kernel {
     a.h = d[1];
     a.w = d[2];
     a.c0 = cw.c0;
-    a.x = x->data<float>();
+    a.half = t == DataType::kF16;
+    a.x = x->raw_data();
     a.w0 = packed_[0].get();  // nullptr without the step, as its bias
     a.b0 = bias_[0].get();
     a.c1 = cw.c1;
@@ -235,8 +255,8 @@ class ConvChainKernel final : public Kernel {
     a.act0 = act_[0];
     a.act1 = act_[1];
     a.act2 = act_[2];
-    a.z = z ? z->data<float>() : nullptr;
-    a.y = y->data<float>();
+    a.z = z ? z->raw_data() : nullptr;
+    a.y = y->raw_data();
     a.threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), a.n * oh));
     const int64_t need = ConvChainScratchFloats(a);
     if (need > scratch_floats_) {
@@ -252,16 +272,17 @@ class ConvChainKernel final : public Kernel {
  private:
   ConvChainKernel(const ir::Node& node, const Operands& io) : node_(node), io_(io) {}
 
-  static bool FloatInOut(const ir::Node& node) {
+  // X of a chain type and one output (Y takes X's type).
+  static bool OneTypeInOut(const ir::Node& node) {
     const ir::Value* x = node.input(0);
-    return x && x->dtype == DataType::kF32 && node.num_outputs() == 1 && node.outputs[0];
+    return x && ChainType(x->dtype) && node.num_outputs() == 1 && node.outputs[0];
   }
 
-  static bool ConstantF32OrAbsent(const ir::Value* v) { return !v || ConstantF32(v); }
+  static bool ConstantOrAbsent(const ir::Value* v, DataType t) { return !v || ConstantOf(v, t); }
 
   // W0 [C1, C0, 1, 1] (optional), W1 [C1, 1, kh, kw], W2 [C2, C1, 1, 1] (optional), biases [C1],
-  // [C1], [C2].
-  absl::StatusOr<ChainWeights> Weights(KernelContext& ctx) const {
+  // [C1], [C2]; all of X's type `t`.
+  absl::StatusOr<ChainWeights> Weights(KernelContext& ctx, DataType t) const {
     ChainWeights cw;
     const char* const* names = io_.w_name;
     for (int s = 0; s < 3; ++s) {
@@ -271,8 +292,9 @@ class ConvChainKernel final : public Kernel {
         if (s != 1 && cw.b[s] == nullptr) continue;
         return ref::InvalidNode(node_, "input ", names[s], " is missing");
       }
-      if (cw.w[s]->rank() != 4 || cw.w[s]->dtype() != DataType::kF32) {
-        return ref::InvalidNode(node_, names[s], " must be a rank-4 float tensor, got ",
+      if (cw.w[s]->rank() != 4 || cw.w[s]->dtype() != t) {
+        return ref::InvalidNode(node_, names[s], " must be a rank-4 ", DataTypeName(t),
+                                " tensor as X, got ", DataTypeName(cw.w[s]->dtype()), " ",
                                 ir::DimsToString(cw.w[s]->dims()));
       }
     }
@@ -305,9 +327,10 @@ class ConvChainKernel final : public Kernel {
     const int64_t outs[3] = {cw.c1, cw.c1, cw.c2};
     for (int s = 0; s < 3; ++s) {
       const ir::Tensor* b = cw.b[s];
-      if (b && (b->rank() != 1 || b->dim(0) != outs[s] || b->dtype() != DataType::kF32)) {
-        return ref::InvalidNode(node_, "bias ", s, " ", ir::DimsToString(b->dims()),
-                                " must be float [", outs[s], "]");
+      if (b && (b->rank() != 1 || b->dim(0) != outs[s] || b->dtype() != t)) {
+        return ref::InvalidNode(node_, "bias ", s, " ", DataTypeName(b->dtype()), " ",
+                                ir::DimsToString(b->dims()), " must be ", DataTypeName(t), " [",
+                                outs[s], "]");
       }
     }
     return cw;
@@ -334,14 +357,16 @@ class ConvChainKernel final : public Kernel {
       packed_[s] = AllocateAligned(elems);
       bias_[s] = AllocateAligned(ChainPadded(outs[s]));
       if (!packed_[s] || !bias_[s]) return absl::ResourceExhaustedError("out of memory packing W");
+      const std::vector<float> w = Widened(*cw.w[s]);
       if (s == 1) {
-        ChainPackDepthwise(cw.w[s]->data<float>(), cw.c1, cw.kh * cw.kw, packed_[s].get());
+        ChainPackDepthwise(w.data(), cw.c1, cw.kh * cw.kw, packed_[s].get());
       } else {
-        ChainPack1x1(cw.w[s]->data<float>(), ins[s], outs[s], packed_[s].get());
+        ChainPack1x1(w.data(), ins[s], outs[s], packed_[s].get());
       }
       std::memset(bias_[s].get(), 0, ChainPadded(outs[s]) * sizeof(float));
       if (cw.b[s] != nullptr) {
-        std::memcpy(bias_[s].get(), cw.b[s]->raw_data(), outs[s] * sizeof(float));
+        const std::vector<float> b = Widened(*cw.b[s]);
+        std::memcpy(bias_[s].get(), b.data(), outs[s] * sizeof(float));
       }
     }
     sources_ = sources;
@@ -363,12 +388,13 @@ class ConvChainKernel final : public Kernel {
 
 bool ChainMemberConv(const ir::Node& n) {
   if ((n.op != ir::OpType::kConv && n.op != ir::OpType::kFusedConv) ||
-      n.GetInt(kChannelsLastAttr, 0) == 0 || n.num_outputs() != 1 || !n.outputs[0] ||
-      n.outputs[0]->dtype != DataType::kF32 || !n.input(0) || n.input(0)->dtype != DataType::kF32) {
+      n.GetInt(kChannelsLastAttr, 0) == 0 || n.num_outputs() != 1 || !n.outputs[0] || !n.input(0) ||
+      !ChainType(n.input(0)->dtype) || n.outputs[0]->dtype != n.input(0)->dtype) {
     return false;
   }
+  const DataType t = n.input(0)->dtype;
   const ir::Value* w = n.input(1);
-  if (!ConstantF32(w) || w->constant->rank() != 4 || (n.input(2) && !ConstantF32(n.input(2)))) {
+  if (!ConstantOf(w, t) || w->constant->rank() != 4 || (n.input(2) && !ConstantOf(n.input(2), t))) {
     return false;
   }
   const std::string act = n.GetString("activation", "");
@@ -395,15 +421,19 @@ bool ChainDepthwiseConv(const ir::Node& n) {
 }
 
 void RegisterConvChain(Registry& r) {
-  KernelDef def{ir::OpType::kFusedConvChain,  {DataType::kF32}, 0, Backend::kCpu, Isa::kAvx512,
+  KernelDef def{ir::OpType::kFusedConvChain,
+                {DataType::kF32, DataType::kF16},
+                0,
+                Backend::kCpu,
+                Isa::kAvx512,
                 &ConvChainKernel::CreateChain};
   def.supports = &ConvChainKernel::SupportsChain;
   r.Add(def);
   // Depthwise convolutions alone: the chain's depthwise step, preferred to oneDNN's (measured
   // 1.2-1.6x faster at MobileNetV2's shapes, bench/conv_bench.cc).
   for (ir::OpType op : {ir::OpType::kConv, ir::OpType::kFusedConv}) {
-    KernelDef dw{
-        op, {DataType::kF32}, 0, Backend::kCpu, Isa::kAvx512, &ConvChainKernel::CreateDepthwise};
+    KernelDef dw{op,           {DataType::kF32, DataType::kF16}, 0, Backend::kCpu,
+                 Isa::kAvx512, &ConvChainKernel::CreateDepthwise};
     dw.supports = &ChainDepthwiseConv;
     dw.preferred = true;
     r.Add(dw);
