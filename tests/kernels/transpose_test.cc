@@ -1,8 +1,8 @@
 // The AVX-512 Transpose (cpu/avx512/transpose_ops.cc) against the reference kernel, bit for bit:
 // few-row batched transposes (NCHW to NHWC of 1 to 16 planes, column counts with and without a
-// tail of less than 16, a batch, int32) on the permute path, a permutation of size-1 axes as a
-// copy, every other permutation on the reference inside it, NaN payloads moved untouched, and the
-// reference's error for a bad perm.
+// tail of less than 16 (32 for 2-byte types), a batch, int32, fp16, bf16) on the permute path, a
+// permutation of size-1 axes as a copy, every other permutation on the reference inside it, NaN
+// payloads moved untouched, and the reference's error for a bad perm.
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -17,11 +17,11 @@ namespace {
 
 using Dims = std::vector<int64_t>;
 
-// Random bits (NaN payloads included) in a tensor of `dtype` (4-byte) and `dims`.
+// Random bits (NaN payloads included) in a tensor of `dtype` and `dims`.
 ir::Tensor RandomBits(DataType dtype, const Dims& dims, std::mt19937& rng) {
   ir::Tensor t = *ir::Tensor::Allocate(dtype, dims);
-  auto* p = static_cast<uint32_t*>(t.raw_data());
-  for (int64_t i = 0; i < t.num_elements(); ++i) p[i] = static_cast<uint32_t>(rng());
+  auto* p = static_cast<uint8_t*>(t.raw_data());
+  for (size_t i = 0; i < t.byte_size(); ++i) p[i] = static_cast<uint8_t>(rng());
   return t;
 }
 
@@ -52,6 +52,12 @@ TEST(Avx512Transpose, MatchesTheReferenceBitForBit) {
       {DataType::kF32, {1, 1, 1, 40}, {0, 3, 1, 2}},     // only size-1 axes move: a copy
       {DataType::kF32, {2, 1, 3, 1}, {3, 2, 1, 0}},      // 2 and 3 swap: 2 rows, the tail
       {DataType::kF32, {2, 3, 4, 5}, {3, 1, 0, 2}},      // no batched transpose: the reference
+      {DataType::kF16, {1, 3, 224, 224}, {0, 2, 3, 1}},  // fp16 planes: 3 x 50176
+      {DataType::kF16, {2, 3, 17, 19}, {0, 2, 3, 1}},    // 323 columns, a tail of 3 after 32s
+      {DataType::kBF16, {1, 16, 5, 7}, {0, 2, 3, 1}},    // 16 rows, 35 columns
+      {DataType::kI16, {1, 5, 31, 1}, {0, 2, 3, 1}},     // 31 columns: the tail alone
+      {DataType::kF16, {1, 1, 1, 40}, {0, 3, 1, 2}},     // a copy
+      {DataType::kF16, {1, 6, 6, 3}, {0, 3, 1, 2}},      // 36 rows, the reference
   };
   std::mt19937 rng(5);
   for (const Case& c : cases) {
@@ -61,13 +67,14 @@ TEST(Avx512Transpose, MatchesTheReferenceBitForBit) {
     ASSERT_TRUE(want.defined() && got.defined());
     ASSERT_EQ(got.dims(), want.dims());
     ASSERT_EQ(got.dtype(), want.dtype());
-    EXPECT_EQ(std::memcmp(got.raw_data(), want.raw_data(), want.num_elements() * 4), 0);
+    EXPECT_EQ(std::memcmp(got.raw_data(), want.raw_data(), want.byte_size()), 0);
   }
 }
 
-TEST(Avx512Transpose, ChosenForFourByteTypesAndReportsABadPerm) {
+TEST(Avx512Transpose, ChosenForFourAndTwoByteTypesAndReportsABadPerm) {
   if (!kernels::CpuHasIsa(kernels::Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
-  for (DataType t : {DataType::kF32, DataType::kI32, DataType::kU32}) {
+  for (DataType t : {DataType::kF32, DataType::kI32, DataType::kU32, DataType::kF16,
+                     DataType::kBF16, DataType::kI16, DataType::kU16}) {
     ir::Graph g;
     ir::Node* n = g.AddNode(ir::OpType::kTranspose, "t");
     ir::Value* v = *g.AddValue("x");

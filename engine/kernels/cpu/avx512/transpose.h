@@ -1,4 +1,4 @@
-// Transposes of 4-byte elements with few rows (transpose_avx512.cc; the kernel class is
+// Transposes of 4- and 2-byte elements with few rows (transpose_avx512.cc; the kernel class is
 // transpose_ops.cc): out[b][c][r] = in[b][r][c], the layout pass's NCHW-to-NHWC Transpose of an
 // image's 3 colour planes, where the reference's 32 x 32 tiles run three elements at a time.
 // Bits are moved, never converted.
@@ -15,5 +15,8 @@ constexpr int64_t kMinFewRows = 2, kMaxFewRows = 16;
 /// kMinFewRows <= rows <= kMaxFewRows and rows * cols < 2^31. Split over the OpenMP threads from
 /// 256 KB on. Needs the kAvx512 CPU features.
 void TransposeFewRows32(const void* in, void* out, int64_t batch, int64_t rows, int64_t cols);
+
+/// As TransposeFewRows32 for 2-byte elements (fp16, bf16, 16-bit integers).
+void TransposeFewRows16(const void* in, void* out, int64_t batch, int64_t rows, int64_t cols);
 
 }  // namespace kiln::kernels::cpu::avx512

@@ -1,6 +1,7 @@
-// Transpose of 4-byte elements: few-row batched transposes (the layout pass's NCHW to NHWC of an
-// image's colour planes) on TransposeFewRows32 (transpose.h), a permutation that moves only axes
-// of size 1 as a copy; every other Transpose on the reference kernel. Bits are moved, never
+// Transpose of 4- and 2-byte elements: few-row batched transposes (the layout pass's NCHW to NHWC
+// of an image's colour planes) on TransposeFewRows32 / TransposeFewRows16 (transpose.h), a
+// permutation that moves only axes of size 1 as a copy; every other Transpose on the reference
+// kernel. Bits are moved, never
 // converted: the reference's result exactly.
 #include <array>
 #include <cstring>
@@ -24,14 +25,17 @@ class TransposeKernel final : public Kernel {
 
   absl::Status Run(KernelContext& ctx) override {
     const ir::Tensor* x = ctx.input(0);
-    if (x == nullptr || DataTypeSize(x->dtype()) != 4) return reference_->Run(ctx);
+    const int64_t size = x == nullptr ? 0 : DataTypeSize(x->dtype());
+    if (size != 4 && size != 2) return reference_->Run(ctx);
     if (x->dims() != dims_) Plan(x->dims());
     if (plan_ == kReference) return reference_->Run(ctx);
     ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, x->dtype(), out_dims_));
     if (plan_ == kCopy) {
-      std::memcpy(y->raw_data(), x->raw_data(), x->num_elements() * 4);
-    } else {
+      std::memcpy(y->raw_data(), x->raw_data(), x->num_elements() * size);
+    } else if (size == 4) {
       TransposeFewRows32(x->raw_data(), y->raw_data(), rows_[0], rows_[1], rows_[2]);
+    } else {
+      TransposeFewRows16(x->raw_data(), y->raw_data(), rows_[0], rows_[1], rows_[2]);
     }
     return absl::OkStatus();
   }
@@ -91,7 +95,8 @@ class TransposeKernel final : public Kernel {
 
 void RegisterTranspose(Registry& r) {
   r.Add(KernelDef{ir::OpType::kTranspose,
-                  {DataType::kF32, DataType::kI32, DataType::kU32},
+                  {DataType::kF32, DataType::kI32, DataType::kU32, DataType::kF16, DataType::kBF16,
+                   DataType::kI16, DataType::kU16},
                   0,
                   Backend::kCpu,
                   Isa::kAvx512,
