@@ -1,6 +1,7 @@
 // The AVX-512 Transpose (cpu/avx512/transpose_ops.cc) against the reference kernel, bit for bit:
 // few-row batched transposes (NCHW to NHWC of 1 to 16 planes, column counts with and without a
-// tail of less than 16 (32 for 2-byte types), a batch, int32, fp16, bf16) on the permute path, a
+// tail of less than 16 (32 for 2-byte types), a batch, int32, fp16, bf16) on the permute path,
+// other batched 2-D transposes of 4-byte elements in 16 x 16 tiles (row and column tails), a
 // permutation of size-1 axes as a copy, every other permutation on the reference inside it, NaN
 // payloads moved untouched, and the reference's error for a bad perm.
 #include <cstdint>
@@ -47,8 +48,11 @@ TEST(Avx512Transpose, MatchesTheReferenceBitForBit) {
       {DataType::kF32, {1, 16, 5, 7}, {0, 2, 3, 1}},     // 16 rows, 35 columns
       {DataType::kF32, {1, 2, 9, 1}, {0, 2, 3, 1}},      // 2 rows, 9 columns: the tail alone
       {DataType::kI32, {4, 40}, {1, 0}},                 // int32, a plain 2-D transpose
-      {DataType::kF32, {1, 17, 6, 6}, {0, 2, 3, 1}},     // 17 rows: the reference
-      {DataType::kF32, {1, 6, 6, 3}, {0, 3, 1, 2}},      // NHWC to NCHW: 36 rows, the reference
+      {DataType::kF32, {1, 17, 6, 6}, {0, 2, 3, 1}},     // 17 rows: 16 x 16 tiles, tails of 1, 4
+      {DataType::kF32, {1, 6, 6, 3}, {0, 3, 1, 2}},      // NHWC to NCHW: 36 rows, 3 columns
+      {DataType::kF32, {1, 56, 56, 112}, {0, 3, 1, 2}},  // NHWC to NCHW: whole tiles, threads
+      {DataType::kF32, {1, 112, 7, 9}, {0, 2, 3, 1}},    // 112 rows, 63 columns: a column tail
+      {DataType::kU32, {3, 20, 33}, {0, 2, 1}},          // a batch, tails in both directions
       {DataType::kF32, {1, 1, 1, 40}, {0, 3, 1, 2}},     // only size-1 axes move: a copy
       {DataType::kF32, {2, 1, 3, 1}, {3, 2, 1, 0}},      // 2 and 3 swap: 2 rows, the tail
       {DataType::kF32, {2, 3, 4, 5}, {3, 1, 0, 2}},      // no batched transpose: the reference
@@ -57,7 +61,7 @@ TEST(Avx512Transpose, MatchesTheReferenceBitForBit) {
       {DataType::kBF16, {1, 16, 5, 7}, {0, 2, 3, 1}},    // 16 rows, 35 columns
       {DataType::kI16, {1, 5, 31, 1}, {0, 2, 3, 1}},     // 31 columns: the tail alone
       {DataType::kF16, {1, 1, 1, 40}, {0, 3, 1, 2}},     // a copy
-      {DataType::kF16, {1, 6, 6, 3}, {0, 3, 1, 2}},      // 36 rows, the reference
+      {DataType::kF16, {1, 6, 6, 3}, {0, 3, 1, 2}},      // 2-byte, 36 rows: the reference
   };
   std::mt19937 rng(5);
   for (const Case& c : cases) {

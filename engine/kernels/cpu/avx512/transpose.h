@@ -1,6 +1,7 @@
-// Transposes of 4- and 2-byte elements with few rows (transpose_avx512.cc; the kernel class is
-// transpose_ops.cc): out[b][c][r] = in[b][r][c], the layout pass's NCHW-to-NHWC Transpose of an
-// image's 3 colour planes, where the reference's 32 x 32 tiles run three elements at a time.
+// Batched 2-D transposes of 4- and 2-byte elements (transpose_avx512.cc; the kernel class is
+// transpose_ops.cc): out[b][c][r] = in[b][r][c]. With few rows, the layout pass's NCHW-to-NHWC
+// Transpose of an image's 3 colour planes, where the reference's 32 x 32 tiles run three
+// elements at a time; with more (4-byte), its transposes between NHWC and NCHW activations.
 // Bits are moved, never converted.
 #pragma once
 
@@ -15,6 +16,10 @@ constexpr int64_t kMinFewRows = 2, kMaxFewRows = 16;
 /// kMinFewRows <= rows <= kMaxFewRows and rows * cols < 2^31. Split over the OpenMP threads from
 /// 256 KB on. Needs the kAvx512 CPU features.
 void TransposeFewRows32(const void* in, void* out, int64_t batch, int64_t rows, int64_t cols);
+
+/// out[b][c][r] = in[b][r][c] for any rows and cols (4-byte elements, rows * cols < 2^31), in
+/// 16 x 16 tiles transposed in registers. Split over the OpenMP threads from 256 KB on.
+void TransposeTiles32(const void* in, void* out, int64_t batch, int64_t rows, int64_t cols);
 
 /// As TransposeFewRows32 for 2-byte elements (fp16, bf16, 16-bit integers).
 void TransposeFewRows16(const void* in, void* out, int64_t batch, int64_t rows, int64_t cols);

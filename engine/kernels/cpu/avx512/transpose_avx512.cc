@@ -54,6 +54,59 @@ void TransposeFewRows32(const void* in, void* out, int64_t batch, int64_t rows, 
   }
 }
 
+// The 16 x 16 block r[0..15] (row i in r[i]) transposed in place: pairs of rows interleaved by
+// 32-bit then 64-bit elements, then 128-bit lanes gathered twice.
+static inline void Transpose16x16(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 2]);
+    const __m512d c = _mm512_castps_pd(t[4 * i + 1]), d = _mm512_castps_pd(t[4 * i + 3]);
+    r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+    r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+    r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
+    r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
+  }
+  for (int i = 0; i < 2; ++i) {
+    for (int j = 0; j < 4; ++j) {
+      t[8 * i + j] = _mm512_shuffle_f32x4(r[8 * i + j], r[8 * i + j + 4], 0x88);
+      t[8 * i + j + 4] = _mm512_shuffle_f32x4(r[8 * i + j], r[8 * i + j + 4], 0xdd);
+    }
+  }
+  for (int j = 0; j < 8; ++j) {
+    r[j] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0x88);
+    r[j + 8] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0xdd);
+  }
+}
+
+void TransposeTiles32(const void* in, void* out, int64_t batch, int64_t rows, int64_t cols) {
+  const float* src = static_cast<const float*>(in);
+  float* dst = static_cast<float*>(out);
+  const int64_t row_tiles = (rows + 15) / 16, col_tiles = (cols + 15) / 16;
+  const int64_t bytes = batch * rows * cols * 4;
+#pragma omp parallel for collapse(2) schedule(static) if (bytes >= (int64_t{1} << 18))
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t t = 0; t < row_tiles * col_tiles; ++t) {
+      // Column tiles inner: consecutive tiles read the next line of the same 16 rows.
+      const int64_t r0 = t / col_tiles * 16, c0 = t % col_tiles * 16;
+      const int64_t rr = std::min<int64_t>(16, rows - r0), cc = std::min<int64_t>(16, cols - c0);
+      const __mmask16 cmask = static_cast<__mmask16>((1u << cc) - 1u);
+      const __mmask16 rmask = static_cast<__mmask16>((1u << rr) - 1u);
+      const float* s = src + (b * rows + r0) * cols + c0;
+      float* d = dst + (b * cols + c0) * rows + r0;
+      __m512 x[16];
+      for (int64_t i = 0; i < 16; ++i) {
+        x[i] = i < rr ? _mm512_maskz_loadu_ps(cmask, s + i * cols) : _mm512_setzero_ps();
+      }
+      Transpose16x16(x);
+      for (int64_t j = 0; j < cc; ++j) _mm512_mask_storeu_ps(d + j * rows, rmask, x[j]);
+    }
+  }
+}
+
 // As TransposeFewRows32 with 2-byte elements: thirty-two columns at a time, one 512-bit vector of
 // each row, vector v taking output o = 32 v + j (column o / rows of row o % rows).
 void TransposeFewRows16(const void* in, void* out, int64_t batch, int64_t rows, int64_t cols) {

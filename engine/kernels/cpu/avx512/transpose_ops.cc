@@ -1,7 +1,8 @@
 // Transpose of 4- and 2-byte elements: few-row batched transposes (the layout pass's NCHW to NHWC
-// of an image's colour planes) on TransposeFewRows32 / TransposeFewRows16 (transpose.h), a
-// permutation that moves only axes of size 1 as a copy; every other Transpose on the reference
-// kernel. Bits are moved, never
+// of an image's colour planes) on TransposeFewRows32 / TransposeFewRows16, other batched 2-D
+// transposes of 4-byte elements (between NHWC and NCHW activations) on TransposeTiles32
+// (transpose.h), a permutation that moves only axes of size 1 as a copy; every other Transpose on
+// the reference kernel. Bits are moved, never
 // converted: the reference's result exactly.
 #include <array>
 #include <cstring>
@@ -32,6 +33,9 @@ class TransposeKernel final : public Kernel {
     ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, x->dtype(), out_dims_));
     if (plan_ == kCopy) {
       std::memcpy(y->raw_data(), x->raw_data(), x->num_elements() * size);
+    } else if (plan_ == kTiles) {
+      if (size == 2) return reference_->Run(ctx);
+      TransposeTiles32(x->raw_data(), y->raw_data(), rows_[0], rows_[1], rows_[2]);
     } else if (size == 4) {
       TransposeFewRows32(x->raw_data(), y->raw_data(), rows_[0], rows_[1], rows_[2]);
     } else {
@@ -41,7 +45,7 @@ class TransposeKernel final : public Kernel {
   }
 
  private:
-  enum PlanKind { kReference, kCopy, kFewRows };
+  enum PlanKind { kReference, kCopy, kFewRows, kTiles };
 
   TransposeKernel(const ir::Node& node, std::unique_ptr<Kernel> reference)
       : node_(node), reference_(std::move(reference)) {}
@@ -77,9 +81,8 @@ class TransposeKernel final : public Kernel {
       return;
     }
     const auto t = ref::AsBatchedTranspose(dims, perm);
-    if (t && (*t)[1] >= kMinFewRows && (*t)[1] <= kMaxFewRows &&
-        (*t)[1] * (*t)[2] < (int64_t{1} << 31)) {
-      plan_ = kFewRows;
+    if (t && (*t)[1] >= kMinFewRows && (*t)[1] * (*t)[2] < (int64_t{1} << 31)) {
+      plan_ = (*t)[1] <= kMaxFewRows ? kFewRows : kTiles;
       rows_ = *t;
     }
   }
@@ -88,7 +91,7 @@ class TransposeKernel final : public Kernel {
   std::unique_ptr<Kernel> reference_;
   std::vector<int64_t> dims_ = {-1}, out_dims_;  // dims_: the shape planned for (none yet)
   PlanKind plan_ = kReference;
-  std::array<int64_t, 3> rows_ = {};  // {batch, rows, cols} of kFewRows
+  std::array<int64_t, 3> rows_ = {};  // {batch, rows, cols} of kFewRows and kTiles
 };
 
 }  // namespace
