@@ -157,6 +157,7 @@ TEST(CliBench, PrintsLatencyWithTheThreadCount) {
   EXPECT_THAT(r.out, HasSubstr("threads 1, 3 run(s)"));
   EXPECT_THAT(r.out, HasSubstr("median"));
   EXPECT_THAT(r.out, HasSubstr("load (open, verify, ready)"));
+  EXPECT_THAT(r.out, HasSubstr("first run (with the kernels' one-time setup)"));
   // --profile: every kernel timed, by op and kernel kind, the slowest named.
   CliResult p = Kiln(dir, {"bench", dir.File("e.kiln"), "--runs", "2", "--profile"});
   ASSERT_EQ(p.exit_code, 0) << Describe(p);
