@@ -372,6 +372,29 @@ ir::Tensor Chain(const ChainCase& c, const Operands& o) {
   return y.defined() ? ToNchw(y) : y;
 }
 
+// The chain on one and on two threads against the reference's `ref`: each element within
+// bound[i]; and the two runs the same bits (two threads split the rows, each recomputing the
+// expanded rows its first window needs: the same code on the same values).
+void ExpectChainWithin(const ChainCase& c, const Operands& o, const ir::Tensor& ref,
+                       const std::vector<double>& bound) {
+  const int saved = omp_get_max_threads();
+  std::vector<float> runs[2];
+  for (int threads : {1, 2}) {
+    omp_set_num_threads(threads);
+    const ir::Tensor y = Chain(c, o);
+    omp_set_num_threads(saved);
+    ASSERT_TRUE(y.defined());
+    ASSERT_EQ(y.dims(), ref.dims());
+    runs[threads - 1] = ToFloats(y);
+  }
+  const std::vector<float> r = ToFloats(ref);
+  ASSERT_EQ(bound.size(), r.size());
+  for (size_t i = 0; i < r.size(); ++i) {
+    ASSERT_LE(std::fabs(runs[0][i] - r[i]), bound[i]) << "element " << i;
+  }
+  EXPECT_EQ(runs[0], runs[1]);
+}
+
 // Each output is, in the chain and in the reference alike, three fp32 sums in some order (at most
 // c0, kh * kw and c1 products, plus the bias and the residual): each rounding moves a partial sum
 // by at most 2^-24 of the sum of its terms' magnitudes, the activations are 1-Lipschitz and no
@@ -381,30 +404,16 @@ ir::Tensor Chain(const ChainCase& c, const Operands& o) {
 TEST(ConvChainTest, MatchesTheMembersRunOneAfterAnother) {
   if (!kernels::CpuHasIsa(kernels::Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
   std::mt19937 rng(7);
-  const int saved = omp_get_max_threads();
   for (const ChainCase& c : Cases()) {
     SCOPED_TRACE(c.name);
     const Operands o = Make(c, rng);
     const ir::Tensor ref = Reference(c, o, true);
     const ir::Tensor abs = Reference(c, AbsOf(o), false);
     ASSERT_TRUE(ref.defined() && abs.defined());
-    std::vector<float> runs[2];
-    for (int threads : {1, 2}) {
-      omp_set_num_threads(threads);
-      const ir::Tensor y = Chain(c, o);
-      ASSERT_TRUE(y.defined());
-      ASSERT_EQ(y.dims(), ref.dims());
-      runs[threads - 1] = ToFloats(y);
-    }
-    omp_set_num_threads(saved);
-    const std::vector<float> r = ToFloats(ref), m = ToFloats(abs);
     const double gamma = 2.0 * (c.c0 + c.kh * c.kw + c.c1 + 3) * std::ldexp(1.0, -24);
-    for (size_t i = 0; i < r.size(); ++i) {
-      ASSERT_LE(std::fabs(runs[0][i] - r[i]), gamma * m[i] + 1e-30) << "element " << i;
-    }
-    // Two threads split the rows (each recomputing the expanded rows its first window needs):
-    // the same code on the same values, so the same bits.
-    EXPECT_EQ(runs[0], runs[1]);
+    std::vector<double> bound;
+    for (float m : ToFloats(abs)) bound.push_back(gamma * m + 1e-30);
+    ExpectChainWithin(c, o, ref, bound);
   }
 }
 
@@ -419,7 +428,6 @@ TEST(ConvChainTest, MatchesTheMembersRunOneAfterAnother) {
 TEST(ConvChainTest, Fp16MatchesTheMembersRunOneAfterAnother) {
   if (!kernels::CpuHasIsa(kernels::Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
   std::mt19937 rng(17);
-  const int saved = omp_get_max_threads();
   for (const ChainCase& c : Cases()) {
     SCOPED_TRACE(c.name);
     const Operands o = HalfOf(Make(c, rng));
@@ -437,22 +445,12 @@ TEST(ConvChainTest, Fp16MatchesTheMembersRunOneAfterAnother) {
     const ir::Tensor abs = Reference(c, a, false), sub = Reference(c, e, false);
     ASSERT_TRUE(ref.defined() && abs.defined() && sub.defined());
     ASSERT_EQ(ref.dtype(), DataType::kF16);
-    std::vector<float> runs[2];
-    for (int threads : {1, 2}) {
-      omp_set_num_threads(threads);
-      const ir::Tensor y = Chain(c, o);
-      ASSERT_TRUE(y.defined());
-      ASSERT_EQ(y.dims(), ref.dims());
-      runs[threads - 1] = ToFloats(y);
-    }
-    omp_set_num_threads(saved);
-    const std::vector<float> r = ToFloats(ref), m = ToFloats(abs), s = ToFloats(sub);
+    const std::vector<float> m = ToFloats(abs), s = ToFloats(sub);
     const double g = 2.0 * (c.c0 + c.kh * c.kw + c.c1 + 3) * std::ldexp(1.0, -24);
     const double k = 1.01 * (g + 6 * std::ldexp(1.0, -11));
-    for (size_t i = 0; i < r.size(); ++i) {
-      ASSERT_LE(std::fabs(runs[0][i] - r[i]), k * m[i] + s[i]) << "element " << i;
-    }
-    EXPECT_EQ(runs[0], runs[1]);
+    std::vector<double> bound;
+    for (size_t i = 0; i < m.size(); ++i) bound.push_back(k * m[i] + s[i]);
+    ExpectChainWithin(c, o, ref, bound);
   }
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -143,14 +144,21 @@ void ExpectClose(const ir::Tensor& a, const ir::Tensor& b, float budget = 3e-5f)
   EXPECT_LE(diff, budget * range);
 }
 
+// Blocks() under `policy`, chained and with `--no-fuse pattern:conv-chain`: two chains and none.
+std::pair<std::shared_ptr<const plan::Engine>, std::shared_ptr<const plan::Engine>> BlocksBuilt(
+    const std::string& policy) {
+  auto chained = Build(policy, true);
+  auto separate = Build(policy, true, {"pattern:conv-chain"});
+  if (chained) EXPECT_EQ(Chains(*chained), 2);
+  if (separate) EXPECT_EQ(Chains(*separate), 0);
+  return {chained, separate};
+}
+
 TEST(ConvChainPassTest, BlocksBecomeChainsThatComputeWhatTheConvolutionsCompute) {
   if (!kernels::CpuHasIsa(kernels::Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
-  auto chained = Build("fp32", true);
-  auto separate = Build("fp32", true, {"pattern:conv-chain"});
+  const auto [chained, separate] = BlocksBuilt("fp32");
   ASSERT_NE(chained, nullptr);
   ASSERT_NE(separate, nullptr);
-  EXPECT_EQ(Chains(*chained), 2);
-  EXPECT_EQ(Chains(*separate), 0);
   for (size_t k = 0; k < chained->order.size(); ++k) {
     if (chained->order[k]->op != ir::OpType::kFusedConvChain) continue;
     // Each chain carries its members' ONNX nodes: expand, Clip, depthwise, Clip, project (and
@@ -171,12 +179,9 @@ TEST(ConvChainPassTest, BlocksBecomeChainsThatComputeWhatTheConvolutionsCompute)
 // to fp16 as the separate convolutions round it; the kernel test checks that rounding exactly).
 TEST(ConvChainPassTest, Fp16BlocksChainToo) {
   if (!kernels::CpuHasIsa(kernels::Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
-  auto chained = Build("fp16", true);
-  auto separate = Build("fp16", true, {"pattern:conv-chain"});
+  const auto [chained, separate] = BlocksBuilt("fp16");
   ASSERT_NE(chained, nullptr);
   ASSERT_NE(separate, nullptr);
-  EXPECT_EQ(Chains(*chained), 2);
-  EXPECT_EQ(Chains(*separate), 0);
   for (size_t k = 0; k < chained->order.size(); ++k) {
     if (chained->order[k]->op != ir::OpType::kFusedConvChain) continue;
     EXPECT_EQ(chained->order[k]->outputs[0]->dtype, DataType::kF16);
