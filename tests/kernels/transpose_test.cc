@@ -1,7 +1,7 @@
 // The AVX-512 Transpose (cpu/avx512/transpose_ops.cc) against the reference kernel, bit for bit:
 // few-row batched transposes (NCHW to NHWC of 1 to 16 planes, column counts with and without a
 // tail of less than 16 (32 for 2-byte types), a batch, int32, fp16, bf16) on the permute path,
-// other batched 2-D transposes of 4-byte elements in 16 x 16 tiles (row and column tails), a
+// other batched 2-D transposes in 16 x 16 tiles (4- and 2-byte elements, row and column tails), a
 // permutation of size-1 axes as a copy, every other permutation on the reference inside it, NaN
 // payloads moved untouched, and the reference's error for a bad perm.
 #include <cstdint>
@@ -61,7 +61,8 @@ TEST(Avx512Transpose, MatchesTheReferenceBitForBit) {
       {DataType::kBF16, {1, 16, 5, 7}, {0, 2, 3, 1}},    // 16 rows, 35 columns
       {DataType::kI16, {1, 5, 31, 1}, {0, 2, 3, 1}},     // 31 columns: the tail alone
       {DataType::kF16, {1, 1, 1, 40}, {0, 3, 1, 2}},     // a copy
-      {DataType::kF16, {1, 6, 6, 3}, {0, 3, 1, 2}},      // 2-byte, 36 rows: the reference
+      {DataType::kF16, {1, 6, 6, 3}, {0, 3, 1, 2}},      // 2-byte, 36 rows: 16 x 16 tiles
+      {DataType::kBF16, {1, 28, 28, 37}, {0, 3, 1, 2}},  // 2-byte NHWC to NCHW, column tail
   };
   std::mt19937 rng(5);
   for (const Case& c : cases) {

@@ -1,7 +1,7 @@
 // Batched 2-D transposes of 4- and 2-byte elements (transpose_avx512.cc; the kernel class is
 // transpose_ops.cc): out[b][c][r] = in[b][r][c]. With few rows, the layout pass's NCHW-to-NHWC
 // Transpose of an image's 3 colour planes, where the reference's 32 x 32 tiles run three
-// elements at a time; with more (4-byte), its transposes between NHWC and NCHW activations.
+// elements at a time; with more, its transposes between NHWC and NCHW activations.
 // Bits are moved, never converted.
 #pragma once
 
@@ -20,6 +20,9 @@ void TransposeFewRows32(const void* in, void* out, int64_t batch, int64_t rows, 
 /// out[b][c][r] = in[b][r][c] for any rows and cols (4-byte elements, rows * cols < 2^31), in
 /// 16 x 16 tiles transposed in registers. Split over the OpenMP threads from 256 KB on.
 void TransposeTiles32(const void* in, void* out, int64_t batch, int64_t rows, int64_t cols);
+
+/// As TransposeTiles32 for 2-byte elements.
+void TransposeTiles16(const void* in, void* out, int64_t batch, int64_t rows, int64_t cols);
 
 /// As TransposeFewRows32 for 2-byte elements (fp16, bf16, 16-bit integers).
 void TransposeFewRows16(const void* in, void* out, int64_t batch, int64_t rows, int64_t cols);

@@ -104,11 +104,16 @@ static inline void Transpose16x16(__m512 r[16]) {
   }
 }
 
-void TransposeTiles32(const void* in, void* out, int64_t batch, int64_t rows, int64_t cols) {
-  const float* src = static_cast<const float*>(in);
-  float* dst = static_cast<float*>(out);
+namespace {
+
+// The tiled transpose of elements of type T (4 or 2 bytes): 16 x 16 tiles, 2-byte elements
+// widened to 32-bit lanes for the transpose and narrowed back (bits moved, never converted).
+template <typename T>
+void Tiles(const void* in, void* out, int64_t batch, int64_t rows, int64_t cols) {
+  const T* src = static_cast<const T*>(in);
+  T* dst = static_cast<T*>(out);
   const int64_t row_tiles = (rows + 15) / 16, col_tiles = (cols + 15) / 16;
-  const int64_t bytes = batch * rows * cols * 4;
+  const int64_t bytes = batch * rows * cols * static_cast<int64_t>(sizeof(T));
 #pragma omp parallel for collapse(2) schedule(static) if (bytes >= (int64_t{1} << 18))
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t t = 0; t < row_tiles * col_tiles; ++t) {
@@ -117,16 +122,40 @@ void TransposeTiles32(const void* in, void* out, int64_t batch, int64_t rows, in
       const int64_t rr = std::min<int64_t>(16, rows - r0), cc = std::min<int64_t>(16, cols - c0);
       const __mmask16 cmask = static_cast<__mmask16>((1u << cc) - 1u);
       const __mmask16 rmask = static_cast<__mmask16>((1u << rr) - 1u);
-      const float* s = src + (b * rows + r0) * cols + c0;
-      float* d = dst + (b * cols + c0) * rows + r0;
+      const T* s = src + (b * rows + r0) * cols + c0;
+      T* d = dst + (b * cols + c0) * rows + r0;
       __m512 x[16];
       for (int64_t i = 0; i < 16; ++i) {
-        x[i] = i < rr ? _mm512_maskz_loadu_ps(cmask, s + i * cols) : _mm512_setzero_ps();
+        if (i >= rr) {
+          x[i] = _mm512_setzero_ps();
+        } else if constexpr (sizeof(T) == 4) {
+          x[i] = _mm512_maskz_loadu_ps(cmask, s + i * cols);
+        } else {
+          x[i] = _mm512_castsi512_ps(
+              _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(cmask, s + i * cols)));
+        }
       }
       Transpose16x16(x);
-      for (int64_t j = 0; j < cc; ++j) _mm512_mask_storeu_ps(d + j * rows, rmask, x[j]);
+      for (int64_t j = 0; j < cc; ++j) {
+        if constexpr (sizeof(T) == 4) {
+          _mm512_mask_storeu_ps(d + j * rows, rmask, x[j]);
+        } else {
+          _mm256_mask_storeu_epi16(d + j * rows, rmask,
+                                   _mm512_cvtepi32_epi16(_mm512_castps_si512(x[j])));
+        }
+      }
     }
   }
+}
+
+}  // namespace
+
+void TransposeTiles32(const void* in, void* out, int64_t batch, int64_t rows, int64_t cols) {
+  Tiles<float>(in, out, batch, rows, cols);
+}
+
+void TransposeTiles16(const void* in, void* out, int64_t batch, int64_t rows, int64_t cols) {
+  Tiles<uint16_t>(in, out, batch, rows, cols);
 }
 
 }  // namespace kiln::kernels::cpu::avx512

@@ -1,6 +1,6 @@
 // Transpose of 4- and 2-byte elements: few-row batched transposes (the layout pass's NCHW to NHWC
 // of an image's colour planes) on TransposeFewRows32 / TransposeFewRows16, other batched 2-D
-// transposes of 4-byte elements (between NHWC and NCHW activations) on TransposeTiles32
+// transposes (between NHWC and NCHW activations) on TransposeTiles32 / TransposeTiles16
 // (transpose.h), a permutation that moves only axes of size 1 as a copy; every other Transpose on
 // the reference kernel. Bits are moved, never converted: the reference's result exactly.
 #include <array>
@@ -28,13 +28,13 @@ class TransposeKernel final : public Kernel {
     const int64_t size = x == nullptr ? 0 : DataTypeSize(x->dtype());
     if (size != 4 && size != 2) return reference_->Run(ctx);
     if (x->dims() != dims_) Plan(x->dims());
-    // The register tiles move 4-byte elements only.
-    if (plan_ == kReference || (plan_ == kTiles && size == 2)) return reference_->Run(ctx);
+    if (plan_ == kReference) return reference_->Run(ctx);
     ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, x->dtype(), out_dims_));
     if (plan_ == kCopy) {
       std::memcpy(y->raw_data(), x->raw_data(), x->num_elements() * size);
     } else if (plan_ == kTiles) {
-      TransposeTiles32(x->raw_data(), y->raw_data(), rows_[0], rows_[1], rows_[2]);
+      (size == 4 ? TransposeTiles32 : TransposeTiles16)(x->raw_data(), y->raw_data(), rows_[0],
+                                                        rows_[1], rows_[2]);
     } else if (size == 4) {
       TransposeFewRows32(x->raw_data(), y->raw_data(), rows_[0], rows_[1], rows_[2]);
     } else {
