@@ -46,8 +46,10 @@ struct BuildOptions {
   /// import), for builds that are only run (the accuracy report's policy search).
   bool in_memory = false;
   /// Store each constant bf16, fp16 and fp32 GEMM weight packed as the AVX-512 GEMM reads it
-  /// (the engine then requires that CPU's features). Off: weights as authored (an engine any CPU
-  /// can run).
+  /// (the engine then requires that CPU's features), and, in a blob, each oneDNN convolution's
+  /// W also in the layout its primitive chooses on this machine (read where it lies when the
+  /// running primitive chooses the same; W as authored stays). Off: weights as authored only (an
+  /// engine any CPU can run).
   bool pack_weights = true;
   /// With pack_weights, fp32 weights too (packed as the blob is written; never in memory).
   bool pack_f32_weights = true;
@@ -72,7 +74,8 @@ struct BuildSummary {
   int dtype_changes = 0;
   int inserted_conversions = 0;
   int converted_weights = 0;
-  int packed_weights = 0;       // GEMM weights stored packed (BuildOptions::pack_weights)
+  int packed_weights = 0;          // GEMM weights stored packed (BuildOptions::pack_weights)
+  int prepacked_convolutions = 0;  // convolution weights also stored in oneDNN's layout (idem)
   int layout_convolutions = 0;  // convolutions running channels-last (BuildOptions::channels_last)
   int layout_transposes = 0;    // transposes the layout pass inserted
   std::vector<std::string> warnings;

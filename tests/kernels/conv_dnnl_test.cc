@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/common/cpu_features.h"
 #include "engine/common/half.h"
+#include "engine/kernels/cpu/dnnl/register.h"
 #include "engine/kernels/kernel.h"
 #include "engine/kernels/registry.h"
 #include "gtest/gtest.h"
@@ -456,6 +457,62 @@ TEST(DnnlConvTest, SmallImagesAsGemmMatchReference) {
   }
 }
 
+// The build's W in the kernel's own layout (PrepackConvWeights, input kPrepackedWeightsInput):
+// read where it lies when its layout is the running primitive's (or the GEMM path's packing), so
+// the run gives the plain W's bits and zeroed bytes change the output; with a layout record that
+// does not match (another oneDNN), the plain W is reordered as before and the bytes are ignored.
+TEST(DnnlConvTest, PrepackedWeightsAreReadWhereTheyLieAndIgnoredWhenStale) {
+  if (!kernels::CpuHasIsa(Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
+  struct Case {
+    const char* name;
+    DataType dt;
+    bool channels_last;
+    Dims x, w;
+  };
+  const Case cases[] = {
+      {"nchw", DataType::kF32, false, {1, 16, 14, 14}, {32, 16, 3, 3}},
+      {"nhwc", DataType::kF32, true, {1, 24, 10, 9}, {40, 24, 3, 3}},
+      {"nhwc_fp16", DataType::kF16, true, {1, 16, 8, 8}, {32, 16, 1, 1}},
+      {"nhwc_gemm_path", DataType::kF32, true, {1, 512, 3, 3}, {1024, 512, 1, 1}},
+  };
+  std::mt19937 rng(41);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    ir::Tensor x = Random(c.x, c.dt, rng);
+    if (c.channels_last) x = *ir::ChannelsLastCopy(x, true);
+    const ir::Tensor w = Random(c.w, c.dt, rng), b = Random({c.w[0]}, c.dt, rng);
+    Attrs attrs = {{"pads", IntsAttr({1, 1, 1, 1})}, {"activation", StringAttr("Relu")}};
+    if (c.channels_last) attrs.push_back({kernels::kChannelsLastAttr, IntAttr(1)});
+    ConvGraph graph(ir::OpType::kFusedConv, attrs, x, w, b);
+    const kernels::KernelDef* def = graph.Def(DetectCpuFeatures());
+    ASSERT_TRUE(def);
+    ASSERT_EQ(def->isa, Isa::kDnnl);
+    auto pre = kernels::cpu::dnnl::PrepackConvWeights(*graph.node, *def);
+    ASSERT_TRUE(pre.ok()) << pre.status();
+    ASSERT_TRUE(pre->has_value());
+    const ir::Tensor& bytes = (*pre)->bytes;
+    ASSERT_EQ(bytes.dtype(), DataType::kU8);
+    auto plain = Make(*def, *graph.node);
+    ASSERT_TRUE(plain);
+    const std::vector<float> want = ToFloats(RunKernel(*plain, {x, w, b}));
+    ir::Tensor zeros = *ir::Tensor::Allocate(DataType::kU8, bytes.dims());
+    // The node as the build leaves it: the bytes as input 4, their layout in the attribute.
+    auto run = [&](const std::vector<int64_t>& desc, const ir::Tensor& packed) {
+      ir::Node node = *graph.node;
+      node.attrs[kernels::cpu::dnnl::kPrepackedWeightsAttr] = IntsAttr(desc);
+      auto k = Make(*def, node);
+      EXPECT_TRUE(k);
+      if (!k) return std::vector<float>();
+      return ToFloats(RunKernel(*k, {x, w, b, ir::Tensor(), packed}));
+    };
+    EXPECT_EQ(run((*pre)->desc, bytes), want);
+    EXPECT_NE(run((*pre)->desc, zeros), want);  // the bytes are what the run read
+    std::vector<int64_t> stale = (*pre)->desc;
+    stale[0] += 1;  // another oneDNN version (or, on the GEMM path, another packing)
+    EXPECT_EQ(run(stale, zeros), want);
+  }
+}
+
 TEST(DnnlConvTest, OtherCasesStayOnTheReference) {
   std::mt19937 rng(3);
   const uint64_t cpu = DetectCpuFeatures();
@@ -475,7 +532,9 @@ TEST(DnnlConvTest, OtherCasesStayOnTheReference) {
   ConvGraph fp16(ir::OpType::kConv, {}, MakeHalf({1, 2, 5, 5}, xv), MakeHalf({3, 2, 3, 3}, wv),
                  ir::Tensor());
   EXPECT_EQ(fp16.Def(kCpuSse42 | kCpuF16c)->isa, Isa::kRef);
-  if (HasAvx512()) EXPECT_EQ(fp16.Def(cpu)->isa, Isa::kDnnl);
+  if (HasAvx512()) {
+    EXPECT_EQ(fp16.Def(cpu)->isa, Isa::kDnnl);
+  }
   // An activation the reference FusedConv rejects: the reference reports it.
   ConvGraph gelu(ir::OpType::kFusedConv, {{"activation", StringAttr("Gelu")}},
                  Random({1, 2, 5, 5}, DataType::kF32, rng),

@@ -149,8 +149,12 @@ std::pair<std::shared_ptr<const plan::Engine>, std::shared_ptr<const plan::Engin
     const std::string& policy) {
   auto chained = Build(policy, true);
   auto separate = Build(policy, true, {"pattern:conv-chain"});
-  if (chained) EXPECT_EQ(Chains(*chained), 2);
-  if (separate) EXPECT_EQ(Chains(*separate), 0);
+  if (chained) {
+    EXPECT_EQ(Chains(*chained), 2);
+  }
+  if (separate) {
+    EXPECT_EQ(Chains(*separate), 0);
+  }
   return {chained, separate};
 }
 

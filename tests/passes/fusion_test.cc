@@ -399,7 +399,9 @@ TEST(FusionTest, ScaleFoldRefusedWhenTheShiftIsPinnedHigher) {
   EXPECT_THAT(why, HasSubstr("'/scale/add'"));
   EXPECT_THAT(why, HasSubstr("op:Add = fp32 (--rule 1)"));
   for (const auto& n : r->built.nodes) {
-    if (n.op_type() == "Add") EXPECT_EQ(n.effective_precision(), "fp32");
+    if (n.op_type() == "Add") {
+      EXPECT_EQ(n.effective_precision(), "fp32");
+    }
   }
 }
 

@@ -14,11 +14,13 @@
 //
 // W is a constant (`Supports`): the primitive and W reordered into the primitive's preferred
 // layout are built once, at the first run, and rebuilt only when the input shape or the thread
-// count changes. X and Y are the engine's NCHW tensors; oneDNN picks their layout inside the
-// primitive, and when it picks a blocked one (nChw16c: its direct and brgemm convolutions) X is
-// reordered into it and Y back on each run. On ResNet-50 those reorders cost about half the
-// convolution time and the blocked convolutions are several times faster than oneDNN's
-// im2col + GEMM convolution, what it runs on NCHW X and Y for most shapes.
+// count changes. The build stores W in that layout too (PrepackConvWeights, register.h): a
+// primitive choosing the layout the build's did then reads those bytes where they lie in the
+// blob, with no reorder and no memory of its own. X and Y are the engine's NCHW tensors; oneDNN
+// picks their layout inside the primitive, and when it picks a blocked one (nChw16c: its direct and
+// brgemm convolutions) X is reordered into it and Y back on each run. On ResNet-50 those reorders
+// cost about half the convolution time and the blocked convolutions are several times faster than
+// oneDNN's im2col + GEMM convolution, what it runs on NCHW X and Y for most shapes.
 //
 // Channels-last (kChannelsLastAttr, set by passes/layout.h): X and Y are NHWC tensors and the
 // primitive reads and writes them as they are, with no reorder; the reference kernel, when it
@@ -30,6 +32,7 @@
 // streaming W from memory, which the GEMM overlaps with the arithmetic.
 #include <omp.h>
 
+#include <array>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -120,6 +123,32 @@ absl::StatusOr<dn::engine*> CpuEngine() {
   }();
   if (engine == nullptr) return absl::InternalError("oneDNN has no CPU engine");
   return engine;
+}
+
+// A memory descriptor as kPrepackedWeightsAttr words: oneDNN's version and the size of its
+// descriptor struct (a reader built against another oneDNN takes no prepacked W), then the
+// struct's bytes.
+std::vector<int64_t> DescToWords(const dn::memory::desc& d) {
+  const dnnl_version_t* v = dnnl_version();
+  const size_t bytes = sizeof(d.data);
+  std::vector<int64_t> words = {v->major * 1000000 + v->minor * 1000 + v->patch,
+                                static_cast<int64_t>(bytes)};
+  words.resize(2 + (bytes + 7) / 8, 0);
+  std::memcpy(words.data() + 2, &d.data, bytes);
+  return words;
+}
+
+std::optional<dn::memory::desc> DescFromWords(const std::vector<int64_t>& words) {
+  const dnnl_version_t* v = dnnl_version();
+  const size_t bytes = sizeof(dnnl_memory_desc_t);
+  if (words.size() != 2 + (bytes + 7) / 8 ||
+      words[0] != v->major * 1000000 + v->minor * 1000 + v->patch ||
+      words[1] != static_cast<int64_t>(bytes)) {
+    return std::nullopt;
+  }
+  dnnl_memory_desc_t raw;
+  std::memcpy(&raw, words.data() + 2, bytes);
+  return dn::memory::desc(raw);
 }
 
 // A channels-last node's context as the NCHW kernel code reads it: X with its NCHW dims over
@@ -214,6 +243,7 @@ class ConvKernel final : public Kernel {
   }
 
   absl::Status Run(KernelContext& ctx) override {
+    prepacked_ = ctx.input(kPrepackedWeightsInput);
     if (!channels_last_) return RunOn(ctx);
     if (ctx.input(0) == nullptr || ctx.input(0)->rank() != 4) {
       return ref::InvalidNode(node_, "a channels-last convolution needs a rank-4 X");
@@ -328,10 +358,16 @@ class ConvKernel final : public Kernel {
     const ir::Tensor& w = *s.in.w;
     const int64_t c = w.dim(1), m = w.dim(0), kh = w.dim(2), kw = w.dim(3), taps = kh * kw;
     // Tap t's B[k][n] = W[n][k][t]: element (n, k, t) of W at (n * C + k) * taps + t.
-    const float* packed = packed_w_.Get(w.data<float>(), c, m, /*b_rs=*/taps, /*b_cs=*/c * taps,
-                                        /*count=*/taps, /*offset=*/1);
-    if (packed == nullptr) return absl::ResourceExhaustedError("out of memory packing W");
     const int64_t strip = avx512::PackedBElemsF32(c, m);  // one tap's B
+    const float* packed =
+        PrepackedGemmFits(c, m, taps) ? static_cast<const float*>(prepacked_->raw_data()) : nullptr;
+    if (packed == nullptr) {
+      packed = packed_w_.Get(w.data<float>(), c, m, /*b_rs=*/taps, /*b_cs=*/c * taps,
+                             /*count=*/taps, /*offset=*/1);
+      if (packed == nullptr) return absl::ResourceExhaustedError("out of memory packing W");
+    }
+    gemm_w_ = {packed, taps * strip};
+    gemm_shape_ = {c, m, taps};
     const ref::nn::Window& win = s.win;
     const int64_t batch = x.dim(0), h = x.dim(2), wd = x.dim(3);
     const int64_t oh = s.out_dims[2], ow = s.out_dims[3], pixels = batch * oh * ow;
@@ -536,18 +572,24 @@ class ConvKernel final : public Kernel {
                                                dn::algorithm::convolution_direct, src_any, w_any,
                                                dst_any, strides, dilations, pad_l, pad_r);
     const dn::convolution_forward::primitive_desc pd(desc, attr, engine);
-    p.weights = dn::memory(pd.weights_desc(), engine);
-    // fp16 W is reordered from an fp32 copy (exact), dropped once the primitive has its own.
-    std::vector<float> w_f32;
-    if (w.dtype() == DataType::kF16) {
-      w_f32.resize(w.num_elements());
-      avx512::ConvertArray(DataType::kF16, DataType::kF32, w.raw_data(), w_f32.data(),
-                           w.num_elements());
+    if (PrepackedFits(pd.weights_desc())) {
+      // The build's bytes in this very layout (only read: the primitive's weights are const).
+      p.weights = dn::memory(pd.weights_desc(), engine, const_cast<void*>(prepacked_->raw_data()));
+    } else {
+      p.weights = dn::memory(pd.weights_desc(), engine);
+      // fp16 W is reordered from an fp32 copy (exact), dropped once the primitive has its own.
+      std::vector<float> w_f32;
+      if (w.dtype() == DataType::kF16) {
+        w_f32.resize(w.num_elements());
+        avx512::ConvertArray(DataType::kF16, DataType::kF32, w.raw_data(), w_f32.data(),
+                             w.num_elements());
+      }
+      dn::memory user(w_user, engine,
+                      w_f32.empty() ? const_cast<void*>(w.raw_data()) : w_f32.data());
+      dn::stream stream(engine);
+      dn::reorder(user, p.weights).execute(stream, user, p.weights);
+      stream.wait();
     }
-    dn::memory user(w_user, engine, w_f32.empty() ? const_cast<void*>(w.raw_data()) : w_f32.data());
-    dn::stream stream(engine);
-    dn::reorder(user, p.weights).execute(stream, user, p.weights);
-    stream.wait();
     p.conv = dn::convolution_forward(pd);
     if (pd.src_desc() != p.src) {
       p.src_blocked = dn::memory(pd.src_desc(), engine);
@@ -592,6 +634,58 @@ class ConvKernel final : public Kernel {
     });
   }
 
+  // The kPrepackedWeightsAttr words of W packed for the GEMM path: a 0 (no oneDNN version),
+  // then C, M and the taps.
+  static std::vector<int64_t> GemmWords(int64_t c, int64_t m, int64_t taps) {
+    return {0, c, m, taps};
+  }
+
+  // Whether the build's prepacked W is W packed for the GEMM path at these C, M and taps (a
+  // whole number of 64-byte aligned taps).
+  bool PrepackedGemmFits(int64_t c, int64_t m, int64_t taps) const {
+    return prepacked_ != nullptr && prepacked_->dtype() == DataType::kU8 &&
+           node_.GetInts(kPrepackedWeightsAttr, {}) == GemmWords(c, m, taps) &&
+           prepacked_->byte_size() ==
+               static_cast<size_t>(taps * avx512::PackedBElemsF32(c, m)) * sizeof(float) &&
+           reinterpret_cast<uintptr_t>(prepacked_->raw_data()) % 64 == 0;
+  }
+
+  // Whether the build's prepacked W (input kPrepackedWeightsInput, its layout in the node's
+  // kPrepackedWeightsAttr) is W in layout `want`: the same descriptor, as many bytes.
+  bool PrepackedFits(const dn::memory::desc& want) const {
+    if (prepacked_ == nullptr || prepacked_->dtype() != DataType::kU8) return false;
+    const std::optional<dn::memory::desc> have =
+        DescFromWords(node_.GetInts(kPrepackedWeightsAttr, {}));
+    return have && *have == want && prepacked_->byte_size() == want.get_size();
+  }
+
+ public:
+  // W as the last run laid it out (the build's PrepackConvWeights): in the primitive's layout,
+  // or packed for the GEMM path; nullopt when the reference ran.
+  std::optional<PrepackedConvWeights> LaidOutWeights() const {
+    const void* data = nullptr;
+    size_t size = 0;
+    PrepackedConvWeights out;
+    if (plan_ && plan_->conv) {
+      const dn::memory::desc d = plan_->weights.get_desc();
+      out.desc = DescToWords(d);
+      data = plan_->weights.get_data_handle();
+      size = d.get_size();
+    } else if (gemm_w_.first != nullptr) {
+      out.desc = GemmWords(gemm_shape_[0], gemm_shape_[1], gemm_shape_[2]);
+      data = gemm_w_.first;
+      size = static_cast<size_t>(gemm_w_.second) * sizeof(float);
+    } else {
+      return std::nullopt;
+    }
+    auto t = ir::Tensor::AllocateUninitialized(DataType::kU8, {static_cast<int64_t>(size)});
+    if (!t.ok()) return std::nullopt;
+    std::memcpy(t->raw_data(), data, size);
+    out.bytes = *std::move(t);
+    return out;
+  }
+
+ private:
   static constexpr int64_t kGemmMaxPixels = 64;
   static constexpr int64_t kGemmMinWeightBytes = int64_t{2} << 20;
 
@@ -604,6 +698,10 @@ class ConvKernel final : public Kernel {
   ir::Node nchw_node_;
   std::unique_ptr<Kernel> reference_;
   std::optional<Plan> plan_;
+  const ir::Tensor* prepacked_ = nullptr;  // this run's input kPrepackedWeightsInput
+  // The GEMM path's packed W of the last run (floats) and its C, M and taps.
+  std::pair<const float*, int64_t> gemm_w_ = {nullptr, 0};
+  std::array<int64_t, 3> gemm_shape_ = {};
   std::vector<float> bias_;
   const void* scanned_w_ = nullptr;
   bool w_allowed_ = false;
@@ -611,6 +709,61 @@ class ConvKernel final : public Kernel {
 };
 
 }  // namespace
+
+namespace {
+
+// The build's run of a convolution node: its constants, zeros for every other input, and an
+// output of its own.
+class ZeroInputs final : public KernelContext {
+ public:
+  static std::optional<ZeroInputs> For(const ir::Node& node) {
+    ZeroInputs z;
+    for (const ir::Value* v : node.inputs) {
+      if (v == nullptr) {
+        z.owned_.emplace_back();
+        continue;
+      }
+      if (v->constant) {
+        z.owned_.push_back(*v->constant);  // shares the constant's bytes
+        continue;
+      }
+      if (!v->shape.is_static()) return std::nullopt;
+      auto t = ir::Tensor::Allocate(v->dtype, v->shape.StaticDims());  // zeros
+      if (!t.ok()) return std::nullopt;
+      z.owned_.push_back(*std::move(t));
+    }
+    return z;
+  }
+  int num_inputs() const override { return static_cast<int>(owned_.size()); }
+  const ir::Tensor* input(int i) const override {
+    return i < static_cast<int>(owned_.size()) && owned_[i].defined() ? &owned_[i] : nullptr;
+  }
+  int num_outputs() const override { return 1; }
+  absl::StatusOr<ir::Tensor*> output(int i, DataType dtype, std::vector<int64_t> dims) override {
+    if (i != 0) return absl::InternalError("a convolution has one output");
+    ASSIGN_OR_RETURN(y_, ir::Tensor::AllocateUninitialized(dtype, std::move(dims)));
+    return &y_;
+  }
+  bool output_requested(int i) const override { return i == 0; }
+
+ private:
+  std::vector<ir::Tensor> owned_;
+  ir::Tensor y_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::optional<PrepackedConvWeights>> PrepackConvWeights(const ir::Node& node,
+                                                                       const KernelDef& def) {
+  if (def.factory != &ConvKernel::Create || node.input(kPrepackedWeightsInput) != nullptr) {
+    return std::optional<PrepackedConvWeights>();
+  }
+  std::optional<ZeroInputs> ctx = ZeroInputs::For(node);
+  if (!ctx) return std::optional<PrepackedConvWeights>();
+  ASSIGN_OR_RETURN(std::unique_ptr<Kernel> kernel, ConvKernel::Create(node));
+  RETURN_IF_ERROR(kernel->Run(*ctx));
+  return static_cast<const ConvKernel&>(*kernel).LaidOutWeights();
+}
 
 void RegisterConv(Registry& r) {
   for (ir::OpType op : {ir::OpType::kConv, ir::OpType::kFusedConv}) {

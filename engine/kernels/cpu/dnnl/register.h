@@ -5,9 +5,38 @@
 // libdnnl is built with DNNL_CPU_RUNTIME=OMP), so the engine's thread count applies to it.
 #pragma once
 
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/ir/tensor.h"
 #include "engine/kernels/registry.h"
 
 namespace kiln::kernels::cpu::dnnl {
+
+/// The attribute of a Conv / FusedConv node whose W the build also stored as its kernel lays it
+/// out on the building machine (input kPrepackedWeightsInput, as bytes): the layout's record, as
+/// 64-bit words (conv_dnnl.cc): oneDNN's version and the memory descriptor its primitive chose,
+/// or, for the AVX-512 GEMM path (small images), 0 then C, M and the taps. A run whose kernel
+/// lays W out the same reads those bytes where they lie (in the blob, mmapped) instead of
+/// laying W out in memory of its own at its first run; any other run (another CPU, another
+/// oneDNN) lays out the plain W as it would without them.
+inline constexpr char kPrepackedWeightsAttr[] = "kiln_dnnl_weights";
+inline constexpr int kPrepackedWeightsInput = 4;
+
+/// W as a node's kernel lays it out, and that layout's record.
+struct PrepackedConvWeights {
+  std::vector<int64_t> desc;  // the kPrepackedWeightsAttr words
+  ir::Tensor bytes;           // uint8 [size]
+};
+
+/// For a Conv / FusedConv node that `def` (the oneDNN convolution) runs, with constant W and
+/// static shapes: runs the kernel once on zero inputs and returns W as it laid it out (oneDNN's
+/// primitive or the GEMM path); nullopt when the reference runs the node or a shape is not
+/// static.
+absl::StatusOr<std::optional<PrepackedConvWeights>> PrepackConvWeights(const ir::Node& node,
+                                                                       const KernelDef& def);
 
 void RegisterConv(Registry& r);  // conv_dnnl.cc: 2-D Conv and FusedConv on float and bfloat16
 
