@@ -134,8 +134,9 @@ struct Compiled {
   std::vector<ir::Node*> packed_at_write;
 };
 
-// Stores the constant bf16, fp16 or fp32 B of each MatMul / FusedMatMul that runs on the AVX-512
-// GEMM packed as that GEMM reads it (kernel.h, kPackedBAttr), so no run gathers a weight's
+// Stores the constant bf16, fp16 or fp32 B of each MatMul / FusedMatMul / Gemm (B as Gemm reads
+// it, transB applied) that runs on the AVX-512 GEMM packed as that GEMM reads it (kernel.h,
+// kPackedBAttr), so no run gathers a weight's
 // column strips out of row-major memory again: that was ~16% of a BERT-base bf16 run and ~20%
 // of an fp32 GEMM at its shapes (an fp16 strip is still widened to fp32 per run, but from
 // contiguous memory). Only a B read by that node alone; a bf16 one only when free of subnormal
@@ -152,7 +153,10 @@ absl::StatusOr<uint64_t> PackWeights(const std::vector<ir::Node*>& live,
   uint64_t required = 0;
   int fp32 = 0, fp16 = 0;
   for (ir::Node* n : live) {
-    if (n->op != ir::OpType::kMatMul && n->op != ir::OpType::kFusedMatMul) continue;
+    if (n->op != ir::OpType::kMatMul && n->op != ir::OpType::kFusedMatMul &&
+        n->op != ir::OpType::kGemm) {
+      continue;
+    }
     const kernels::KernelDef* def = defs[n->id];
     ir::Value* b = n->inputs.size() > 1 ? n->inputs[1] : nullptr;
     const DataType t = b ? b->dtype : DataType::kUndefined;
@@ -168,15 +172,19 @@ absl::StatusOr<uint64_t> PackWeights(const std::vector<ir::Node*>& live,
         !kernels::cpu::avx512::Bf16DotPathAllowed(w.data<uint16_t>(), w.num_elements())) {
       continue;
     }
-    const int64_t k = w.dim(0), nn = w.dim(1);
+    // Gemm's transB reads B [N, K]: element (i, j) of the logical [K, N] at j * K + i.
+    const bool trans = n->op == ir::OpType::kGemm && n->GetInt("transB", 0) != 0;
+    const int64_t k = trans ? w.dim(1) : w.dim(0), nn = trans ? w.dim(0) : w.dim(1);
+    const int64_t rs = trans ? 1 : nn, cs = trans ? k : 1;
     const int64_t strips = (nn + 63) / 64;
     if (t == DataType::kF32) {
       const int64_t strip = kernels::cpu::avx512::PackedBStripElemsF32(k);
       plan::WeightEncoding e;
       e.dims = {strips, strip};
       e.bytes = static_cast<uint64_t>(strips * strip) * sizeof(float);
-      e.write = [w, k, nn](char* dst) {
-        kernels::cpu::avx512::PackBF32(w.data<float>(), k, nn, reinterpret_cast<float*>(dst));
+      e.write = [w, k, nn, rs, cs](char* dst) {
+        kernels::cpu::avx512::PackBF32Strided(w.data<float>(), k, nn, rs, cs,
+                                              reinterpret_cast<float*>(dst));
       };
       encodings[b->id] = std::move(e);
       packed_at_write.push_back(n);
@@ -187,10 +195,12 @@ absl::StatusOr<uint64_t> PackWeights(const std::vector<ir::Node*>& live,
                                  : kernels::cpu::avx512::PackedBStripElems(k);
       ASSIGN_OR_RETURN(ir::Tensor packed, ir::Tensor::AllocateUninitialized(t, {strips, strip}));
       if (half) {
-        kernels::cpu::avx512::PackBHalf(w.data<uint16_t>(), k, nn, packed.data<uint16_t>());
+        kernels::cpu::avx512::PackBHalfStrided(w.data<uint16_t>(), k, nn, rs, cs,
+                                               packed.data<uint16_t>());
         ++fp16;
       } else {
-        kernels::cpu::avx512::PackBBf16(w.data<uint16_t>(), k, nn, packed.data<uint16_t>());
+        kernels::cpu::avx512::PackBBf16Strided(w.data<uint16_t>(), k, nn, rs, cs,
+                                               packed.data<uint16_t>());
       }
       b->constant = std::move(packed);
       b->shape = ir::Shape::Of({strips, strip});

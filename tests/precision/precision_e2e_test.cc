@@ -11,6 +11,7 @@
 #include "engine/common/cpu_features.h"
 #include "engine/import/onnx_importer.h"
 #include "engine/import/tensor_proto.h"
+#include "engine/kernels/kernel.h"
 #include "engine/plan/engine_blob.h"
 #include "engine/runtime/session.h"
 #include "gmock/gmock.h"
@@ -192,8 +193,8 @@ TEST(PrecisionE2eTest, PackedWeightsChangeNoOutputBit) {
 }
 
 // Convolution weights stored also in the layout of their kernel at build time (oneDNN's, or the
-// GEMM path's packing) change no output bit either: the first run reads them instead of laying W
-// out itself.
+// GEMM path's packing), and a Gemm's transposed weight packed for the GEMM, change no output bit
+// either: the first run reads them instead of laying W out itself.
 TEST(PrecisionE2eTest, PrepackedConvolutionWeightsChangeNoOutputBit) {
   if ((DetectCpuFeatures() & kCpuAvx512Bf16) == 0) GTEST_SKIP() << "no AVX512_BF16";
   for (const char* policy : {"bf16", "fp16", "fp32"}) {
@@ -206,6 +207,16 @@ TEST(PrecisionE2eTest, PrepackedConvolutionWeightsChangeNoOutputBit) {
     ASSERT_TRUE(unpacked.ok()) << unpacked.status();
     EXPECT_GT(packed->result.summary.prepacked_convolutions, 0);
     EXPECT_EQ(unpacked->result.summary.prepacked_convolutions, 0);
+    // The classifier's Gemm (transB) has its weight packed for the GEMM too.
+    auto engine = plan::LoadEngineFromBytes(std::make_shared<std::string>(packed->result.blob));
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    int gemms = 0;
+    for (const ir::Node* n : (*engine)->order) {
+      if (n->op != ir::OpType::kGemm) continue;
+      ++gemms;
+      EXPECT_TRUE(n->has_attr(kernels::kPackedBAttr)) << n->name;
+    }
+    EXPECT_EQ(gemms, 1);
     ASSERT_EQ(packed->outputs.size(), unpacked->outputs.size());
     for (size_t i = 0; i < packed->outputs.size(); ++i) {
       const ir::Tensor& a = packed->outputs[i];

@@ -76,6 +76,37 @@ void ChooseBf16Path(GemmArgs& g, const ir::Node& node, const ir::Tensor& a, cons
 }
 
 // Y = alpha * A' * B' + beta * C.
+// B of a node whose weight the build packed (PackWeights in the builder): B's logical [K, N] from
+// kPackedBAttr, checked against B's values (fp32 and fp16 strips hold [K][64] values, bf16 ones
+// [K/2][64][2] pairs); empty when B is not packed.
+absl::StatusOr<std::vector<int64_t>> PackedB(const ir::Node& node, const ir::Tensor& b) {
+  const std::vector<int64_t> packed = node.GetInts(kPackedBAttr);
+  if (packed.empty()) return packed;
+  const bool bf16 = b.dtype() == DataType::kBF16;
+  if (packed.size() != 2 || packed[0] <= 0 || packed[1] <= 0 ||
+      (!bf16 && b.dtype() != DataType::kF32 && b.dtype() != DataType::kF16) ||
+      b.num_elements() !=
+          (packed[1] + 63) / 64 *
+              (bf16 ? PackedBStripElems(packed[0]) : PackedBStripElemsF32(packed[0]))) {
+    return InvalidNode(node, "packed B of ", b.num_elements(), " values does not match ",
+                       kPackedBAttr, " ", ir::DimsToString(packed));
+  }
+  return packed;
+}
+
+// GemmArgs reading the packed B `b` (PackedB) with A `a`.
+void UsePackedB(GemmArgs& g, const ir::Tensor& a, const ir::Tensor& b) {
+  if (b.dtype() == DataType::kF32) {
+    g.b_packed_f32 = b.data<float>();
+  } else if (b.dtype() == DataType::kF16) {
+    g.b_packed_f16 = b.data<uint16_t>();
+  } else {
+    // Packed only when free of subnormals, so B never bars the dot path.
+    g.b_packed = b.data<uint16_t>();
+    g.bf16_dot = DotPathAllowed(a.data<uint16_t>(), a.num_elements());
+  }
+}
+
 class GemmKernel final : public Kernel {
  public:
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const ir::Node& node) {
@@ -104,8 +135,10 @@ class GemmKernel final : public Kernel {
     }
     const int64_t m = trans_a_ ? a->dim(1) : a->dim(0);
     const int64_t k = trans_a_ ? a->dim(0) : a->dim(1);
-    const int64_t kb = trans_b_ ? b->dim(1) : b->dim(0);
-    const int64_t n = trans_b_ ? b->dim(0) : b->dim(1);
+    // A weight the build packed: its logical [K, N] (transB already applied).
+    ASSIGN_OR_RETURN(const std::vector<int64_t> packed, PackedB(node_, *b));
+    const int64_t kb = !packed.empty() ? packed[0] : trans_b_ ? b->dim(1) : b->dim(0);
+    const int64_t n = !packed.empty() ? packed[1] : trans_b_ ? b->dim(0) : b->dim(1);
     if (k != kb) {
       return InvalidNode(node_, "inner dimensions differ: A' is ", m, "x", k, ", B' is ", kb, "x",
                          n);
@@ -141,7 +174,9 @@ class GemmKernel final : public Kernel {
     g.beta = beta_;
     const ir::Value* bv = node_.input(1);
     const bool weight = bv && bv->constant && !bv->is_graph_input && k > 0 && n > 0;
-    if (weight && a->dtype() == DataType::kF32) {
+    if (!packed.empty()) {
+      UsePackedB(g, *a, *b);
+    } else if (weight && a->dtype() == DataType::kF32) {
       // A constant B (a classifier's weight, usually transposed): packed once, at
       // the first run, as the build packs MatMul weights; the same values, read contiguously
       // (nullptr, and B read as it is, when the buffer cannot be had).
@@ -185,20 +220,8 @@ absl::StatusOr<ir::Tensor*> MatMulCore(const ir::Node& node, KernelContext& ctx,
   if (a->rank() == 0 || b->rank() == 0) return InvalidNode(node, "operands must not be scalars");
   std::vector<int64_t> ad = a->dims(), bd = b->dims();
   // A weight the build packed (PackWeights in the builder): B's logical [K, N] is recorded.
-  const std::vector<int64_t> packed = node.GetInts(kPackedBAttr);
-  if (!packed.empty()) {
-    // fp32 and fp16 strips hold [K][64] values, bf16 ones [K/2][64][2] pairs.
-    const bool bf16 = b->dtype() == DataType::kBF16;
-    if (packed.size() != 2 || packed[0] <= 0 || packed[1] <= 0 ||
-        (!bf16 && b->dtype() != DataType::kF32 && b->dtype() != DataType::kF16) ||
-        b->num_elements() !=
-            (packed[1] + 63) / 64 *
-                (bf16 ? PackedBStripElems(packed[0]) : PackedBStripElemsF32(packed[0]))) {
-      return InvalidNode(node, "packed B of ", b->num_elements(), " values does not match ",
-                         kPackedBAttr, " ", ir::DimsToString(packed));
-    }
-    bd = packed;
-  }
+  ASSIGN_OR_RETURN(const std::vector<int64_t> packed, PackedB(node, *b));
+  if (!packed.empty()) bd = packed;
   const bool a_vec = ad.size() == 1, b_vec = bd.size() == 1;
   if (a_vec) ad.insert(ad.begin(), 1);
   if (b_vec) bd.push_back(1);
@@ -264,14 +287,8 @@ absl::StatusOr<ir::Tensor*> MatMulCore(const ir::Node& node, KernelContext& ctx,
     g.gelu = *bias_sum == nullptr && g.type == GemmType::kF32;
     *gelu_done = g.gelu;
   }
-  if (!packed.empty() && b->dtype() == DataType::kF32) {
-    g.b_packed_f32 = b->data<float>();
-  } else if (!packed.empty() && b->dtype() == DataType::kF16) {
-    g.b_packed_f16 = b->data<uint16_t>();
-  } else if (!packed.empty()) {
-    // Packed only when free of subnormals, so B never bars the dot path.
-    g.b_packed = b->data<uint16_t>();
-    g.bf16_dot = DotPathAllowed(a->data<uint16_t>(), a->num_elements());
+  if (!packed.empty()) {
+    UsePackedB(g, *a, *b);
   } else {
     ChooseBf16Path(g, node, *a, *b, scan);
   }

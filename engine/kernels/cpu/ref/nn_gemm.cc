@@ -136,6 +136,11 @@ class GemmKernel final : public Kernel {
   explicit GemmKernel(const ir::Node& node) : node_(node) {}
 
   absl::Status Run(KernelContext& ctx) override {
+    if (node_.has_attr(kPackedBAttr)) {
+      return InvalidNode(node_,
+                         "B is stored packed for the AVX-512 GEMM, which this kernel cannot read "
+                         "(the engine needs the CPU features it records)");
+    }
     ASSIGN_OR_RETURN(const ir::Tensor* a, RequireInput(node_, ctx, 0));
     ASSIGN_OR_RETURN(const ir::Tensor* b, RequireInput(node_, ctx, 1));
     const ir::Tensor* c = ctx.input(2);
