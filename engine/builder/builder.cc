@@ -237,7 +237,8 @@ absl::StatusOr<int> PrepackConvolutions(ir::Graph& g, const std::vector<ir::Node
     ASSIGN_OR_RETURN(std::optional<kernels::cpu::dnnl::PrepackedConvWeights> pre,
                      kernels::cpu::dnnl::PrepackConvWeights(*n, *def));
     if (!pre) continue;
-    ASSIGN_OR_RETURN(ir::Value * v, g.AddValue(absl::StrCat(n->name, "/W in oneDNN's layout")));
+    ASSIGN_OR_RETURN(ir::Value * v,
+                     g.AddValue(absl::StrCat(n->name, "/W laid out for its kernel")));
     v->dtype = DataType::kU8;
     v->shape = ir::Shape::Of(pre->bytes.dims());
     bytes += pre->bytes.byte_size();
