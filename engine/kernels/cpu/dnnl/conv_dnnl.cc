@@ -179,16 +179,9 @@ class ChannelsLastView final : public KernelContext {
   ir::Tensor x_;
 };
 
-// A context over NCHW copies, for the reference kernel of a channels-last node: X (input 0)
-// and the residual Z (input 3) replaced, output 0 kept here.
-class NchwCopyContext final : public KernelContext {
+// A convolution's context whose one output is kept here, in memory of its own.
+class OwnOutputContext : public KernelContext {
  public:
-  NchwCopyContext(KernelContext& ctx, const ir::Tensor* x, const ir::Tensor* z)
-      : ctx_(ctx), x_(x), z_(z) {}
-  int num_inputs() const override { return ctx_.num_inputs(); }
-  const ir::Tensor* input(int i) const override {
-    return i == 0 ? x_ : i == 3 ? z_ : ctx_.input(i);
-  }
   int num_outputs() const override { return 1; }
   absl::StatusOr<ir::Tensor*> output(int i, DataType dtype, std::vector<int64_t> dims) override {
     if (i != 0) return absl::InternalError("a convolution has one output");
@@ -199,10 +192,24 @@ class NchwCopyContext final : public KernelContext {
   const ir::Tensor& y() const { return y_; }
 
  private:
+  ir::Tensor y_;
+};
+
+// A context over NCHW copies, for the reference kernel of a channels-last node: X (input 0)
+// and the residual Z (input 3) replaced, output 0 kept here.
+class NchwCopyContext final : public OwnOutputContext {
+ public:
+  NchwCopyContext(KernelContext& ctx, const ir::Tensor* x, const ir::Tensor* z)
+      : ctx_(ctx), x_(x), z_(z) {}
+  int num_inputs() const override { return ctx_.num_inputs(); }
+  const ir::Tensor* input(int i) const override {
+    return i == 0 ? x_ : i == 3 ? z_ : ctx_.input(i);
+  }
+
+ private:
   KernelContext& ctx_;
   const ir::Tensor* x_;
   const ir::Tensor* z_;
-  ir::Tensor y_;
 };
 
 // 2-D Conv / FusedConv = act(Conv(X, W) + B [+ Z]) through one oneDNN convolution (Z, the
@@ -714,7 +721,7 @@ namespace {
 
 // The build's run of a convolution node: its constants, zeros for every other input, and an
 // output of its own.
-class ZeroInputs final : public KernelContext {
+class ZeroInputs final : public OwnOutputContext {
  public:
   static std::optional<ZeroInputs> For(const ir::Node& node) {
     ZeroInputs z;
@@ -738,17 +745,9 @@ class ZeroInputs final : public KernelContext {
   const ir::Tensor* input(int i) const override {
     return i < static_cast<int>(owned_.size()) && owned_[i].defined() ? &owned_[i] : nullptr;
   }
-  int num_outputs() const override { return 1; }
-  absl::StatusOr<ir::Tensor*> output(int i, DataType dtype, std::vector<int64_t> dims) override {
-    if (i != 0) return absl::InternalError("a convolution has one output");
-    ASSIGN_OR_RETURN(y_, ir::Tensor::AllocateUninitialized(dtype, std::move(dims)));
-    return &y_;
-  }
-  bool output_requested(int i) const override { return i == 0; }
 
  private:
   std::vector<ir::Tensor> owned_;
-  ir::Tensor y_;
 };
 
 }  // namespace
