@@ -47,9 +47,9 @@ struct BuildOptions {
   bool in_memory = false;
   /// Store each constant bf16, fp16 and fp32 GEMM weight packed as the AVX-512 GEMM reads it
   /// (the engine then requires that CPU's features), and, in a blob, each oneDNN convolution's
-  /// W also in the layout its primitive chooses on this machine (read where it lies when the
-  /// running primitive chooses the same; W as authored stays). Off: weights as authored only (an
-  /// engine any CPU can run).
+  /// W also as its kernel lays it out on this machine (oneDNN's layout or the GEMM path's strips:
+  /// read where it lies when the running kernel chooses the same; W as authored stays). Off:
+  /// weights as authored only (an engine any CPU can run).
   bool pack_weights = true;
   /// With pack_weights, fp32 weights too (packed as the blob is written; never in memory).
   bool pack_f32_weights = true;
@@ -75,7 +75,7 @@ struct BuildSummary {
   int inserted_conversions = 0;
   int converted_weights = 0;
   int packed_weights = 0;          // GEMM weights stored packed (BuildOptions::pack_weights)
-  int prepacked_convolutions = 0;  // convolution weights also stored in oneDNN's layout (idem)
+  int prepacked_convolutions = 0;  // convolution weights also laid out for their kernels (idem)
   int layout_convolutions = 0;  // convolutions running channels-last (BuildOptions::channels_last)
   int layout_transposes = 0;    // transposes the layout pass inserted
   std::vector<std::string> warnings;

@@ -75,7 +75,6 @@ void ChooseBf16Path(GemmArgs& g, const ir::Node& node, const ir::Tensor& a, cons
   g.bf16_dot = DotPathAllowed(a.data<uint16_t>(), a.num_elements()) && scan.Allowed(node, b);
 }
 
-// Y = alpha * A' * B' + beta * C.
 // B of a node whose weight the build packed (PackWeights in the builder): B's logical [K, N] from
 // kPackedBAttr, checked against B's values (fp32 and fp16 strips hold [K][64] values, bf16 ones
 // [K/2][64][2] pairs); empty when B is not packed.
@@ -107,6 +106,7 @@ void UsePackedB(GemmArgs& g, const ir::Tensor& a, const ir::Tensor& b) {
   }
 }
 
+// Y = alpha * A' * B' + beta * C.
 class GemmKernel final : public Kernel {
  public:
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const ir::Node& node) {
