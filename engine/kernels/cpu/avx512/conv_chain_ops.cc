@@ -17,8 +17,8 @@
 // rounds each step's output to fp16, as its member convolutions do). The weights are packed (fp16
 // ones widened to fp32, exactly) at the first run of each weight buffer (as the oneDNN
 // convolution reorders its W). The rows in flight live in one scratch buffer of the calling
-// thread that all the chains share (Scratch), grown at need: the next chain finds it in the cache
-// (MobileNetV2 fp32 1-2% faster on one thread, ~4% on two, than with a buffer per chain).
+// thread that all the chains share (ref::ThreadScratch), grown at need: the next chain finds it in
+// the cache (MobileNetV2 fp32 1-2% faster on one thread, ~4% on two, than with a buffer per chain).
 #include <omp.h>
 
 #include <algorithm>
@@ -151,21 +151,6 @@ struct ChainWeights {
   int64_t c0 = 0, c1 = 0, c2 = 0, kh = 0, kw = 0;
 };
 
-// The calling thread's scratch for the chains, at least `floats` long: one buffer that every
-// chain (and depthwise convolution) of an engine's run reuses, so that its rows are still in
-// the cache when the next chain starts; grown, never shrunk. Per thread: sessions running on
-// different threads never share it.
-absl::StatusOr<float*> Scratch(int64_t floats) {
-  thread_local AlignedFloats buffer;
-  thread_local int64_t size = 0;
-  if (floats > size) {
-    buffer = AllocateAligned(floats);
-    size = buffer ? floats : 0;
-    if (!buffer) return absl::ResourceExhaustedError("out of memory for the chain's rows");
-  }
-  return buffer.get();
-}
-
 class ConvChainKernel final : public Kernel {
  public:
   static absl::StatusOr<std::unique_ptr<Kernel>> CreateChain(const ir::Node& node) {
@@ -276,7 +261,9 @@ class ConvChainKernel final : public Kernel {
     a.y = y->raw_data();
     a.threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), a.n * oh));
     const int64_t need = ConvChainScratchFloats(a);
-    ASSIGN_OR_RETURN(a.scratch, Scratch(need));
+    a.scratch = ref::ThreadScratch(ref::kScratchChainRows, need);
+    if (a.scratch == nullptr)
+      return absl::ResourceExhaustedError("out of memory for the chain's rows");
     ConvChainAvx512(a);
     return absl::OkStatus();
   }

@@ -32,6 +32,7 @@
 // streaming W from memory, which the GEMM overlaps with the arithmetic.
 #include <omp.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <memory>
@@ -99,17 +100,6 @@ bool AppendPostOp(const Activation& a, dn::post_ops& ops) {
 // The primitive's type for tensors stored as `t`: fp16 ones are converted to fp32 around it.
 dn::memory::data_type DnnlType(DataType t) {
   return t == DataType::kBF16 ? dn::memory::data_type::bf16 : dn::memory::data_type::f32;
-}
-
-// Scratch buffer `which` of the calling thread, at least n floats: 0 the fp32 sums of a bf16 or
-// fp16 convolution, 1 an fp16 X widened to fp32. Shared by the convolutions a thread runs (an
-// engine's kernels run one after another on one thread), so an engine holds one pair, as large
-// as its largest convolution needs, rather than one per convolution.
-float* ThreadScratch(int which, int64_t n) {
-  thread_local std::vector<float> buffers[2];
-  std::vector<float>& b = buffers[which];
-  if (static_cast<int64_t>(b.size()) < n) b.resize(n);
-  return b.data();
 }
 
 // One engine for the process: a oneDNN CPU engine holds no state a kernel run changes.
@@ -222,6 +212,7 @@ class ConvKernel final : public Kernel {
     ASSIGN_OR_RETURN(Activation act, ref::ReadActivation(node, ConvActivations()));
     auto k = std::unique_ptr<ConvKernel>(new ConvKernel(node, std::move(attrs), act));
     k->channels_last_ = node.GetInt(kChannelsLastAttr, 0) != 0;
+    k->prepacked_words_ = node.GetInts(kPrepackedWeightsAttr, {});
     // The reference kernel of the node runs what oneDNN may not: empty tensors, bf16
     // subnormals, shapes no oneDNN implementation takes. It is an NCHW kernel: a channels-last
     // node's is made from an NCHW copy of the node (kept here, as kernels keep their node).
@@ -284,7 +275,9 @@ class ConvKernel final : public Kernel {
       if (dt == DataType::kF32) {
         sums = y->data<float>();
       } else {
-        sums = ThreadScratch(0, n);
+        // The calling thread's, shared by the convolutions it runs (ref/common.h).
+        sums = ref::ThreadScratch(ref::kScratchConvSums, n);
+        if (sums == nullptr) return absl::ResourceExhaustedError("out of memory for the sums");
       }
     }
     // The residual Z (conv+residual fusion): the primitive adds the destination's prior
@@ -315,7 +308,8 @@ class ConvKernel final : public Kernel {
     }
     const void* src = x.raw_data();
     if (half) {
-      float* x32 = ThreadScratch(1, x.num_elements());
+      float* x32 = ref::ThreadScratch(ref::kScratchConvWidenedX, x.num_elements());
+      if (x32 == nullptr) return absl::ResourceExhaustedError("out of memory widening X");
       avx512::ConvertArray(dt, DataType::kF32, src, x32, x.num_elements());
       src = x32;
     }
@@ -643,15 +637,16 @@ class ConvKernel final : public Kernel {
 
   // The kPrepackedWeightsAttr words of W packed for the GEMM path: a 0 (no oneDNN version),
   // then C, M and the taps.
-  static std::vector<int64_t> GemmWords(int64_t c, int64_t m, int64_t taps) {
+  static std::array<int64_t, 4> GemmWords(int64_t c, int64_t m, int64_t taps) {
     return {0, c, m, taps};
   }
 
   // Whether the build's prepacked W is W packed for the GEMM path at these C, M and taps (a
-  // whole number of 64-byte aligned taps).
+  // whole number of 64-byte aligned taps). Asked on every run of the GEMM path: no allocation.
   bool PrepackedGemmFits(int64_t c, int64_t m, int64_t taps) const {
+    const std::array<int64_t, 4> want = GemmWords(c, m, taps);
     return prepacked_ != nullptr && prepacked_->dtype() == DataType::kU8 &&
-           node_.GetInts(kPrepackedWeightsAttr, {}) == GemmWords(c, m, taps) &&
+           std::equal(prepacked_words_.begin(), prepacked_words_.end(), want.begin(), want.end()) &&
            prepacked_->byte_size() ==
                static_cast<size_t>(taps * avx512::PackedBElemsF32(c, m)) * sizeof(float) &&
            reinterpret_cast<uintptr_t>(prepacked_->raw_data()) % 64 == 0;
@@ -661,8 +656,7 @@ class ConvKernel final : public Kernel {
   // kPrepackedWeightsAttr) is W in layout `want`: the same descriptor, as many bytes.
   bool PrepackedFits(const dn::memory::desc& want) const {
     if (prepacked_ == nullptr || prepacked_->dtype() != DataType::kU8) return false;
-    const std::optional<dn::memory::desc> have =
-        DescFromWords(node_.GetInts(kPrepackedWeightsAttr, {}));
+    const std::optional<dn::memory::desc> have = DescFromWords(prepacked_words_);
     return have && *have == want && prepacked_->byte_size() == want.get_size();
   }
 
@@ -679,7 +673,9 @@ class ConvKernel final : public Kernel {
       data = plan_->weights.get_data_handle();
       size = d.get_size();
     } else if (gemm_w_.first != nullptr) {
-      out.desc = GemmWords(gemm_shape_[0], gemm_shape_[1], gemm_shape_[2]);
+      const std::array<int64_t, 4> words =
+          GemmWords(gemm_shape_[0], gemm_shape_[1], gemm_shape_[2]);
+      out.desc.assign(words.begin(), words.end());
       data = gemm_w_.first;
       size = static_cast<size_t>(gemm_w_.second) * sizeof(float);
     } else {
@@ -706,6 +702,7 @@ class ConvKernel final : public Kernel {
   std::unique_ptr<Kernel> reference_;
   std::optional<Plan> plan_;
   const ir::Tensor* prepacked_ = nullptr;  // this run's input kPrepackedWeightsInput
+  std::vector<int64_t> prepacked_words_;   // the node's kPrepackedWeightsAttr (empty: none)
   // The GEMM path's packed W of the last run (floats) and its C, M and taps.
   std::pair<const float*, int64_t> gemm_w_ = {nullptr, 0};
   std::array<int64_t, 3> gemm_shape_ = {};

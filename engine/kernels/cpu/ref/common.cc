@@ -1,6 +1,7 @@
 #include "engine/kernels/cpu/ref/common.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 namespace kiln::kernels::cpu::ref {
@@ -64,6 +65,24 @@ void ParallelCopy(void* dst, const void* src, int64_t bytes) {
     std::memcpy(static_cast<char*>(dst) + at, static_cast<const char*>(src) + at,
                 std::min(kChunk, bytes - at));
   }
+}
+
+float* ThreadScratch(ThreadScratchSlot slot, int64_t floats) {
+  struct Buffer {
+    float* data = nullptr;
+    int64_t size = 0;
+    ~Buffer() { std::free(data); }
+  };
+  thread_local Buffer buffers[kThreadScratchSlots];
+  Buffer& b = buffers[slot];
+  if (floats > b.size || b.data == nullptr) {  // a buffer even for 0 floats
+    std::free(b.data);
+    floats = std::max<int64_t>(floats, 16);
+    const size_t bytes = (static_cast<size_t>(floats) * sizeof(float) + 63) / 64 * 64;
+    b.data = static_cast<float*>(std::aligned_alloc(64, bytes));
+    b.size = b.data != nullptr ? floats : 0;
+  }
+  return b.data;
 }
 
 std::vector<int64_t> Strides(const std::vector<int64_t>& dims) {
