@@ -12,7 +12,7 @@ packages=(
   libssl-dev
   libxxhash-dev
   libspdlog-dev
-  libdnnl-dev
+  libdnnl-dev ocl-icd-opencl-dev  # oneDNN's CMake package looks for OpenCL (a Recommends)
   libgtest-dev libgmock-dev
   libbenchmark-dev
   libonnx-testdata
