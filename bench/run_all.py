@@ -42,10 +42,13 @@ import sys
 import tempfile
 import time
 
-import numpy as np
-import onnx
-import onnxruntime as ort
-from onnx import TensorProto, helper, numpy_helper
+try:
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+except ImportError as e:
+    sys.exit("run_all.py: %s; scripts/install-bench-deps.sh installs what the benchmarks need" % e)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHARED = os.path.normpath(os.path.join(HERE, "..", "..", "shared"))

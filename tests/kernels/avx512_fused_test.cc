@@ -31,7 +31,8 @@ TEST(Avx512FusedMatMulTest, MatchesReferenceForEveryActivationAndDtype) {
   const int64_t k = 37;
   for (DataType dt : {DataType::kF32, DataType::kF16, DataType::kBF16}) {
     for (const char* act : {"", "Relu", "Gelu", "GeluTanh", "Sigmoid", "Tanh"}) {
-      NodeSpec spec{ir::OpType::kFusedMatMul};
+      NodeSpec spec;
+      spec.op = ir::OpType::kFusedMatMul;
       spec.since_version = 1;
       spec.attrs = {{"activation", StringAttr(act)}};
       spec.inputs = {Random({2, 5, k}, dt, rng), Random({k, 19}, dt, rng), Random({19}, dt, rng)};
@@ -61,30 +62,40 @@ TEST(Avx512FusedMatMulTest, MatchesReferenceForEveryActivationAndDtype) {
   }
 }
 
-// fp32 GELU runs in the GEMM's epilogue: the same numbers, bit for bit, as the GELU pass over
-// the stored bias sum (GeluF32), for every tile height and a partial column strip.
+// GELU runs in the GEMM's epilogue: the same numbers, bit for bit, as the GELU pass over the
+// stored bias sum (GeluF32 of the sum as stored, rounded once to the output type), for every
+// tile height, a partial column strip, and fp32, fp16 and bf16 storage.
 TEST(Avx512FusedMatMulTest, GeluInTheEpilogueIsThePassOverTheSum) {
   const uint64_t need = kCpuAvx512F | kCpuAvx512Bw | kCpuAvx512Vl | kCpuAvx512Dq;
   if ((DetectCpuFeatures() & need) != need) GTEST_SKIP() << "needs AVX-512";
   std::mt19937 rng(5);
-  for (int64_t m : {1, 6, 7, 13, 40}) {
-    for (int64_t n : {19, 64, 70}) {
-      NodeSpec spec{ir::OpType::kFusedMatMul};
-      spec.since_version = 1;
-      spec.attrs = {{"activation", StringAttr("Gelu")}};
-      spec.inputs = {Random({m, 33}, DataType::kF32, rng), Random({33, n}, DataType::kF32, rng),
-                     Random({n}, DataType::kF32, rng)};
-      spec.output_dtypes = {DataType::kF32};
-      auto gelu = RunNode(spec);
-      ASSERT_TRUE(gelu.ok()) << gelu.status();
-      spec.attrs = {{"activation", StringAttr("")}};
-      auto sum = RunNode(spec);
-      ASSERT_TRUE(sum.ok()) << sum.status();
-      std::vector<float> want = ToFloats((*sum)[0]), got = ToFloats((*gelu)[0]);
-      kernels::cpu::avx512::GeluF32(want.data(), want.data(), static_cast<int64_t>(want.size()));
-      ASSERT_EQ(got.size(), want.size());
-      for (size_t i = 0; i < got.size(); ++i) {
-        ASSERT_EQ(got[i], want[i]) << "M " << m << " N " << n << " element " << i;
+  for (DataType dt : {DataType::kF32, DataType::kF16, DataType::kBF16}) {
+    if (dt == DataType::kBF16 && !(DetectCpuFeatures() & kCpuAvx512Bf16)) continue;
+    auto stored = [dt](float v) {
+      if (dt == DataType::kF16) return HalfBitsToFloat(FloatToHalfBits(v));
+      if (dt == DataType::kBF16) return BFloat16BitsToFloat(FloatToBFloat16Bits(v));
+      return v;
+    };
+    for (int64_t m : {1, 6, 7, 13, 40}) {
+      for (int64_t n : {19, 64, 70}) {
+        NodeSpec spec;
+      spec.op = ir::OpType::kFusedMatMul;
+        spec.since_version = 1;
+        spec.attrs = {{"activation", StringAttr("Gelu")}};
+        spec.inputs = {Random({m, 33}, dt, rng), Random({33, n}, dt, rng), Random({n}, dt, rng)};
+        spec.output_dtypes = {dt};
+        auto gelu = RunNode(spec);
+        ASSERT_TRUE(gelu.ok()) << gelu.status();
+        spec.attrs = {{"activation", StringAttr("")}};
+        auto sum = RunNode(spec);
+        ASSERT_TRUE(sum.ok()) << sum.status();
+        std::vector<float> want = ToFloats((*sum)[0]), got = ToFloats((*gelu)[0]);
+        kernels::cpu::avx512::GeluF32(want.data(), want.data(), static_cast<int64_t>(want.size()));
+        ASSERT_EQ(got.size(), want.size());
+        for (size_t i = 0; i < got.size(); ++i) {
+          ASSERT_EQ(got[i], stored(want[i]))
+              << DataTypeName(dt) << " M " << m << " N " << n << " element " << i;
+        }
       }
     }
   }

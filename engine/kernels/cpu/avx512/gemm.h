@@ -20,9 +20,10 @@
 //   inputs as zero, which the precision contract does not allow).
 //
 // Epilogue (Gemm; `scale` set): v = alpha * acc, then v = v + beta * C (when C is given), each
-// step rounded to fp32, as the reference kernel does; MatMul: v = acc. Then (fp32, `gelu`)
-// v = GELU(v), and v is rounded once to the output storage type (round to nearest even, as
-// engine/common/half.h).
+// step rounded to fp32, as the reference kernel does; MatMul: v = acc. v is rounded once to the
+// output storage type (round to nearest even, as engine/common/half.h). With `gelu`, that
+// stored value (exact in fp32) becomes GELU(v) in fp32 and is rounded once more: the bits of an
+// unfused GELU reading the stored sum.
 #pragma once
 
 #include <array>
@@ -64,8 +65,8 @@ struct GemmArgs {
   const float* b_packed_f32 = nullptr;
   /// fp16 only: B already packed by PackBHalf, as b_packed for bf16.
   const uint16_t* b_packed_f16 = nullptr;
-  /// fp32 only: the epilogue's value v becomes GELU(v) (GeluF32 of math.h) before it is stored,
-  /// while the tile is in registers; `acc` still gets the dot products.
+  /// The epilogue's stored value v becomes GELU(v) (GeluF32 of math.h, see above) while the
+  /// tile is in cache; `acc` still gets the dot products.
   bool gelu = false;
 };
 

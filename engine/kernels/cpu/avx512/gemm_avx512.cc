@@ -1,9 +1,10 @@
 // The AVX-512 GEMM core (gemm.h). Compiled with AVX-512 flags (engine/CMakeLists.txt).
 //
 // Blocking: the output is cut into strips of kNr = 64 columns and tiles of kMr = 6 rows (the
-// fp32 kernels also 7, RowTiles). The fp32 kernels read A's rows in place (fp32 A with unit
-// column stride) or from one fp32 copy made per call (other types and strides); the dot path
-// packs A once per call into row tiles ([K/2][6][2] bf16 pairs). Each task packs one B strip
+// fp32 kernels also 7, RowTiles). The kernels read A's rows in place (the fp32 kernels: fp32 A
+// with unit column stride; the dot path: bf16 A with unit column stride and even K) or from one
+// copy made per call (fp32 rows of K values; bf16 rows of K rounded up to even, zero padded).
+// Each task packs one B strip
 // ([K][64] fp32 or [K/2][64][2] bf16) into a thread buffer, where it stays in L2 while every row
 // tile of the task runs the micro-kernel over the full K with its 6 x 64 accumulators in 24 zmm
 // registers (7 x 64 in 28). Keeping the whole K in registers makes the accumulation order
@@ -99,25 +100,6 @@ static inline const char* Elem(const void* base, GemmType type, int64_t offset) 
 }
 
 // ---------------------------------------------------------------- packing
-
-// Row tile `t` of bf16 A as [K/2][6][2] pairs (zero padded). `row` holds K + 1 values.
-static void PackATileBf16(const GemmArgs& g, const void* a, int64_t t, uint16_t* dst,
-                          uint16_t* row) {
-  const int64_t kp = CeilDiv(g.k, 2);
-  for (int r = 0; r < kMr; ++r) {
-    const int64_t i = t * kMr + r;
-    if (i < g.m) {
-      LoadRowU16(Elem(a, g.type, i * g.a_rs), g.a_cs, g.k, row);
-    } else {
-      std::memset(row, 0, g.k * sizeof(uint16_t));
-    }
-    row[g.k] = 0;
-    for (int64_t p = 0; p < kp; ++p) {
-      dst[(p * kMr + r) * 2] = row[2 * p];
-      dst[(p * kMr + r) * 2 + 1] = row[2 * p + 1];
-    }
-  }
-}
 
 // How many rows ahead the strip packers prefetch B.
 constexpr int64_t kPackAhead = 24;
@@ -264,9 +246,11 @@ static void KernelF32(int64_t k, const float* a, int64_t lda, const float* bp, f
   }
 }
 
-// As KernelF32 over bf16 pairs with vdpbf16ps (odd product first, subnormal results flushed).
+// As KernelF32 over bf16 pairs with vdpbf16ps (odd product first, subnormal results flushed):
+// pair p of row r is a[r * lda + 2p], a[r * lda + 2p + 1]; B is a [kp][64][2] strip.
 template <int R>
-static void KernelBf16(int64_t kp, const uint16_t* ap, const uint16_t* bp, float* out) {
+static void KernelBf16(int64_t kp, const uint16_t* a, int64_t lda, const uint16_t* bp, float* out,
+                       const char* /*pf*/, int64_t /*pf_lines*/) {
   __m512 c[R][4];
   for (int r = 0; r < R; ++r) {
     for (int q = 0; q < 4; ++q) c[r][q] = _mm512_setzero_ps();
@@ -277,10 +261,9 @@ static void KernelBf16(int64_t kp, const uint16_t* ap, const uint16_t* bp, float
     const __m512bh b1 = reinterpret_cast<__m512bh>(_mm512_load_si512(b + 32));
     const __m512bh b2 = reinterpret_cast<__m512bh>(_mm512_load_si512(b + 64));
     const __m512bh b3 = reinterpret_cast<__m512bh>(_mm512_load_si512(b + 96));
-    const uint16_t* a = ap + p * kMr * 2;
     for (int r = 0; r < R; ++r) {
       int32_t pair;
-      std::memcpy(&pair, a + 2 * r, sizeof(pair));
+      std::memcpy(&pair, a + r * lda + 2 * p, sizeof(pair));
       const __m512bh av = reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair));
       c[r][0] = _mm512_dpbf16_ps(c[r][0], av, b0);
       c[r][1] = _mm512_dpbf16_ps(c[r][1], av, b1);
@@ -293,38 +276,41 @@ static void KernelBf16(int64_t kp, const uint16_t* ap, const uint16_t* bp, float
   }
 }
 
-// The 6-row tile, the one nearly every row of a large M runs, as KernelF32<6> in assembly: the
-// same loads and FMAs in the same k order (so the same bits), with k unrolled four times so the
-// loop's counter and pointer updates take 5 integer uops per 96 FMAs instead of 3-4 per 24 (the
-// 512-bit FMAs share ports 0 and 5 with integer uops), and without the L1 prefetches of B (the
-// strip is read at consecutive addresses, which the hardware prefetchers follow; dropping them
-// from the C++ kernels alone changed nothing measurable). The next strip's lines `pf` go to L2
-// one per four k steps, spread to cover `pf_lines`. Measured on the GEMM benchmark: packed
-// weights ~77% -> 81-84% of the fp32 peak on 1 thread, 86-87% on 2; BERT-base fp32 ~1-2%. The
-// C++ loop compiled with k unrolled spills B registers and ran slower.
+// The 6-row tile, the one nearly every row of a large M runs, as KernelF32<6> and
+// KernelBf16<6> in assembly: the same loads and FMAs (vdpbf16ps) in the same k (pair) order, so
+// the same bits, with the steps unrolled four times so the loop's counter and pointer updates
+// take 5 integer uops per 96 FMAs instead of 3-4 per 24 (the 512-bit FMAs share ports 0 and 5
+// with integer uops on the CPUs it was first measured on), and without the L1 prefetches of B
+// (the strip is read at consecutive addresses, which the hardware prefetchers follow; dropping
+// them from the C++ kernels alone changed nothing measurable). The next strip's lines `pf` go to
+// L2 one per four steps, spread to cover `pf_lines`. Measured on the GEMM benchmark: packed
+// fp32 weights ~77% -> 81-84% of the fp32 peak on 1 thread, 86-87% on 2; BERT-base fp32 ~1-2%.
+// The C++ loop compiled with k unrolled spills B registers and ran slower, and GCC kept the
+// bf16 loop's accumulators in memory as soon as a prefetch branch joined it (2.8x slower).
+// A step is 4 bytes of each A row (one fp32 value or one bf16 pair) and 256 bytes of B.
 // clang-format off
 #define KILN_GEMM_B_ROW(OFF)                \
   "vmovaps " #OFF "(%[b]), %%zmm24\n\t"     \
   "vmovaps " #OFF "+64(%[b]), %%zmm25\n\t"  \
   "vmovaps " #OFF "+128(%[b]), %%zmm26\n\t" \
   "vmovaps " #OFF "+192(%[b]), %%zmm27\n\t"
-#define KILN_GEMM_A_ROW(AOFF, ADDR, C0, C1, C2, C3, T)  \
-  "vbroadcastss " #AOFF ADDR ", %%zmm" #T "\n\t"        \
-  "vfmadd231ps %%zmm24, %%zmm" #T ", %%zmm" #C0 "\n\t"  \
-  "vfmadd231ps %%zmm25, %%zmm" #T ", %%zmm" #C1 "\n\t"  \
-  "vfmadd231ps %%zmm26, %%zmm" #T ", %%zmm" #C2 "\n\t"  \
-  "vfmadd231ps %%zmm27, %%zmm" #T ", %%zmm" #C3 "\n\t"
-// One k step: the B row at byte offset BOFF of %[b], the A column at byte offset AOFF of each
+#define KILN_GEMM_A_ROW(BCAST, OP, AOFF, ADDR, C0, C1, C2, C3, T)  \
+  BCAST " " #AOFF ADDR ", %%zmm" #T "\n\t"                         \
+  OP " %%zmm24, %%zmm" #T ", %%zmm" #C0 "\n\t"                     \
+  OP " %%zmm25, %%zmm" #T ", %%zmm" #C1 "\n\t"                     \
+  OP " %%zmm26, %%zmm" #T ", %%zmm" #C2 "\n\t"                     \
+  OP " %%zmm27, %%zmm" #T ", %%zmm" #C3 "\n\t"
+// One step: the B row at byte offset BOFF of %[b], the A column at byte offset AOFF of each
 // row (rows 0-2 from %[a0], 3-5 from %[a3], %[lda] bytes apart); row r accumulates in zmm4r..
 // zmm4r+3, B sits in zmm24..27, the broadcasts alternate over zmm28..31.
-#define KILN_GEMM_STEP(BOFF, AOFF)                                \
-  KILN_GEMM_B_ROW(BOFF)                                           \
-  KILN_GEMM_A_ROW(AOFF, "(%[a0])", 0, 1, 2, 3, 28)                \
-  KILN_GEMM_A_ROW(AOFF, "(%[a0],%[lda])", 4, 5, 6, 7, 29)         \
-  KILN_GEMM_A_ROW(AOFF, "(%[a0],%[lda],2)", 8, 9, 10, 11, 30)     \
-  KILN_GEMM_A_ROW(AOFF, "(%[a3])", 12, 13, 14, 15, 31)            \
-  KILN_GEMM_A_ROW(AOFF, "(%[a3],%[lda])", 16, 17, 18, 19, 28)     \
-  KILN_GEMM_A_ROW(AOFF, "(%[a3],%[lda],2)", 20, 21, 22, 23, 29)
+#define KILN_GEMM_STEP(BCAST, OP, BOFF, AOFF)                                \
+  KILN_GEMM_B_ROW(BOFF)                                                      \
+  KILN_GEMM_A_ROW(BCAST, OP, AOFF, "(%[a0])", 0, 1, 2, 3, 28)                \
+  KILN_GEMM_A_ROW(BCAST, OP, AOFF, "(%[a0],%[lda])", 4, 5, 6, 7, 29)         \
+  KILN_GEMM_A_ROW(BCAST, OP, AOFF, "(%[a0],%[lda],2)", 8, 9, 10, 11, 30)     \
+  KILN_GEMM_A_ROW(BCAST, OP, AOFF, "(%[a3])", 12, 13, 14, 15, 31)            \
+  KILN_GEMM_A_ROW(BCAST, OP, AOFF, "(%[a3],%[lda])", 16, 17, 18, 19, 28)     \
+  KILN_GEMM_A_ROW(BCAST, OP, AOFF, "(%[a3],%[lda],2)", 20, 21, 22, 23, 29)
 #define KILN_GEMM_ZERO4(A, B, C, D)                     \
   "vpxord %%zmm" #A ", %%zmm" #A ", %%zmm" #A "\n\t"    \
   "vpxord %%zmm" #B ", %%zmm" #B ", %%zmm" #B "\n\t"    \
@@ -335,68 +321,91 @@ static void KernelBf16(int64_t kp, const uint16_t* ap, const uint16_t* bp, float
   "vmovaps %%zmm" #B ", " #B "*64(%[out])\n\t"  \
   "vmovaps %%zmm" #C ", " #C "*64(%[out])\n\t"  \
   "vmovaps %%zmm" #D ", " #D "*64(%[out])\n\t"
+// The whole kernel for one broadcast and one multiply-add instruction. The upper register
+// halves are cleaned on the way out (vzeroupper), as the compiler leaves them after its own AVX
+// code (it cannot see this block's).
+#define KILN_GEMM_SIX(BCAST, OP)                                                               \
+  asm volatile(                                                                                \
+      KILN_GEMM_ZERO4(0, 1, 2, 3) KILN_GEMM_ZERO4(4, 5, 6, 7) KILN_GEMM_ZERO4(8, 9, 10, 11)   \
+      KILN_GEMM_ZERO4(12, 13, 14, 15) KILN_GEMM_ZERO4(16, 17, 18, 19)                          \
+      KILN_GEMM_ZERO4(20, 21, 22, 23)                                                          \
+      "test %[groups], %[groups]\n\t"                                                          \
+      "jz 2f\n\t"                                                                              \
+      ".p2align 5\n"                                                                           \
+      "1:\n\t"                                                                                 \
+      "prefetcht1 (%[pf])\n\t"                                                                 \
+      "add %[pf_step], %[pf]\n\t"                                                              \
+      KILN_GEMM_STEP(BCAST, OP, 0, 0) KILN_GEMM_STEP(BCAST, OP, 256, 4)                        \
+      KILN_GEMM_STEP(BCAST, OP, 512, 8) KILN_GEMM_STEP(BCAST, OP, 768, 12)                     \
+      "add $16, %[a0]\n\t"                                                                     \
+      "add $16, %[a3]\n\t"                                                                     \
+      "add $1024, %[b]\n\t"                                                                    \
+      "dec %[groups]\n\t"                                                                      \
+      "jnz 1b\n"                                                                               \
+      "2:\n\t"                                                                                 \
+      "test %[rest], %[rest]\n\t"                                                              \
+      "jz 4f\n"                                                                                \
+      "3:\n\t"                                                                                 \
+      KILN_GEMM_STEP(BCAST, OP, 0, 0)                                                          \
+      "add $4, %[a0]\n\t"                                                                      \
+      "add $4, %[a3]\n\t"                                                                      \
+      "add $256, %[b]\n\t"                                                                     \
+      "dec %[rest]\n\t"                                                                        \
+      "jnz 3b\n"                                                                               \
+      "4:\n\t"                                                                                 \
+      KILN_GEMM_STORE4(0, 1, 2, 3) KILN_GEMM_STORE4(4, 5, 6, 7) KILN_GEMM_STORE4(8, 9, 10, 11) \
+      KILN_GEMM_STORE4(12, 13, 14, 15) KILN_GEMM_STORE4(16, 17, 18, 19)                        \
+      KILN_GEMM_STORE4(20, 21, 22, 23)                                                         \
+      "vzeroupper\n\t"                                                                         \
+      : [a0] "+r"(a), [a3] "+r"(a3), [b] "+r"(bp), [pf] "+r"(pf), [groups] "+r"(groups),       \
+        [rest] "+r"(rest)                                                                      \
+      : [lda] "r"(lda_bytes), [pf_step] "r"(pf_step), [out] "r"(out)                           \
+      : "memory", "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", \
+        "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17",        \
+        "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", "xmm25", "xmm26",       \
+        "xmm27", "xmm28", "xmm29", "xmm30", "xmm31")
 // clang-format on
 
-static void KernelF32Six(int64_t k, const float* a, int64_t lda, const float* bp, float* out,
-                         const char* pf, int64_t pf_lines) {
-  int64_t groups = k / 4, rest = k % 4;
+// KILN_GEMM_SIX over `steps` steps: fp32 (kDot false: `a_rows` float rows, lda in floats, k
+// steps) or bf16 pairs (kDot: bf16 rows, lda in bf16 values, kp steps).
+template <bool kDot>
+static void KernelSix(int64_t steps, const void* a_rows, int64_t lda, const void* b_strip,
+                      float* out, const char* pf, int64_t pf_lines) {
+  const char* a = static_cast<const char*>(a_rows);
+  const char* bp = static_cast<const char*>(b_strip);
+  int64_t groups = steps / 4, rest = steps % 4;
   int64_t pf_step =
       groups > 0 && pf != nullptr && pf_lines > 0 ? CeilDiv(pf_lines * 64, groups) : 0;
-  if (pf_step == 0) pf = reinterpret_cast<const char*>(bp);  // a harmless address, never moved
-  const float* a3 = a + 3 * lda;
-  const int64_t lda_bytes = lda * 4;
-  // clang-format off
-  asm volatile(
-      KILN_GEMM_ZERO4(0, 1, 2, 3) KILN_GEMM_ZERO4(4, 5, 6, 7) KILN_GEMM_ZERO4(8, 9, 10, 11)
-      KILN_GEMM_ZERO4(12, 13, 14, 15) KILN_GEMM_ZERO4(16, 17, 18, 19)
-      KILN_GEMM_ZERO4(20, 21, 22, 23)
-      "test %[groups], %[groups]\n\t"
-      "jz 2f\n\t"
-      ".p2align 5\n"
-      "1:\n\t"
-      "prefetcht1 (%[pf])\n\t"
-      "add %[pf_step], %[pf]\n\t"
-      KILN_GEMM_STEP(0, 0) KILN_GEMM_STEP(256, 4) KILN_GEMM_STEP(512, 8) KILN_GEMM_STEP(768, 12)
-      "add $16, %[a0]\n\t"
-      "add $16, %[a3]\n\t"
-      "add $1024, %[b]\n\t"
-      "dec %[groups]\n\t"
-      "jnz 1b\n"
-      "2:\n\t"
-      "test %[rest], %[rest]\n\t"
-      "jz 4f\n"
-      "3:\n\t"
-      KILN_GEMM_STEP(0, 0)
-      "add $4, %[a0]\n\t"
-      "add $4, %[a3]\n\t"
-      "add $256, %[b]\n\t"
-      "dec %[rest]\n\t"
-      "jnz 3b\n"
-      "4:\n\t"
-      KILN_GEMM_STORE4(0, 1, 2, 3) KILN_GEMM_STORE4(4, 5, 6, 7) KILN_GEMM_STORE4(8, 9, 10, 11)
-      KILN_GEMM_STORE4(12, 13, 14, 15) KILN_GEMM_STORE4(16, 17, 18, 19)
-      KILN_GEMM_STORE4(20, 21, 22, 23)
-      // Upper register halves clean on the way out, as the compiler leaves them after its own
-      // AVX code (it cannot see this block's).
-      "vzeroupper\n\t"
-      : [a0] "+r"(a), [a3] "+r"(a3), [b] "+r"(bp), [pf] "+r"(pf), [groups] "+r"(groups),
-        [rest] "+r"(rest)
-      : [lda] "r"(lda_bytes), [pf_step] "r"(pf_step), [out] "r"(out)
-      : "memory", "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8",
-        "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18",
-        "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", "xmm25", "xmm26", "xmm27", "xmm28",
-        "xmm29", "xmm30", "xmm31");
-  // clang-format on
+  if (pf_step == 0) pf = bp;  // a harmless address, never moved
+  const int64_t lda_bytes = lda * (kDot ? 2 : 4);
+  const char* a3 = a + 3 * lda_bytes;
+  if constexpr (kDot) {
+    KILN_GEMM_SIX("vpbroadcastd", "vdpbf16ps");
+  } else {
+    KILN_GEMM_SIX("vbroadcastss", "vfmadd231ps");
+  }
 }
 #undef KILN_GEMM_B_ROW
 #undef KILN_GEMM_A_ROW
 #undef KILN_GEMM_STEP
 #undef KILN_GEMM_ZERO4
 #undef KILN_GEMM_STORE4
+#undef KILN_GEMM_SIX
+
+static void KernelF32Six(int64_t k, const float* a, int64_t lda, const float* bp, float* out,
+                         const char* pf, int64_t pf_lines) {
+  KernelSix<false>(k, a, lda, bp, out, pf, pf_lines);
+}
+
+static void KernelBf16Six(int64_t kp, const uint16_t* a, int64_t lda, const uint16_t* bp,
+                          float* out, const char* pf, int64_t pf_lines) {
+  KernelSix<true>(kp, a, lda, bp, out, pf, pf_lines);
+}
 
 using KernelF32Fn = void (*)(int64_t, const float*, int64_t, const float*, float*, const char*,
                              int64_t);
-using KernelBf16Fn = void (*)(int64_t, const uint16_t*, const uint16_t*, float*);
+using KernelBf16Fn = void (*)(int64_t, const uint16_t*, int64_t, const uint16_t*, float*,
+                              const char*, int64_t);
 constexpr KernelF32Fn kKernelsF32[kMrMax + 1] = {nullptr,      KernelF32<1>, KernelF32<2>,
                                                  KernelF32<3>, KernelF32<4>, KernelF32<5>,
                                                  KernelF32Six, KernelF32<7>};
@@ -420,47 +429,82 @@ struct RowTiles {
 };
 constexpr KernelBf16Fn kKernelsBf16[kMr + 1] = {nullptr,       KernelBf16<1>, KernelBf16<2>,
                                                 KernelBf16<3>, KernelBf16<4>, KernelBf16<5>,
-                                                KernelBf16<6>};
+                                                KernelBf16Six};
 
 // ---------------------------------------------------------------- epilogue
 
+// `v` rounded to the output storage type and widened back (exact): the value a later pass
+// would read from the stored output.
+static inline __m512 AsStored(GemmType type, __m512 v) {
+  switch (type) {
+    case GemmType::kF16:
+      return HalfToFloat16(FloatToHalf16(v));
+    case GemmType::kBF16:
+      return Bf16ToFloat16(FloatToBf16x16(v));
+    default:
+      return v;
+  }
+}
+
+// `v` stored to `y` as the output type under mask `m`.
+static inline void StoreVec(GemmType type, void* y, __mmask16 m, __m512 v) {
+  if (type == GemmType::kF32) {
+    _mm512_mask_storeu_ps(static_cast<float*>(y), m, v);
+  } else {
+    _mm256_mask_storeu_epi16(y, m, type == GemmType::kF16 ? FloatToHalf16(v) : FloatToBf16x16(v));
+  }
+}
+
 // Rows i0 .. i0+mr-1, columns j0 .. j0+nc-1 of batch `bi` from the fp32 tile `acc` ([6][64]).
+// `crow` holds 2 x 64 floats: the row's values before GELU, and C's row.
 static void StoreTile(const GemmArgs& g, int64_t bi, int64_t i0, int mr, int64_t j0, int64_t nc,
                       const float* acc, float* crow) {
   const __m512 alpha = _mm512_set1_ps(g.alpha), beta = _mm512_set1_ps(g.beta);
+  // alpha = beta = 1 (a FusedMatMul's bias): 1 * x is x, so v = acc + C, the same bits.
+  const bool unit = g.alpha == 1.0f && g.beta == 1.0f;
   const int64_t es = g.type == GemmType::kF32 ? 4 : 2;
+  float* vrow = crow;
+  float* c_row = crow + kNr;
+  // C broadcast over rows (a bias): its row is read once per tile.
+  if (g.c != nullptr && g.c_rs == 0) {
+    LoadRowF32(g.type, Elem(g.c, g.type, j0 * g.c_cs), g.c_cs, nc, c_row);
+  }
   for (int r = 0; r < mr; ++r) {
     const int64_t i = i0 + r;
-    if (g.c != nullptr)
-      LoadRowF32(g.type, Elem(g.c, g.type, i * g.c_rs + j0 * g.c_cs), g.c_cs, nc, crow);
+    if (g.c != nullptr && g.c_rs != 0) {
+      LoadRowF32(g.type, Elem(g.c, g.type, i * g.c_rs + j0 * g.c_cs), g.c_cs, nc, c_row);
+    }
     char* y = static_cast<char*>(g.y) + (bi * g.y_batch + i * g.y_rs + j0) * es;
     for (int q = 0; q * 16 < nc; ++q) {
       const __mmask16 m = TailMask(nc - q * 16);
       __m512 v = _mm512_load_ps(acc + r * kNr + q * 16);
       if (g.acc != nullptr) _mm512_mask_storeu_ps(g.acc + (bi * g.m + i) * g.n + j0 + q * 16, m, v);
       if (g.scale) {
-        v = _mm512_mul_ps(alpha, v);
-        if (g.c != nullptr) {
-          v = _mm512_add_ps(v, _mm512_mul_ps(beta, _mm512_maskz_loadu_ps(m, crow + q * 16)));
+        if (g.c == nullptr) {
+          v = _mm512_mul_ps(alpha, v);
+        } else if (unit) {
+          v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, c_row + q * 16));
+        } else {
+          v = _mm512_add_ps(_mm512_mul_ps(alpha, v),
+                            _mm512_mul_ps(beta, _mm512_maskz_loadu_ps(m, c_row + q * 16)));
         }
       }
-      switch (g.type) {
-        case GemmType::kF32:
-          if (g.gelu) {
-            _mm512_store_ps(crow + q * 16, v);  // the row's values, GELU below
-          } else {
-            _mm512_mask_storeu_ps(reinterpret_cast<float*>(y) + q * 16, m, v);
-          }
-          break;
-        case GemmType::kF16:
-          _mm256_mask_storeu_epi16(reinterpret_cast<uint16_t*>(y) + q * 16, m, FloatToHalf16(v));
-          break;
-        case GemmType::kBF16:
-          _mm256_mask_storeu_epi16(reinterpret_cast<uint16_t*>(y) + q * 16, m, FloatToBf16x16(v));
-          break;
+      if (g.gelu) {
+        _mm512_store_ps(vrow + q * 16, AsStored(g.type, v));  // GELU below, on the stored value
+      } else {
+        StoreVec(g.type, y + q * 16 * es, m, v);
       }
     }
-    if (g.gelu && g.type == GemmType::kF32) GeluF32(crow, reinterpret_cast<float*>(y), nc);
+    if (g.gelu) {
+      if (g.type == GemmType::kF32) {
+        GeluF32(vrow, reinterpret_cast<float*>(y), nc);
+      } else {
+        GeluF32(vrow, vrow, nc);
+        for (int q = 0; q * 16 < nc; ++q) {
+          StoreVec(g.type, y + q * 16 * es, TailMask(nc - q * 16), _mm512_load_ps(vrow + q * 16));
+        }
+      }
+    }
   }
 }
 
@@ -543,7 +587,7 @@ static void GemmAmxBf16(const GemmArgs& g) {
     Buffer row(kb * kAmxK * 2 + 64);
     Buffer bpack(b_strip_bytes);
     alignas(64) float acc[kAmxRows * kNr];
-    Buffer crow(kNr * 4);
+    Buffer crow(2 * kNr * 4);
 
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < g.batch * mblocks; ++t) {
@@ -728,17 +772,16 @@ void GemmAvx512(const GemmArgs& g) {
   const TaskSplit split(g, mtiles);
   const int64_t strips = split.strips, mgroups = split.mgroups;
   const int64_t kp = CeilDiv(g.k, 2);
-  // A as the kernels read it. Dot path: packed, per batch, mtiles tiles of [K/2][6][2] bf16.
-  // fp32 kernels: rows of K fp32 values, read in place when A is fp32 with unit column stride,
-  // else converted once into [batch][M][K].
-  const bool a_in_place = !dot && g.type == GemmType::kF32 && g.a_cs == 1;
-  const int64_t a_tile = dot ? kp * kMr * 2 : 0;  // elements
-  Buffer apack(dot ? g.batch * mtiles * a_tile * 2 + 64
-                   : (a_in_place ? 64 : g.batch * g.m * g.k * 4 + 64));
-  const int64_t lda = a_in_place ? g.a_rs : g.k;
-  auto a_rows = [&](int64_t bi) -> const float* {
-    if (!a_in_place) return apack.as<float>() + bi * g.m * g.k;
-    return reinterpret_cast<const float*>(Elem(g.a, g.type, g.a_offsets ? g.a_offsets[bi] : 0));
+  // A as the kernels read it: rows of bf16 pairs (dot path) or of fp32 values, read in place
+  // when A is of that kind with unit column stride (and even K for pairs), else copied once
+  // into [batch][M][lda] (bf16 rows zero padded to 2 * kp values; other types to fp32).
+  const bool a_in_place = g.a_cs == 1 && (dot ? g.k % 2 == 0 : g.type == GemmType::kF32);
+  const int64_t lda = a_in_place ? g.a_rs : (dot ? 2 * kp : g.k);
+  const int64_t a_elem = dot ? 2 : 4;  // bytes per element the kernels read
+  Buffer apack(a_in_place ? 64 : g.batch * g.m * lda * a_elem + 64);
+  auto a_rows = [&](int64_t bi) -> const char* {
+    if (!a_in_place) return apack.as<char>() + bi * g.m * lda * a_elem;
+    return Elem(g.a, g.type, g.a_offsets ? g.a_offsets[bi] : 0);
   };
   const int64_t b_strip_bytes = (dot ? kp * kNr * 2 * 2 : g.k * kNr * 4) + 64;
 
@@ -746,24 +789,22 @@ void GemmAvx512(const GemmArgs& g) {
 
 #pragma omp parallel if (split.parallel)
   {
-    Buffer row((g.k + 1) * 4 + 64);
     Buffer bpack(b_strip_bytes);
     alignas(64) float acc[kMrMax * kNr];
-    Buffer crow(kNr * 4);
+    Buffer crow(2 * kNr * 4);
 
-    if (dot) {
-#pragma omp for schedule(static)
-      for (int64_t t = 0; t < g.batch * mtiles; ++t) {
-        const int64_t bi = t / mtiles, ti = t % mtiles;
-        const void* a = Elem(g.a, g.type, g.a_offsets ? g.a_offsets[bi] : 0);
-        PackATileBf16(g, a, ti, apack.as<uint16_t>() + t * a_tile, row.as<uint16_t>());
-      }
-    } else if (!a_in_place) {
+    if (!a_in_place) {
 #pragma omp for schedule(static)
       for (int64_t t = 0; t < g.batch * g.m; ++t) {
         const int64_t bi = t / g.m, i = t % g.m;
         const void* a = Elem(g.a, g.type, g.a_offsets ? g.a_offsets[bi] : 0);
-        LoadRowF32(g.type, Elem(a, g.type, i * g.a_rs), g.a_cs, g.k, apack.as<float>() + t * g.k);
+        if (dot) {
+          uint16_t* dst = apack.as<uint16_t>() + t * lda;
+          LoadRowU16(Elem(a, g.type, i * g.a_rs), g.a_cs, g.k, dst);
+          if (g.k < lda) dst[g.k] = 0;
+        } else {
+          LoadRowF32(g.type, Elem(a, g.type, i * g.a_rs), g.a_cs, g.k, apack.as<float>() + t * g.k);
+        }
       }
     }
 
@@ -782,8 +823,12 @@ void GemmAvx512(const GemmArgs& g) {
       const char* next_strip = nullptr;
       int64_t next_lines = 0;
       const int64_t s_next = ((t + 1) / mgroups) % strips;
-      if (!dot && t + 1 < t_end && s_next != s) {
-        if (g.b_packed_f32 != nullptr) {
+      if (t + 1 < t_end && s_next != s) {
+        if (dot && g.b_packed != nullptr) {
+          next_strip = reinterpret_cast<const char*>(g.b_packed + s_next * PackedBStripElems(g.k));
+          next_lines = kp * kNr * 2 * 2 / 64;
+        } else if (dot) {
+        } else if (g.b_packed_f32 != nullptr) {
           next_strip =
               reinterpret_cast<const char*>(g.b_packed_f32 + s_next * PackedBStripElemsF32(g.k));
           next_lines = g.k * kNr * 4 / 64;
@@ -822,14 +867,14 @@ void GemmAvx512(const GemmArgs& g) {
       for (int64_t ti = t0; ti < t1; ++ti) {
         const int mr = row_tiles.rows(ti);
         const int64_t i0 = row_tiles.start(ti);
-        const int64_t at = bi * mtiles + ti;
+        const int64_t first = (ti - t0) * lines_per_tile;
+        const int64_t lines = Min(lines_per_tile, next_lines - first);
         if (dot) {
-          kKernelsBf16[mr](kp, apack.as<uint16_t>() + at * a_tile, bp16, acc);
+          kKernelsBf16[mr](kp, reinterpret_cast<const uint16_t*>(a_rows(bi)) + i0 * lda, lda, bp16,
+                           acc, lines > 0 ? next_strip + first * 64 : nullptr, Min(lines, kp));
         } else {
-          const int64_t first = (ti - t0) * lines_per_tile;
-          const int64_t lines = Min(lines_per_tile, next_lines - first);
-          kKernelsF32[mr](g.k, a_rows(bi) + i0 * lda, lda, bp32, acc,
-                          lines > 0 ? next_strip + first * 64 : nullptr, Min(lines, g.k));
+          kKernelsF32[mr](g.k, reinterpret_cast<const float*>(a_rows(bi)) + i0 * lda, lda, bp32,
+                          acc, lines > 0 ? next_strip + first * 64 : nullptr, Min(lines, g.k));
         }
         StoreTile(g, bi, i0, mr, j0, nc, acc, crow.as<float>());
       }

@@ -209,8 +209,8 @@ class GemmKernel final : public Kernel {
 // dot product before the one rounding to the output type. `fused`: FusedMatMul, whose member 0
 // (the MatMul) is kept inside: offered to an interior tap as the fp32 dot products. With
 // `bias_sum` (FusedMatMul with GELU): the interior tap of member 1, the bias sum, is asked for
-// into it, and when nobody wants it an fp32 GEMM applies GELU in its epilogue
-// (GemmArgs::gelu) and returns gelu_done.
+// into it, and when nobody wants it the GEMM applies GELU in its epilogue (GemmArgs::gelu) and
+// returns gelu_done.
 absl::StatusOr<ir::Tensor*> MatMulCore(const ir::Node& node, KernelContext& ctx,
                                        const ir::Tensor* bias, bool fused, WeightScan& scan,
                                        float** bias_sum = nullptr, bool* gelu_done = nullptr) {
@@ -284,7 +284,7 @@ absl::StatusOr<ir::Tensor*> MatMulCore(const ir::Node& node, KernelContext& ctx,
   if (fused) g.acc = ctx.interior(0, y->num_elements());
   if (bias_sum != nullptr) {
     *bias_sum = ctx.interior(1, y->num_elements());
-    g.gelu = *bias_sum == nullptr && g.type == GemmType::kF32;
+    g.gelu = *bias_sum == nullptr;
     *gelu_done = g.gelu;
   }
   if (!packed.empty()) {
@@ -332,8 +332,9 @@ class FusedMatMulKernel final : public Kernel {
   }
 
   absl::Status Run(KernelContext& ctx) override {
-    // fp32 GELU in the GEMM's epilogue (the arithmetic of the pass below, while the tile is in
-    // registers) unless a tap wants the bias sum, which the GEMM then never stores.
+    // GELU in the GEMM's epilogue (the arithmetic of the pass below on the stored bias sum,
+    // while the tile is in cache) unless a tap wants the bias sum, which the GEMM then never
+    // stores.
     float* sum = nullptr;
     bool gelu_done = false;
     const bool gelu = act_.kind == ref::ActKind::kGelu;

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what bench/run_all.py needs beyond the build: ONNX, NumPy and ONNX Runtime (the peer)
+# from PyPI for the python3 that runs the script, and Debian's python3-torch and python3-onnx for
+# the PyTorch export of BERT-base (bench/bert_torch.py runs under /usr/bin/python3).
+# Idempotent: installs only what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! python3 -c "import numpy, onnx, onnxruntime" 2>/dev/null; then
+  echo "install-bench-deps: pip install -r bench/requirements.txt"
+  python3 -m pip install -q -r bench/requirements.txt
+fi
+
+missing=()
+for p in python3-torch python3-onnx; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if [ ${#missing[@]} -ne 0 ]; then
+  echo "install-bench-deps: installing ${missing[*]}"
+  sudo_cmd=()
+  [ "$(id -u)" -ne 0 ] && sudo_cmd=(sudo)
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -qq
+  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+echo "install-bench-deps: done"
