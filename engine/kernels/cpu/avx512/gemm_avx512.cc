@@ -819,15 +819,14 @@ void GemmAvx512(const GemmArgs& g) {
       const void* b = Elem(g.b, g.type, g.b_offsets ? g.b_offsets[bi] : 0);
       const uint16_t* packed =
           g.b_packed != nullptr ? g.b_packed + s * PackedBStripElems(g.k) : nullptr;
-      // The next task's strip of a packed fp32 / fp16 weight, when it is another strip.
+      // The next task's strip of a packed weight, when it is another strip.
       const char* next_strip = nullptr;
       int64_t next_lines = 0;
       const int64_t s_next = ((t + 1) / mgroups) % strips;
       if (t + 1 < t_end && s_next != s) {
-        if (dot && g.b_packed != nullptr) {
+        if (g.b_packed != nullptr) {
           next_strip = reinterpret_cast<const char*>(g.b_packed + s_next * PackedBStripElems(g.k));
           next_lines = kp * kNr * 2 * 2 / 64;
-        } else if (dot) {
         } else if (g.b_packed_f32 != nullptr) {
           next_strip =
               reinterpret_cast<const char*>(g.b_packed_f32 + s_next * PackedBStripElemsF32(g.k));
