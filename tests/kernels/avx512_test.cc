@@ -318,7 +318,8 @@ void ExpectChannelsLastMatchesReference(NodeSpec spec, const ir::Tensor& nchw,
 // ceil_mode, channel counts around the 16-lane tail; for MaxPool NaN cells (skipped), ties of +0
 // and -0 (the first cell wins) and a window that is all NaN (the lowest float, as the
 // reference); AveragePool with and without count_include_pad, and windows with cells in the
-// padding and past it (ceil_mode).
+// padding and past it (ceil_mode); windows inside the input and across its borders, and one
+// taller than 16 rows.
 TEST(Avx512Pool, ChannelsLastPoolsMatchTheReferenceBitForBit) {
   SKIP_WITHOUT(kAvx512Bf16);
   std::mt19937 gen(9);
@@ -330,7 +331,9 @@ TEST(Avx512Pool, ChannelsLastPoolsMatchTheReferenceBitForBit) {
   const Window windows[] = {{{2, 2}, {2, 2}, {0, 0, 0, 0}, {1, 1}, 0},
                             {{3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, 0},
                             {{3, 2}, {1, 2}, {0, 1, 2, 0}, {2, 1}, 1},
-                            {{2, 3}, {3, 2}, {0, 0, 0, 0}, {1, 1}, 1}};
+                            {{2, 3}, {3, 2}, {0, 0, 0, 0}, {1, 1}, 1},
+                            // Taller than the kernel lists window rows for (16).
+                            {{18, 1}, {1, 1}, {6, 0, 6, 0}, {1, 1}, 0}};
   for (DataType t : {DataType::kF32, DataType::kF16, DataType::kBF16}) {
     for (int64_t c : {int64_t{3}, int64_t{16}, int64_t{37}}) {
       const std::vector<int64_t> dims = {2, c, 7, 9};

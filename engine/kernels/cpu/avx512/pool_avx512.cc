@@ -27,24 +27,68 @@ inline __m512 FoldWindow(const void* x, const PoolWindow2d& w, int64_t b, int64_
   return acc;
 }
 
+// The window rows of output row (b, oy) that lie inside the input, in ky order: the element
+// offset of each one's first pixel. `count` < 0 when the window is too tall to list (kMax).
+struct WindowRows {
+  static constexpr int kMax = 16;
+  int64_t off[kMax];
+  int count = 0;
+  WindowRows(const PoolWindow2d& w, int64_t b, int64_t oy) {
+    if (w.kh > kMax) {
+      count = -1;
+      return;
+    }
+    for (int64_t ky = 0; ky < w.kh; ++ky) {
+      const int64_t iy = oy * w.sh - w.ph + ky * w.dh;
+      if (iy >= 0 && iy < w.ih) off[count++] = (b * w.ih + iy) * w.iw * w.c;
+    }
+  }
+};
+
+// FoldWindow over the output row's window rows `rows`, for a window whose columns from ix0 all
+// lie inside the input: the same cells in the same order, without a bounds test per cell.
+template <DataType T, typename F>
+inline __m512 FoldInside(const void* x, const PoolWindow2d& w, const WindowRows& rows, int64_t ix0,
+                         int64_t c, __mmask16 m, __m512 acc, F f) {
+  const int64_t step = w.dw * w.c;
+  for (int r = 0; r < rows.count; ++r) {
+    const int64_t base = rows.off[r] + ix0 * w.c + c;
+    for (int64_t kx = 0; kx < w.kw; ++kx) acc = f(acc, Load16<T>(x, base + kx * step, m));
+  }
+  return acc;
+}
+
+// Every output pixel of output row (b, oy): out(ox, c, m, fold) stores the fold of one window
+// and 16 channels, `fold(init, f)` folding f over the window's cells (row-major, inside only).
+template <DataType T, typename Out>
+inline void PoolRow(const void* x, const PoolWindow2d& w, int64_t b, int64_t oy, Out out) {
+  const WindowRows rows(w, b, oy);
+  for (int64_t ox = 0; ox < w.ow; ++ox) {
+    const int64_t ix0 = ox * w.sw - w.pw;
+    const bool inside = rows.count >= 0 && ix0 >= 0 && ix0 + (w.kw - 1) * w.dw < w.iw;
+    for (int64_t c = 0; c < w.c; c += 16) {
+      const __mmask16 m = LaneMask(w.c - c);
+      out(ox, c, m, [&](__m512 init, auto f) {
+        return inside ? FoldInside<T>(x, w, rows, ix0, c, m, init, f)
+                      : FoldWindow<T>(x, w, b, oy, ox, c, m, init, f);
+      });
+    }
+  }
+}
+
 template <DataType T>
 void MaxPool(const void* x, void* y, const PoolWindow2d& w) {
   const int64_t rows = w.n * w.oh;
 #pragma omp parallel for schedule(static) if (rows * w.ow * w.c >= (1 << 14))
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t b = r / w.oh, oy = r % w.oh;
-    for (int64_t ox = 0; ox < w.ow; ++ox) {
-      const int64_t out = ((b * w.oh + oy) * w.ow + ox) * w.c;
-      for (int64_t c = 0; c < w.c; c += 16) {
-        const __mmask16 m = LaneMask(w.c - c);
-        // Cells in row-major order; max(v, best) keeps `best` on a tie (the earliest cell, as
-        // the reference's first-maximum rule) and when v is NaN (skipped, as the reference).
-        const __m512 best = FoldWindow<T>(
-            x, w, b, oy, ox, c, m, _mm512_set1_ps(std::numeric_limits<float>::lowest()),
-            [](__m512 acc, __m512 v) { return _mm512_max_ps(v, acc); });
-        Store16<T>(y, out + c, m, best);
-      }
-    }
+    PoolRow<T>(x, w, b, oy, [&](int64_t ox, int64_t c, __mmask16 m, auto fold) {
+      // Cells in row-major order; max(v, best) keeps `best` on a tie (the earliest cell, as
+      // the reference's first-maximum rule) and when v is NaN (skipped, as the reference).
+      const __m512 best = fold(_mm512_set1_ps(std::numeric_limits<float>::lowest()),
+                               [](__m512 acc, __m512 v) { return _mm512_max_ps(v, acc); });
+      Store16<T>(y, ((b * w.oh + oy) * w.ow + ox) * w.c + c, m, best);
+    });
   }
 }
 
@@ -71,22 +115,18 @@ void AveragePool(const void* x, void* y, const PoolWindow2d& w, bool count_inclu
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t b = r / w.oh, oy = r % w.oh;
     const AxisCells cy = Cells(oy, w.sh, w.ph, w.ph_end, w.kh, w.dh, w.ih);
-    for (int64_t ox = 0; ox < w.ow; ++ox) {
+    PoolRow<T>(x, w, b, oy, [&](int64_t ox, int64_t c, __mmask16 m, auto fold) {
       const AxisCells cx = Cells(ox, w.sw, w.pw, w.pw_end, w.kw, w.dw, w.iw);
       const int64_t count = count_include_pad ? cy.padded * cx.padded : cy.inside * cx.inside;
       const __m512 divisor = _mm512_set1_ps(static_cast<float>(count));
-      const int64_t out = ((b * w.oh + oy) * w.ow + ox) * w.c;
-      for (int64_t c = 0; c < w.c; c += 16) {
-        const __mmask16 m = LaneMask(w.c - c);
-        // The cells inside the input in row-major order, summed from 0 as the reference.
-        const __m512 sum =
-            FoldWindow<T>(x, w, b, oy, ox, c, m, _mm512_setzero_ps(),
-                          [](__m512 acc, __m512 v) { return _mm512_add_ps(acc, v); });
-        // A window with nothing to count has nothing to average: 0 (one entirely in the padding
-        // that counts the padding divides a sum of nothing, 0, as the reference).
-        Store16<T>(y, out + c, m, count > 0 ? _mm512_div_ps(sum, divisor) : _mm512_setzero_ps());
-      }
-    }
+      // The cells inside the input in row-major order, summed from 0 as the reference.
+      const __m512 sum =
+          fold(_mm512_setzero_ps(), [](__m512 acc, __m512 v) { return _mm512_add_ps(acc, v); });
+      // A window with nothing to count has nothing to average: 0 (one entirely in the padding
+      // that counts the padding divides a sum of nothing, 0, as the reference).
+      Store16<T>(y, ((b * w.oh + oy) * w.ow + ox) * w.c + c, m,
+                 count > 0 ? _mm512_div_ps(sum, divisor) : _mm512_setzero_ps());
+    });
   }
 }
 
