@@ -4,7 +4,8 @@
 For each workload and thread count T, ONNX Runtime (CPU provider, ORT_ENABLE_ALL,
 intra_op_num_threads=T, inter_op_num_threads=1) and Kiln (`kiln build --policy P`, then
 `kiln bench --threads T`, median latency of the loaded engine) run back to back on the same
-batch-1 inputs. Kiln is built under fp32, bf16-layernorm (plain bf16 on models without LayerNorm)
+batch-1 inputs, in --rounds rounds (default 3) of ORT then every Kiln engine; each side keeps its
+lowest round median, so a round slowed by load elsewhere on the machine counts for neither. Kiln is built under fp32, bf16-layernorm (plain bf16 on models without LayerNorm)
 and fp16; each engine's outputs (`kiln run`) are compared with ORT's fp32 outputs: max_abs (the
 largest over the outputs) and cosine (the lowest over the outputs). ORT ms is also a median.
 
@@ -27,7 +28,7 @@ Workloads (--workloads takes a regular expression over these names):
                    the fp32 micro-kernel alone with its operands in L1 (the tile loop's ceiling)
 
 Usage: bench/run_all.py [--build-dir build] [--threads 1,2] [--out DIR] [--workloads REGEX]
-                        [--quick]
+                        [--rounds N] [--quick]
 Needs `kiln` and `kiln_bench` built in --build-dir. Not a test: nothing asserts speed. A workload
 Kiln cannot build or run is reported under the table, never fatal.
 """
@@ -343,16 +344,25 @@ def run_workload(name, make, args, threads, notes):
     notes += [f"{name} {p}: kiln build failed: {e}" for p, e in build_errors.items()]
 
     for t in threads:
-        ort_ms = ort_median_ms(ort_session(model_path, t), feeds, args.runs, args.warmup)
-        kiln_ms = {}
-        for p, engine in engines.items():
-            r = kiln(args.build_dir, "bench", engine, "--inputs", in_dir, "--runs", str(args.runs),
-                     "--warmup", str(args.warmup), "--threads", str(t))
-            m = re.search(r"median ([0-9.]+)", r.stdout)
-            if r.returncode != 0 or not m:
-                notes.append(f"{name} {p} threads {t}: kiln bench failed: {last_line(r)}")
-                continue
-            kiln_ms[p] = float(m.group(1))
+        # --rounds rounds of ORT then each Kiln engine, back to back; each side keeps its lowest
+        # round median: a round that a burst of load elsewhere on the machine slowed down is
+        # dropped for both alike.
+        sess = ort_session(model_path, t)
+        ort_ms, kiln_ms, failed = float("inf"), {}, set()
+        for _ in range(args.rounds):
+            ort_ms = min(ort_ms, ort_median_ms(sess, feeds, args.runs, args.warmup))
+            for p, engine in engines.items():
+                if p in failed:
+                    continue
+                r = kiln(args.build_dir, "bench", engine, "--inputs", in_dir, "--runs",
+                         str(args.runs), "--warmup", str(args.warmup), "--threads", str(t))
+                m = re.search(r"median ([0-9.]+)", r.stdout)
+                if r.returncode != 0 or not m:
+                    notes.append(f"{name} {p} threads {t}: kiln bench failed: {last_line(r)}")
+                    failed.add(p)
+                    kiln_ms.pop(p, None)
+                    continue
+                kiln_ms[p] = min(kiln_ms.get(p, float("inf")), float(m.group(1)))
         cells = [name, t, f"{ort_ms:.2f}"]
         cells += [f"{kiln_ms[p]:.2f}" if p in kiln_ms else "-" for p in POLICIES]
         cells += [f"{ort_ms / kiln_ms[p]:.2f}" if p in kiln_ms else "-" for p in POLICIES]
@@ -419,17 +429,25 @@ def main():
     ap.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "kiln_run_all"),
                     help="work folder: models, inputs, engines, outputs")
     ap.add_argument("--workloads", default="", help="regular expression over workload names")
-    ap.add_argument("--quick", action="store_true", help="5 timed runs after 1 warm-up, not 20/3")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="rounds of ORT and Kiln per workload and thread count; each side's "
+                         "lowest round median is kept (default 3)")
+    ap.add_argument("--quick", action="store_true",
+                    help="5 timed runs after 1 warm-up in 1 round, not 20/3 in --rounds")
     args = ap.parse_args()
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
     threads = [int(t) for t in args.threads.split(",")]
     args.runs, args.warmup, args.repetitions = (5, 1, 1) if args.quick else (20, 3, 3)
+    if args.quick:
+        args.rounds = 1
     selected = [(n, m) for n, m in workloads() if re.search(args.workloads, n)]
     os.makedirs(args.out, exist_ok=True)
     notes = []
 
     print(f"Kiln ({os.path.abspath(args.build_dir)}) vs ONNX Runtime {ort.__version__}, batch 1, "
-          f"{args.runs} timed runs after {args.warmup} warm-up; threads {args.threads} "
-          "(ORT intra_op_num_threads, inter 1; kiln --threads)\n")
+          f"{args.runs} timed runs after {args.warmup} warm-up, lowest median of {args.rounds} "
+          f"round(s); threads {args.threads} (ORT intra_op_num_threads, inter 1; kiln --threads)\n")
     if selected:
         print_header()
     for name, make in selected:

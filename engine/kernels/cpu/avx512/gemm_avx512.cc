@@ -4,12 +4,11 @@
 // fp32 kernels also 7, RowTiles). The kernels read A's rows in place (the fp32 kernels: fp32 A
 // with unit column stride; the dot path: bf16 A with unit column stride and even K) or from one
 // copy made per call (fp32 rows of K values; bf16 rows of K rounded up to even, zero padded).
-// Each task packs one B strip
-// ([K][64] fp32 or [K/2][64][2] bf16) into a thread buffer, where it stays in L2 while every row
-// tile of the task runs the micro-kernel over the full K with its 6 x 64 accumulators in 24 zmm
-// registers (7 x 64 in 28). Keeping the whole K in registers makes the accumulation order
-// exactly the one gemm.h defines, with no partial sums to combine. Tasks (batch x strip x row
-// group) are spread over the OpenMP threads.
+// Each task packs one B strip ([K][64] fp32 or [K/2][64][2] bf16) into a thread buffer, where it
+// stays in L2 while every row tile of the task runs the micro-kernel over the full K with its
+// 6 x 64 accumulators in 24 zmm registers (7 x 64 in 28). Keeping the whole K in registers
+// makes the accumulation order exactly the one gemm.h defines, with no partial sums to combine.
+// Tasks (batch x strip x row group) are spread over the OpenMP threads.
 #include <cpuid.h>
 #include <immintrin.h>
 #include <omp.h>
