@@ -11,18 +11,5 @@ if ! python3 -c "import numpy, onnx, onnxruntime" 2>/dev/null; then
   python3 -m pip install -q -r bench/requirements.txt
 fi
 
-missing=()
-for p in python3-torch python3-onnx; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-    missing+=("$p")
-  fi
-done
-if [ ${#missing[@]} -ne 0 ]; then
-  echo "install-bench-deps: installing ${missing[*]}"
-  sudo_cmd=()
-  [ "$(id -u)" -ne 0 ] && sudo_cmd=(sudo)
-  export DEBIAN_FRONTEND=noninteractive
-  "${sudo_cmd[@]}" apt-get update -qq
-  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+bash scripts/install-deps.sh python3-torch python3-onnx
 echo "install-bench-deps: done"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs every Debian package Kiln's build and tests need. Idempotent: prints nothing and
-# touches nothing when all are present; otherwise runs apt-get update once and installs the rest.
+# Installs every Debian package Kiln's build and tests need, or the packages named as arguments
+# (scripts/install-bench-deps.sh). Idempotent: prints nothing and touches nothing when all are
+# present; otherwise runs apt-get update once and installs the rest.
 set -euo pipefail
 
 packages=(
@@ -18,6 +19,7 @@ packages=(
   libonnx-testdata
   chromium
 )
+[ $# -gt 0 ] && packages=("$@")
 
 missing=()
 for p in "${packages[@]}"; do
