@@ -5,9 +5,10 @@ For each workload and thread count T, ONNX Runtime (CPU provider, ORT_ENABLE_ALL
 intra_op_num_threads=T, inter_op_num_threads=1) and Kiln (`kiln build --policy P`, then
 `kiln bench --threads T`, median latency of the loaded engine) run back to back on the same
 batch-1 inputs, in --rounds rounds (default 3) of ORT then every Kiln engine; each side keeps its
-lowest round median, so a round slowed by load elsewhere on the machine counts for neither. Kiln is built under fp32, bf16-layernorm (plain bf16 on models without LayerNorm)
-and fp16; each engine's outputs (`kiln run`) are compared with ORT's fp32 outputs: max_abs (the
-largest over the outputs) and cosine (the lowest over the outputs). ORT ms is also a median.
+lowest round median, so a round slowed by load elsewhere on the machine counts for neither. Kiln
+is built under fp32, bf16-layernorm (plain bf16 on models without LayerNorm) and fp16; each
+engine's outputs (`kiln run`) are compared with ORT's fp32 outputs: max_abs (the largest over the
+outputs) and cosine (the lowest over the outputs). ORT ms is also a median.
 
 Workloads (--workloads takes a regular expression over these names):
   bert_base        run_bert.py's onnx.helper BERT-base encoder (hidden 768, 12 layers, 12 heads,
