@@ -131,10 +131,8 @@ void RunMatMul(benchmark::State& state, DataType t, uint64_t features, Shape s, 
 
 // Shapes large enough (M >= 128) for a GEMM to approach the machine's peak.
 constexpr Shape kLargeShapes[] = {
-    {"128x768x768", 1, 128, 768, 768},
-    {"128x768x3072", 1, 128, 768, 3072},
-    {"128x3072x768", 1, 128, 3072, 768},
-    {"512x1024x1024", 1, 512, 1024, 1024},
+    {"128x768x768", 1, 128, 768, 768},       {"128x768x3072", 1, 128, 768, 3072},
+    {"128x3072x768", 1, 128, 3072, 768},     {"512x1024x1024", 1, 512, 1024, 1024},
     {"1024x1024x1024", 1, 1024, 1024, 1024},
 };
 

@@ -79,7 +79,7 @@ TEST(Avx512FusedMatMulTest, GeluInTheEpilogueIsThePassOverTheSum) {
     for (int64_t m : {1, 6, 7, 13, 40}) {
       for (int64_t n : {19, 64, 70}) {
         NodeSpec spec;
-      spec.op = ir::OpType::kFusedMatMul;
+        spec.op = ir::OpType::kFusedMatMul;
         spec.since_version = 1;
         spec.attrs = {{"activation", StringAttr("Gelu")}};
         spec.inputs = {Random({m, 33}, dt, rng), Random({33, n}, dt, rng), Random({n}, dt, rng)};
