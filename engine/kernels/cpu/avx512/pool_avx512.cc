@@ -58,21 +58,19 @@ inline __m512 FoldInside(const void* x, const PoolWindow2d& w, const WindowRows&
   return acc;
 }
 
-// Every output pixel of output row (b, oy): out(ox, c, m, fold) stores the fold of one window
-// and 16 channels, `fold(init, f)` folding f over the window's cells (row-major, inside only).
-template <DataType T, typename Out>
-inline void PoolRow(const void* x, const PoolWindow2d& w, int64_t b, int64_t oy, Out out) {
+// Every output pixel of output row (b, oy): pixel(ox, fold) stores its window's folds, where
+// fold(c, m, init, f) folds f over the window's cells (row-major, inside only) for the 16
+// channels from c (lanes m).
+template <DataType T, typename Pixel>
+inline void PoolRow(const void* x, const PoolWindow2d& w, int64_t b, int64_t oy, Pixel pixel) {
   const WindowRows rows(w, b, oy);
   for (int64_t ox = 0; ox < w.ow; ++ox) {
     const int64_t ix0 = ox * w.sw - w.pw;
     const bool inside = rows.count >= 0 && ix0 >= 0 && ix0 + (w.kw - 1) * w.dw < w.iw;
-    for (int64_t c = 0; c < w.c; c += 16) {
-      const __mmask16 m = LaneMask(w.c - c);
-      out(ox, c, m, [&](__m512 init, auto f) {
-        return inside ? FoldInside<T>(x, w, rows, ix0, c, m, init, f)
-                      : FoldWindow<T>(x, w, b, oy, ox, c, m, init, f);
-      });
-    }
+    pixel(ox, [&](int64_t c, __mmask16 m, __m512 init, auto f) {
+      return inside ? FoldInside<T>(x, w, rows, ix0, c, m, init, f)
+                    : FoldWindow<T>(x, w, b, oy, ox, c, m, init, f);
+    });
   }
 }
 
@@ -82,12 +80,16 @@ void MaxPool(const void* x, void* y, const PoolWindow2d& w) {
 #pragma omp parallel for schedule(static) if (rows * w.ow * w.c >= (1 << 14))
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t b = r / w.oh, oy = r % w.oh;
-    PoolRow<T>(x, w, b, oy, [&](int64_t ox, int64_t c, __mmask16 m, auto fold) {
-      // Cells in row-major order; max(v, best) keeps `best` on a tie (the earliest cell, as
-      // the reference's first-maximum rule) and when v is NaN (skipped, as the reference).
-      const __m512 best = fold(_mm512_set1_ps(std::numeric_limits<float>::lowest()),
-                               [](__m512 acc, __m512 v) { return _mm512_max_ps(v, acc); });
-      Store16<T>(y, ((b * w.oh + oy) * w.ow + ox) * w.c + c, m, best);
+    PoolRow<T>(x, w, b, oy, [&](int64_t ox, auto fold) {
+      const int64_t out = ((b * w.oh + oy) * w.ow + ox) * w.c;
+      for (int64_t c = 0; c < w.c; c += 16) {
+        const __mmask16 m = LaneMask(w.c - c);
+        // Cells in row-major order; max(v, best) keeps `best` on a tie (the earliest cell, as
+        // the reference's first-maximum rule) and when v is NaN (skipped, as the reference).
+        const __m512 best = fold(c, m, _mm512_set1_ps(std::numeric_limits<float>::lowest()),
+                                 [](__m512 acc, __m512 v) { return _mm512_max_ps(v, acc); });
+        Store16<T>(y, out + c, m, best);
+      }
     });
   }
 }
@@ -115,17 +117,20 @@ void AveragePool(const void* x, void* y, const PoolWindow2d& w, bool count_inclu
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t b = r / w.oh, oy = r % w.oh;
     const AxisCells cy = Cells(oy, w.sh, w.ph, w.ph_end, w.kh, w.dh, w.ih);
-    PoolRow<T>(x, w, b, oy, [&](int64_t ox, int64_t c, __mmask16 m, auto fold) {
+    PoolRow<T>(x, w, b, oy, [&](int64_t ox, auto fold) {
       const AxisCells cx = Cells(ox, w.sw, w.pw, w.pw_end, w.kw, w.dw, w.iw);
       const int64_t count = count_include_pad ? cy.padded * cx.padded : cy.inside * cx.inside;
       const __m512 divisor = _mm512_set1_ps(static_cast<float>(count));
-      // The cells inside the input in row-major order, summed from 0 as the reference.
-      const __m512 sum =
-          fold(_mm512_setzero_ps(), [](__m512 acc, __m512 v) { return _mm512_add_ps(acc, v); });
-      // A window with nothing to count has nothing to average: 0 (one entirely in the padding
-      // that counts the padding divides a sum of nothing, 0, as the reference).
-      Store16<T>(y, ((b * w.oh + oy) * w.ow + ox) * w.c + c, m,
-                 count > 0 ? _mm512_div_ps(sum, divisor) : _mm512_setzero_ps());
+      const int64_t out = ((b * w.oh + oy) * w.ow + ox) * w.c;
+      for (int64_t c = 0; c < w.c; c += 16) {
+        const __mmask16 m = LaneMask(w.c - c);
+        // The cells inside the input in row-major order, summed from 0 as the reference.
+        const __m512 sum = fold(c, m, _mm512_setzero_ps(),
+                                [](__m512 acc, __m512 v) { return _mm512_add_ps(acc, v); });
+        // A window with nothing to count has nothing to average: 0 (one entirely in the padding
+        // that counts the padding divides a sum of nothing, 0, as the reference).
+        Store16<T>(y, out + c, m, count > 0 ? _mm512_div_ps(sum, divisor) : _mm512_setzero_ps());
+      }
     });
   }
 }
