@@ -1244,6 +1244,74 @@ TEST(Avx512GemmBf16, FlushesSubnormalPartialSumsButNeverSubnormalInputs) {
   }
 }
 
+// The subnormal scan that picks the bf16 path: a single subnormal (either sign, the smallest
+// and largest mantissa) found wherever it sits, in the unrolled body's four vectors and in the
+// tail; normal values, zeros of either sign, infinities and NaNs never count.
+TEST(Avx512GemmBf16, SubnormalScanFindsOneValueAnywhere) {
+  SKIP_WITHOUT(kAvx512Bf16);
+  namespace x = kernels::cpu::avx512;
+  // 0x0080 the smallest normal, 0x8000 -0, 0x7f80 inf, 0x7fc1 a NaN, 0x3f80 1.
+  const std::vector<uint16_t> fill = {0x3f80, 0x0080, 0x8000, 0x0000, 0x7f80, 0xffc1, 0x8080};
+  for (int64_t n : {1, 31, 32, 127, 128, 129, 300, 4096}) {
+    std::vector<uint16_t> v(n);
+    for (int64_t i = 0; i < n; ++i) v[i] = fill[i % fill.size()];
+    EXPECT_TRUE(x::Bf16DotPathAllowed(v.data(), n)) << n;
+    for (int64_t at : {int64_t{0}, n / 2, n - 1, std::min<int64_t>(n - 1, 40),
+                       std::min<int64_t>(n - 1, 70), std::min<int64_t>(n - 1, 100)}) {
+      for (uint16_t sub :
+           {uint16_t{0x0001}, uint16_t{0x007f}, uint16_t{0x8001}, uint16_t{0x807f}}) {
+        std::vector<uint16_t> w = v;
+        w[at] = sub;
+        EXPECT_FALSE(x::Bf16DotPathAllowed(w.data(), n)) << n << " at " << at << " " << sub;
+        // Values past n are not read as part of it.
+        EXPECT_TRUE(x::Bf16DotPathAllowed(w.data(), at)) << n << " at " << at;
+      }
+    }
+  }
+}
+
+// A MatMul of two activations large enough for the threads to scan A and B together: one
+// subnormal in either, anywhere, sends it down the fp32-order path. The subnormal is the only
+// term of one output (its row of A or column of B otherwise zero, its partner 2^100), which the
+// dot path would read as zero: 2^-128 * 2^100 = 2^-28 there, 0 on the dot path.
+TEST(Avx512GemmBf16, LargeActivationsWithOneSubnormalTakeTheFp32Order) {
+  SKIP_WITHOUT(kAvx512Bf16);
+  const int64_t m = 96, k = 700, n = 130;  // A 67200 values, B 91000: six 32K chunks in all
+  const float sub = std::ldexp(1.0f, -128), big = std::ldexp(1.0f, 100);
+  std::mt19937 gen(5);
+  // Where the subnormal goes: none, A's last chunk, B's first chunk, B's last chunk.
+  const int64_t a_at[] = {-1, m * k - 5, -1, -1}, b_at[] = {-1, -1, 100, k * n - 1};
+  for (int which = 0; which < 4; ++which) {
+    Problem p = MakeProblem(DataType::kBF16, m, n, k);
+    RandomTensor(DataType::kBF16, {m, k}, gen, &p.a);
+    RandomTensor(DataType::kBF16, {k, n}, gen, &p.b);
+    int64_t out = -1;  // the output the subnormal alone makes
+    if (a_at[which] >= 0) {
+      const int64_t i = a_at[which] / k, kk = a_at[which] % k;
+      for (int64_t c = 0; c < k; ++c) p.a[i * k + c] = 0.0f;
+      p.a[a_at[which]] = sub;
+      p.b[kk * n] = big;
+      out = i * n;
+    }
+    if (b_at[which] >= 0) {
+      const int64_t kk = b_at[which] / n, j = b_at[which] % n;
+      for (int64_t r = 0; r < k; ++r) p.b[r * n + j] = 0.0f;
+      p.b[b_at[which]] = sub;
+      p.a[kk] = big;
+      out = j;
+    }
+    const ir::Tensor a = MakeBf16({m, k}, p.a), b = MakeBf16({k, n}, p.b);
+    p.bf16_dot = which == 0;
+    ASSERT_EQ(DotPath(DataType::kBF16, a, b), p.bf16_dot);
+    NodeSpec spec;
+    spec.op = OpType::kMatMul;
+    spec.inputs = {a, b};
+    CheckAgainstRef(spec, &p, AbsDot(p), std::vector<float>(m * n, 0.0f), 1.0f, k, DataType::kBF16,
+                    p.bf16_dot);
+    if (out >= 0) EXPECT_EQ(ToFloats(RunNodeOk0(spec))[out], std::ldexp(1.0f, -28)) << which;
+  }
+}
+
 // A bf16 weight the build stored packed (builder PackWeights, kPackedBAttr) gives the same bits
 // as the plain weight: on the dot path, and on the fp32-order path an A with a subnormal takes.
 TEST(Avx512GemmBf16, PackedWeightGivesTheSameBits) {

@@ -35,27 +35,36 @@ GemmType ToGemmType(DataType t) {
   }
 }
 
-// Bf16DotPathAllowed over the threads for a large tensor (an activation scanned on every run).
-bool DotPathAllowed(const uint16_t* v, int64_t n) {
+// Bf16DotPathAllowed of `n` values and, when given, of `n2` more at `v2`, over the threads for
+// large tensors (activations scanned on every run): both in one parallel loop.
+bool DotPathAllowed(const uint16_t* v, int64_t n, const uint16_t* v2 = nullptr, int64_t n2 = 0) {
   constexpr int64_t kChunk = int64_t{1} << 15;
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-  if (chunks < 4) return Bf16DotPathAllowed(v, n);
+  const int64_t chunks1 = (n + kChunk - 1) / kChunk;
+  const int64_t chunks = chunks1 + (n2 + kChunk - 1) / kChunk;
+  if (chunks < 4) return Bf16DotPathAllowed(v, n) && Bf16DotPathAllowed(v2, n2);
   bool allowed = true;
 #pragma omp parallel for schedule(static) reduction(&& : allowed)
   for (int64_t c = 0; c < chunks; ++c) {
-    allowed = allowed && Bf16DotPathAllowed(v + c * kChunk, std::min(kChunk, n - c * kChunk));
+    const bool first = c < chunks1;
+    const int64_t begin = (first ? c : c - chunks1) * kChunk;
+    allowed = allowed && Bf16DotPathAllowed((first ? v : v2) + begin,
+                                            std::min(kChunk, (first ? n : n2) - begin));
   }
   return allowed;
 }
 
-// Bf16DotPathAllowed of B, kept between runs when B is the node's constant (a weight): the scan
-// of a big weight costs as much as reading it, on every run.
+// Bf16DotPathAllowed of A and B, B's kept between runs when B is the node's constant (a
+// weight): the scan of a big weight costs as much as reading it, on every run.
 class WeightScan {
  public:
-  bool Allowed(const ir::Node& node, const ir::Tensor& b) {
+  bool Allowed(const ir::Node& node, const ir::Tensor& a, const ir::Tensor& b) {
     const ir::Value* v = node.input(1);
     const bool weight = v && v->constant && v->constant->raw_data() == b.raw_data();
-    if (!weight) return DotPathAllowed(b.data<uint16_t>(), b.num_elements());
+    if (!weight) {
+      return DotPathAllowed(a.data<uint16_t>(), a.num_elements(), b.data<uint16_t>(),
+                            b.num_elements());
+    }
+    if (!DotPathAllowed(a.data<uint16_t>(), a.num_elements())) return false;
     if (scanned_ != b.raw_data()) {
       allowed_ = Bf16DotPathAllowed(b.data<uint16_t>(), b.num_elements());
       scanned_ = b.raw_data();
@@ -72,7 +81,7 @@ class WeightScan {
 void ChooseBf16Path(GemmArgs& g, const ir::Node& node, const ir::Tensor& a, const ir::Tensor& b,
                     WeightScan& scan) {
   if (g.type != GemmType::kBF16) return;
-  g.bf16_dot = DotPathAllowed(a.data<uint16_t>(), a.num_elements()) && scan.Allowed(node, b);
+  g.bf16_dot = scan.Allowed(node, a, b);
 }
 
 // B of a node whose weight the build packed (PackWeights in the builder): B's logical [K, N] from
