@@ -1,5 +1,6 @@
 #include "engine/runtime/session.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -18,12 +19,13 @@ class NodeContext final : public kernels::KernelContext {
  public:
   NodeContext(const ir::Node& node, std::vector<ir::Tensor>& values, char* arena,
               const std::vector<int64_t>& slot_offset, const std::vector<uint64_t>& slot_bytes,
-              const InteriorTap& tap)
+              BufferPool& pool, const InteriorTap& tap)
       : node_(node),
         values_(values),
         arena_(arena),
         slot_offset_(slot_offset),
         slot_bytes_(slot_bytes),
+        pool_(pool),
         tap_(tap) {}
 
   float* interior(int member, int64_t n) override {
@@ -50,7 +52,7 @@ class NodeContext final : public kernels::KernelContext {
     if (v == nullptr) {
       // Omitted output: give the kernel scratch space it may ignore.
       scratch_.emplace_back();
-      ASSIGN_OR_RETURN(scratch_.back(), ir::Tensor::Allocate(dtype, std::move(dims)));
+      ASSIGN_OR_RETURN(scratch_.back(), FromPool(dtype, std::move(dims)));
       return &scratch_.back();
     }
     if (v->dtype != DataType::kUndefined && dtype != v->dtype) {
@@ -70,22 +72,73 @@ class NodeContext final : public kernels::KernelContext {
       values_[v->id] = ir::Tensor::Borrow(dtype, std::move(dims), arena_ + off, nullptr);
     } else {
       // Kernels write every element of their outputs (kernel.h), as arena slots require.
-      ASSIGN_OR_RETURN(values_[v->id], ir::Tensor::AllocateUninitialized(dtype, std::move(dims)));
+      ASSIGN_OR_RETURN(values_[v->id], FromPool(dtype, std::move(dims)));
     }
     return &values_[v->id];
   }
 
  private:
+  // A tensor of `dims` (checked: n >= 0) over a buffer of the pool.
+  absl::StatusOr<ir::Tensor> FromPool(DataType dtype, std::vector<int64_t> dims) {
+    const size_t esize = DataTypeSize(dtype);
+    const int64_t n = ir::NumElementsOf(dims);
+    if (esize == 0 || n < 0 || static_cast<uint64_t>(n) > (uint64_t{1} << 40) / esize) {
+      // The checks and errors of a tensor allocated on its own.
+      return ir::Tensor::AllocateUninitialized(dtype, std::move(dims));
+    }
+    ASSIGN_OR_RETURN(std::shared_ptr<void> p, pool_.Take(static_cast<size_t>(n) * esize));
+    void* data = p.get();
+    return ir::Tensor::Borrow(dtype, std::move(dims), data, std::move(p));
+  }
+
   const ir::Node& node_;
   std::vector<ir::Tensor>& values_;
   char* arena_;
   const std::vector<int64_t>& slot_offset_;
   const std::vector<uint64_t>& slot_bytes_;
+  BufferPool& pool_;
   const InteriorTap& tap_;
   std::deque<ir::Tensor> scratch_;  // deque: pointers handed out stay valid as it grows
 };
 
 }  // namespace
+
+absl::StatusOr<std::shared_ptr<void>> BufferPool::Take(size_t bytes) {
+  const size_t need = std::max<size_t>(64, (bytes + 63) / 64 * 64);
+  Block* best = nullptr;
+  for (Block& b : blocks_) {
+    // use_count 1: only the pool holds it. Another thread can only drop its last copy of a
+    // buffer meanwhile, never make one, so a stale count just passes over a free buffer.
+    if (b.p.use_count() == 1 && b.bytes >= need && b.bytes / 2 <= need &&
+        (best == nullptr || b.bytes < best->bytes)) {
+      best = &b;
+    }
+  }
+  if (best == nullptr) {
+    void* p = std::aligned_alloc(64, need);
+    if (p == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", need, " bytes"));
+    }
+    blocks_.push_back({std::shared_ptr<void>(p, [](void* q) { std::free(q); }), need, run_});
+    best = &blocks_.back();
+  }
+  best->run = run_;
+  return best->p;
+}
+
+void BufferPool::NextRun() {
+  ++run_;
+  // Kept: taken in one of the last two runs (a caller holding the previous run's outputs while
+  // this run makes new ones alternates between two sets), or still held.
+  std::erase_if(blocks_,
+                [this](const Block& b) { return b.run + 2 < run_ && b.p.use_count() == 1; });
+}
+
+size_t BufferPool::bytes() const {
+  size_t total = 0;
+  for (const Block& b : blocks_) total += b.bytes;
+  return total;
+}
 
 absl::StatusOr<std::unique_ptr<Session>> Session::Create(std::shared_ptr<const plan::Engine> engine,
                                                          bool use_arena) {
@@ -170,6 +223,7 @@ absl::Status Session::CheckInputs(const std::vector<ir::Tensor>& inputs) const {
 absl::StatusOr<std::unique_ptr<Execution>> Session::Start(const std::vector<ir::Tensor>& inputs) {
   RETURN_IF_ERROR(CheckInputs(inputs));
   const ir::Graph& g = *engine_->graph;
+  pool_.NextRun();
   auto x = std::unique_ptr<Execution>(new Execution(*this));
   x->values_.resize(g.values().size());
   for (const auto& v : g.values()) {
@@ -187,7 +241,7 @@ absl::Status Execution::Step(const NodeObserver& observer, const InteriorTap& ta
   const size_t i = next_++;
   const ir::Node& n = *s.engine_->order[i];
   NodeContext ctx(n, values_, static_cast<char*>(s.arena_.get()), s.slot_offset_, s.slot_bytes_,
-                  tap);
+                  session_.pool_, tap);
   absl::Status st = s.kernels_[i]->Run(ctx);
   if (!st.ok()) {
     std::string msg(st.message());

@@ -1,8 +1,12 @@
 // Executes a loaded engine: one kernel per node in execution order, activations in a planned
-// arena (liveness reuse) or, for sizes known only at run time, allocated on demand and released
-// after their last use. Inputs with symbolic dims are bound per run.
+// arena (liveness reuse) or, for sizes known only at run time (and graph outputs), in buffers
+// taken from the session's pool when a tensor is made and given back once nothing holds them,
+// so that runs of the same shapes allocate nothing after the first. Inputs with symbolic dims
+// are bound per run.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -28,6 +32,30 @@ using NodeObserver =
 using InteriorTap = std::function<float*(const ir::Node&, int member, int64_t n)>;
 
 class Session;
+
+/// The buffers of a session's tensors outside the arena, kept from run to run. A buffer is free
+/// again when no tensor holds it (a graph output the caller keeps stays taken); a run takes the
+/// smallest free one that fits without wasting more than half of it, else a new one. A buffer no
+/// run has taken for two runs is freed (the shapes changed).
+class BufferPool {
+ public:
+  /// 64-byte-aligned storage of at least `bytes`; ResourceExhausted when it cannot be had.
+  absl::StatusOr<std::shared_ptr<void>> Take(size_t bytes);
+  /// Marks the start of a run, freeing the buffers untaken since two runs.
+  void NextRun();
+  /// Buffers kept and their bytes (for tests).
+  size_t buffers() const { return blocks_.size(); }
+  size_t bytes() const;
+
+ private:
+  struct Block {
+    std::shared_ptr<void> p;
+    size_t bytes;
+    uint64_t run;  // the last run that took it
+  };
+  std::vector<Block> blocks_;
+  uint64_t run_ = 0;
+};
 
 /// One run of a Session in progress, kernel by kernel (Session::Start): for callers that
 /// interleave the run with other work, such as the accuracy report running the engine in
@@ -73,6 +101,8 @@ class Session {
   /// runs, or from an observer once Run has passed that node (never while it runs).
   kernels::Kernel& kernel(size_t index) { return *kernels_[index]; }
   uint64_t arena_bytes() const { return arena_bytes_; }
+  /// The buffers kept for tensors outside the arena.
+  const BufferPool& pool() const { return pool_; }
 
  private:
   friend class Execution;
@@ -86,6 +116,7 @@ class Session {
   std::vector<uint64_t> slot_bytes_;
   uint64_t arena_bytes_ = 0;
   std::shared_ptr<void> arena_;
+  BufferPool pool_;
 };
 
 }  // namespace kiln::runtime
