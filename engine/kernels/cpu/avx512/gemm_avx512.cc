@@ -174,20 +174,29 @@ static void PackBStripF32(const GemmArgs& g, const void* b, int64_t j0, float* d
   }
 }
 
+// Lane indices of the two-source word permutes that interleave 32 bf16 values of a row x with
+// those of the next row y into pairs: lo[2e] = e, lo[2e+1] = 32 + e (lanes 0..15 of x and y),
+// hi the same of lanes 16..31.
+struct PairIndex {
+  alignas(64) uint16_t lo[32];
+  alignas(64) uint16_t hi[32];
+  constexpr PairIndex() : lo(), hi() {
+    for (int e = 0; e < 16; ++e) {
+      lo[2 * e] = static_cast<uint16_t>(e);
+      lo[2 * e + 1] = static_cast<uint16_t>(32 + e);
+      hi[2 * e] = static_cast<uint16_t>(16 + e);
+      hi[2 * e + 1] = static_cast<uint16_t>(48 + e);
+    }
+  }
+};
+constexpr PairIndex kPairIndex;
+
 // Columns j0 .. j0+63 of bf16 B as [K/2][64][2]: rows 2p and 2p+1 interleaved per column.
 static void PackBStripBf16(const GemmArgs& g, const void* b, int64_t j0, uint16_t* dst) {
   const int64_t nc = Min(kNr, g.n - j0);
   const int64_t kp = CeilDiv(g.k, 2);
   alignas(64) uint16_t r0[kNr], r1[kNr];
-  // idx[2e] = e, idx[2e+1] = 32 + e: lanes 0..15 of x interleaved with lanes 0..15 of y.
-  alignas(64) uint16_t idx_lo[32], idx_hi[32];
-  for (int e = 0; e < 16; ++e) {
-    idx_lo[2 * e] = e;
-    idx_lo[2 * e + 1] = 32 + e;
-    idx_hi[2 * e] = 16 + e;
-    idx_hi[2 * e + 1] = 48 + e;
-  }
-  const __m512i lo = _mm512_load_si512(idx_lo), hi = _mm512_load_si512(idx_hi);
+  const __m512i lo = _mm512_load_si512(kPairIndex.lo), hi = _mm512_load_si512(kPairIndex.hi);
   if (g.b_cs == 1) {
     // Contiguous rows (the common case: a [K, N] weight): masked loads straight from B, no
     // staging copies; the same bits as the general path below.
@@ -341,9 +350,9 @@ static void KernelBf16(int64_t kp, const uint16_t* a, int64_t lda, const uint16_
   OP " %%zmm26, %%zmm" #T ", %%zmm" #C2 "\n\t"                     \
   OP " %%zmm27, %%zmm" #T ", %%zmm" #C3 "\n\t"
 // One step: the B row at BADDR (%[b] plus 0 to 3 times %[ldb], the bytes from one step's row to
-// the next: 256 in a packed strip, a row of B when a tile packs its strip), the A column at byte offset AOFF of each
-// row (rows 0-2 from %[a0], 3-5 from %[a3], %[lda] bytes apart); row r accumulates in zmm4r..
-// zmm4r+3, B sits in zmm24..27, the broadcasts alternate over zmm28..31.
+// the next: 256 in a packed strip, a row of B when a tile packs its strip), the A column at byte
+// offset AOFF of each row (rows 0-2 from %[a0], 3-5 from %[a3], %[lda] bytes apart); row r
+// accumulates in zmm4r..zmm4r+3, B sits in zmm24..27, the broadcasts alternate over zmm28..31.
 #define KILN_GEMM_STEP(BCAST, OP, BADDR, AOFF)                               \
   KILN_GEMM_B_ROW(BADDR)                                                     \
   KILN_GEMM_A_ROW(BCAST, OP, AOFF, "(%[a0])", 0, 1, 2, 3, 28)                \
@@ -369,54 +378,60 @@ static void KernelBf16(int64_t kp, const uint16_t* a, int64_t lda, const uint16_
   "vmovaps %%zmm" #B ", " #B "*64(%[out])\n\t"  \
   "vmovaps %%zmm" #C ", " #C "*64(%[out])\n\t"  \
   "vmovaps %%zmm" #D ", " #D "*64(%[out])\n\t"
+// All 24 accumulators zeroed, and stored to %[out] ([6][64] floats).
+#define KILN_GEMM_ZERO_ACC                                                                         \
+  KILN_GEMM_ZERO4(0, 1, 2, 3) KILN_GEMM_ZERO4(4, 5, 6, 7) KILN_GEMM_ZERO4(8, 9, 10, 11)            \
+  KILN_GEMM_ZERO4(12, 13, 14, 15) KILN_GEMM_ZERO4(16, 17, 18, 19) KILN_GEMM_ZERO4(20, 21, 22, 23)
+#define KILN_GEMM_STORE_ACC                                                                        \
+  KILN_GEMM_STORE4(0, 1, 2, 3) KILN_GEMM_STORE4(4, 5, 6, 7) KILN_GEMM_STORE4(8, 9, 10, 11)         \
+  KILN_GEMM_STORE4(12, 13, 14, 15) KILN_GEMM_STORE4(16, 17, 18, 19) KILN_GEMM_STORE4(20, 21, 22, 23)
+// What a kernel's block writes besides its outputs: memory, flags and every vector register.
+#define KILN_GEMM_CLOBBERS                                                                         \
+  "memory", "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",  \
+  "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19",        \
+  "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", "xmm25", "xmm26", "xmm27", "xmm28", "xmm29",        \
+  "xmm30", "xmm31"
 // The whole kernel for one broadcast and one multiply-add instruction. The upper register
 // halves are cleaned on the way out (vzeroupper), as the compiler leaves them after its own AVX
 // code (it cannot see this block's).
-#define KILN_GEMM_SIX(BCAST, OP, KEEP)                                                              \
-  asm volatile(                                                                                \
-      KILN_GEMM_ZERO4(0, 1, 2, 3) KILN_GEMM_ZERO4(4, 5, 6, 7) KILN_GEMM_ZERO4(8, 9, 10, 11)   \
-      KILN_GEMM_ZERO4(12, 13, 14, 15) KILN_GEMM_ZERO4(16, 17, 18, 19)                          \
-      KILN_GEMM_ZERO4(20, 21, 22, 23)                                                          \
-      "test %[groups], %[groups]\n\t"                                                          \
-      "jz 2f\n\t"                                                                              \
-      ".p2align 5\n"                                                                           \
-      "1:\n\t"                                                                                 \
-      "prefetcht1 (%[pf])\n\t"                                                                 \
-      "add %[pf_step], %[pf]\n\t"                                                              \
-      KILN_GEMM_STEP(BCAST, OP, "(%[b])", 0) KEEP(0)                                          \
-      KILN_GEMM_STEP(BCAST, OP, "(%[b],%[ldb])", 4) KEEP(256)                                 \
-      KILN_GEMM_STEP(BCAST, OP, "(%[b],%[ldb],2)", 8) KEEP(512)                               \
-      KILN_GEMM_STEP(BCAST, OP, "(%[b3])", 12) KEEP(768)                                      \
-      "add $1024, %[pk]\n\t"                                                                   \
-      "add $16, %[a0]\n\t"                                                                     \
-      "add $16, %[a3]\n\t"                                                                     \
-      "lea (%[b],%[ldb],4), %[b]\n\t"                                                          \
-      "lea (%[b3],%[ldb],4), %[b3]\n\t"                                                                  \
-      "dec %[groups]\n\t"                                                                      \
-      "jnz 1b\n"                                                                               \
-      "2:\n\t"                                                                                 \
-      "test %[rest], %[rest]\n\t"                                                              \
-      "jz 4f\n"                                                                                \
-      "3:\n\t"                                                                                 \
-      KILN_GEMM_STEP(BCAST, OP, "(%[b])", 0) KEEP(0)                                          \
-      "add $256, %[pk]\n\t"                                                                    \
-      "add $4, %[a0]\n\t"                                                                      \
-      "add $4, %[a3]\n\t"                                                                      \
-      "add %[ldb], %[b]\n\t"                                                                   \
-      "dec %[rest]\n\t"                                                                        \
-      "jnz 3b\n"                                                                               \
-      "4:\n\t"                                                                                 \
-      KILN_GEMM_STORE4(0, 1, 2, 3) KILN_GEMM_STORE4(4, 5, 6, 7) KILN_GEMM_STORE4(8, 9, 10, 11) \
-      KILN_GEMM_STORE4(12, 13, 14, 15) KILN_GEMM_STORE4(16, 17, 18, 19)                        \
-      KILN_GEMM_STORE4(20, 21, 22, 23)                                                         \
-      "vzeroupper\n\t"                                                                         \
-      : [a0] "+r"(a), [a3] "+r"(a3), [b] "+r"(bp), [b3] "+r"(b3), [pk] "+r"(pk),            \
-        [pf] "+r"(pf), [groups] "+r"(groups), [rest] "+r"(rest)                                             \
-      : [lda] "r"(lda_bytes), [ldb] "r"(ldb_bytes), [pf_step] "r"(pf_step), [out] "r"(out)                         \
-      : "memory", "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", \
-        "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17",        \
-        "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", "xmm25", "xmm26",       \
-        "xmm27", "xmm28", "xmm29", "xmm30", "xmm31")
+#define KILN_GEMM_SIX(BCAST, OP, KEEP)                                                             \
+  asm volatile(                                                                                    \
+      KILN_GEMM_ZERO_ACC                                                                           \
+      "test %[groups], %[groups]\n\t"                                                              \
+      "jz 2f\n\t"                                                                                  \
+      ".p2align 5\n"                                                                               \
+      "1:\n\t"                                                                                     \
+      "prefetcht1 (%[pf])\n\t"                                                                     \
+      "add %[pf_step], %[pf]\n\t"                                                                  \
+      KILN_GEMM_STEP(BCAST, OP, "(%[b])", 0) KEEP(0)                                               \
+      KILN_GEMM_STEP(BCAST, OP, "(%[b],%[ldb])", 4) KEEP(256)                                      \
+      KILN_GEMM_STEP(BCAST, OP, "(%[b],%[ldb],2)", 8) KEEP(512)                                    \
+      KILN_GEMM_STEP(BCAST, OP, "(%[b3])", 12) KEEP(768)                                           \
+      "add $1024, %[pk]\n\t"                                                                       \
+      "add $16, %[a0]\n\t"                                                                         \
+      "add $16, %[a3]\n\t"                                                                         \
+      "lea (%[b],%[ldb],4), %[b]\n\t"                                                              \
+      "lea (%[b3],%[ldb],4), %[b3]\n\t"                                                            \
+      "dec %[groups]\n\t"                                                                          \
+      "jnz 1b\n"                                                                                   \
+      "2:\n\t"                                                                                     \
+      "test %[rest], %[rest]\n\t"                                                                  \
+      "jz 4f\n"                                                                                    \
+      "3:\n\t"                                                                                     \
+      KILN_GEMM_STEP(BCAST, OP, "(%[b])", 0) KEEP(0)                                               \
+      "add $256, %[pk]\n\t"                                                                        \
+      "add $4, %[a0]\n\t"                                                                          \
+      "add $4, %[a3]\n\t"                                                                          \
+      "add %[ldb], %[b]\n\t"                                                                       \
+      "dec %[rest]\n\t"                                                                            \
+      "jnz 3b\n"                                                                                   \
+      "4:\n\t"                                                                                     \
+      KILN_GEMM_STORE_ACC                                                                          \
+      "vzeroupper\n\t"                                                                             \
+      : [a0] "+r"(a), [a3] "+r"(a3), [b] "+r"(bp), [b3] "+r"(b3), [pk] "+r"(pk),                   \
+        [pf] "+r"(pf), [groups] "+r"(groups), [rest] "+r"(rest)                                    \
+      : [lda] "r"(lda_bytes), [ldb] "r"(ldb_bytes), [pf_step] "r"(pf_step), [out] "r"(out)         \
+      : KILN_GEMM_CLOBBERS)
 // clang-format on
 
 // KILN_GEMM_SIX over `steps` steps: fp32 (kDot false: `a_rows` float rows, lda in floats, k
@@ -453,13 +468,6 @@ static void KernelSix(int64_t steps, const void* a_rows, int64_t lda, const void
 static void KernelBf16SixPacking(int64_t kp, const uint16_t* a_rows, int64_t lda,
                                  const uint16_t* b_rows, int64_t row_bytes, float* out,
                                  uint16_t* keep) {
-  alignas(64) uint16_t idx[2][32];
-  for (int e = 0; e < 16; ++e) {
-    idx[0][2 * e] = e;
-    idx[0][2 * e + 1] = 32 + e;
-    idx[1][2 * e] = 16 + e;
-    idx[1][2 * e + 1] = 48 + e;
-  }
   const char* a = reinterpret_cast<const char*>(a_rows);
   const int64_t lda_bytes = lda * 2;
   const char* a3 = a + 3 * lda_bytes;
@@ -469,11 +477,9 @@ static void KernelBf16SixPacking(int64_t kp, const uint16_t* a_rows, int64_t lda
   int64_t steps = kp;
   // clang-format off
   asm volatile(
-      "vmovdqa64 (%[idx]), %%zmm30\n\t"
-      "vmovdqa64 64(%[idx]), %%zmm31\n\t"
-      KILN_GEMM_ZERO4(0, 1, 2, 3) KILN_GEMM_ZERO4(4, 5, 6, 7) KILN_GEMM_ZERO4(8, 9, 10, 11)
-      KILN_GEMM_ZERO4(12, 13, 14, 15) KILN_GEMM_ZERO4(16, 17, 18, 19)
-      KILN_GEMM_ZERO4(20, 21, 22, 23)
+      "vmovdqa64 (%[lo]), %%zmm30\n\t"
+      "vmovdqa64 (%[hi]), %%zmm31\n\t"
+      KILN_GEMM_ZERO_ACC
       "test %[steps], %[steps]\n\t"
       "jz 2f\n\t"
       ".p2align 5\n"
@@ -502,17 +508,12 @@ static void KernelBf16SixPacking(int64_t kp, const uint16_t* a_rows, int64_t lda
       "dec %[steps]\n\t"
       "jnz 1b\n"
       "2:\n\t"
-      KILN_GEMM_STORE4(0, 1, 2, 3) KILN_GEMM_STORE4(4, 5, 6, 7) KILN_GEMM_STORE4(8, 9, 10, 11)
-      KILN_GEMM_STORE4(12, 13, 14, 15) KILN_GEMM_STORE4(16, 17, 18, 19)
-      KILN_GEMM_STORE4(20, 21, 22, 23)
+      KILN_GEMM_STORE_ACC
       "vzeroupper\n\t"
       : [a0] "+r"(a), [a3] "+r"(a3), [b] "+r"(b), [pk] "+r"(pk), [steps] "+r"(steps)
       : [lda] "r"(lda_bytes), [rb] "r"(row_bytes), [pb] "r"(pair_bytes), [out] "r"(out),
-        [idx] "r"(idx)
-      : "memory", "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8",
-        "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17",
-        "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", "xmm25", "xmm26",
-        "xmm27", "xmm28", "xmm29", "xmm30", "xmm31");
+        [lo] "r"(kPairIndex.lo), [hi] "r"(kPairIndex.hi)
+      : KILN_GEMM_CLOBBERS);
   // clang-format on
 }
 
@@ -522,6 +523,9 @@ static void KernelBf16SixPacking(int64_t kp, const uint16_t* a_rows, int64_t lda
 #undef KILN_GEMM_KEEP_ROW
 #undef KILN_GEMM_KEEP_NONE
 #undef KILN_GEMM_ZERO4
+#undef KILN_GEMM_ZERO_ACC
+#undef KILN_GEMM_STORE_ACC
+#undef KILN_GEMM_CLOBBERS
 #undef KILN_GEMM_STORE4
 #undef KILN_GEMM_SIX
 
