@@ -332,6 +332,11 @@ TEST(Avx512Pool, ChannelsLastPoolsMatchTheReferenceBitForBit) {
                             {{3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, 0},
                             {{3, 2}, {1, 2}, {0, 1, 2, 0}, {2, 1}, 1},
                             {{2, 3}, {3, 2}, {0, 0, 0, 0}, {1, 1}, 1},
+                            // The MaxPool windows with a loop of their own (2 x 2 and 3 x 3)
+                            // where they lie inside the input, some crossing its end or pads.
+                            {{2, 2}, {2, 2}, {0, 0, 0, 0}, {1, 1}, 1},
+                            {{3, 3}, {1, 1}, {0, 0, 0, 0}, {1, 1}, 0},
+                            {{3, 3}, {1, 2}, {0, 2, 1, 0}, {1, 1}, 0},
                             // Taller than the kernel lists window rows for (16).
                             {{18, 1}, {1, 1}, {6, 0, 6, 0}, {1, 1}, 0}};
   for (DataType t : {DataType::kF32, DataType::kF16, DataType::kBF16}) {
