@@ -1255,7 +1255,7 @@ TEST(Avx512GemmBf16, FlushesSubnormalPartialSumsButNeverSubnormalInputs) {
 TEST(Avx512GemmBf16, SubnormalScanFindsOneValueAnywhere) {
   SKIP_WITHOUT(kAvx512Bf16);
   namespace x = kernels::cpu::avx512;
-  // 0x0080 the smallest normal, 0x8000 -0, 0x7f80 inf, 0x7fc1 a NaN, 0x3f80 1.
+  // 1, the smallest normal, +0 and -0, inf, a NaN, minus the smallest normal.
   const std::vector<uint16_t> fill = {0x3f80, 0x0080, 0x8000, 0x0000, 0x7f80, 0xffc1, 0x8080};
   for (int64_t n : {1, 31, 32, 127, 128, 129, 300, 4096}) {
     std::vector<uint16_t> v(n);
