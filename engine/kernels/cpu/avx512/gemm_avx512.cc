@@ -23,6 +23,7 @@
 #include "engine/kernels/cpu/avx512/gemm.h"
 #include "engine/kernels/cpu/avx512/math.h"
 #include "engine/kernels/cpu/avx512/vec_convert_inl.h"
+#include "engine/kernels/cpu/ref/thread_scratch.h"
 
 namespace kiln::kernels::cpu::avx512 {
 namespace {
@@ -59,36 +60,15 @@ class Buffer {
   void* p_;
 };
 
-// The GEMM's scratch on the hot path: buffers each thread keeps from one call to the next (the
-// OpenMP threads persist), grown to the largest size asked and freed when the thread ends. A
-// buffer allocated and freed per call went back to the system when large (the heap trimmed by
-// brk and madvise, two or three system calls a call, the pages faulted in again and the other
-// core's TLB flushed): 13% of a 1x1280x1000 GEMV's time on two threads. Slots: the packed A the
-// calling thread shares with its team, and each thread's B strip, output rows and AMX A row.
-enum ScratchSlot { kScratchA, kScratchB, kScratchC, kScratchRow, kScratchSlots };
-
-void* ThreadScratch(ScratchSlot slot, int64_t bytes) {
-  struct Slots {
-    void* p[kScratchSlots] = {};
-    size_t size[kScratchSlots] = {};
-    ~Slots() {
-      for (void* q : p) std::free(q);
-    }
-  };
-  thread_local Slots slots;
-  const size_t need = static_cast<size_t>(bytes > 0 ? (bytes + 63) / 64 * 64 : 64);
-  if (slots.size[slot] < need) {
-    std::free(slots.p[slot]);
-    slots.p[slot] = std::aligned_alloc(64, need);
-    slots.size[slot] = slots.p[slot] != nullptr ? need : 0;
-  }
-  return slots.p[slot];
-}
-
-// The calling thread's scratch `slot` of at least `bytes` (64-byte aligned), as Buffer.
+// The GEMM's scratch on the hot path, each thread's kept from one call to the next
+// (ref::ThreadScratch; the OpenMP threads persist). A buffer allocated and freed per call went
+// back to the system when large (the heap trimmed by brk and madvise, two or three system calls
+// a call, the pages faulted in again and the other core's TLB flushed): 13% of a 1x1280x1000
+// GEMV's time on two threads. As Buffer, at least `bytes`, 64-byte aligned.
 class Scratch {
  public:
-  Scratch(ScratchSlot slot, int64_t bytes) : p_(ThreadScratch(slot, bytes)) {}
+  Scratch(ref::ThreadScratchSlot slot, int64_t bytes)
+      : p_(ref::ThreadScratch(slot, (bytes + 3) / 4)) {}
   template <typename T>
   T* as() const {
     return static_cast<T*>(p_);
@@ -713,7 +693,8 @@ static void GemmAmxBf16(const GemmArgs& g) {
   const int64_t a_block = kAmxRows * kb * kAmxK;  // bf16 values per packed 32-row block
   // Packed A: per batch and 32-row block, per K block, two 16 x 32 tiles ([2][16][32]); zero
   // past M and K.
-  const Scratch apack(kScratchA, g.batch * mblocks * a_block * 2 + 64);  // zeroed by block below
+  const Scratch apack(ref::kScratchGemmA,
+                      g.batch * mblocks * a_block * 2 + 64);  // zeroed by block below
   const int64_t kp_padded = kb * (kAmxK / 2);
   const int64_t b_strip_bytes = kp_padded * kNr * 2 * 2 + 64;
 
@@ -721,10 +702,10 @@ static void GemmAmxBf16(const GemmArgs& g) {
 
 #pragma omp parallel if (split.parallel)
   {
-    const Scratch row(kScratchRow, kb * kAmxK * 2 + 64);
-    const Scratch bpack(kScratchB, b_strip_bytes);
+    const Scratch row(ref::kScratchGemmAmxRow, kb * kAmxK * 2 + 64);
+    const Scratch bpack(ref::kScratchGemmB, b_strip_bytes);
     alignas(64) float acc[kAmxRows * kNr];
-    const Scratch crow(kScratchC, 2 * kNr * 4);
+    const Scratch crow(ref::kScratchGemmC, 2 * kNr * 4);
 
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < g.batch * mblocks; ++t) {
@@ -922,7 +903,7 @@ void GemmAvx512(const GemmArgs& g) {
   const bool a_in_place = g.a_cs == 1 && (dot ? g.k % 2 == 0 : g.type == GemmType::kF32);
   const int64_t lda = a_in_place ? g.a_rs : (dot ? 2 * kp : g.k);
   const int64_t a_elem = dot ? 2 : 4;  // bytes per element the kernels read
-  const Scratch apack(kScratchA, a_in_place ? 64 : g.batch * g.m * lda * a_elem + 64);
+  const Scratch apack(ref::kScratchGemmA, a_in_place ? 64 : g.batch * g.m * lda * a_elem + 64);
   auto a_rows = [&](int64_t bi) -> const char* {
     if (!a_in_place) return apack.as<char>() + bi * g.m * lda * a_elem;
     return Elem(g.a, g.type, g.a_offsets ? g.a_offsets[bi] : 0);
@@ -933,9 +914,9 @@ void GemmAvx512(const GemmArgs& g) {
 
 #pragma omp parallel if (split.parallel)
   {
-    const Scratch bpack(kScratchB, b_strip_bytes);
+    const Scratch bpack(ref::kScratchGemmB, b_strip_bytes);
     alignas(64) float acc[kMrMax * kNr];
-    const Scratch crow(kScratchC, 2 * kNr * 4);
+    const Scratch crow(ref::kScratchGemmC, 2 * kNr * 4);
 
     if (!a_in_place) {
 #pragma omp for schedule(static)

@@ -19,6 +19,7 @@
 #include "engine/common/status.h"
 #include "engine/ir/graph.h"
 #include "engine/ir/tensor.h"
+#include "engine/kernels/cpu/ref/thread_scratch.h"
 #include "engine/kernels/kernel.h"
 
 namespace kiln::kernels::cpu::ref {
@@ -210,21 +211,6 @@ int64_t Product(const std::vector<int64_t>& dims, size_t begin, size_t end);
 /// dst = src for `bytes` bytes (no overlap), split over the OpenMP threads from 512 KB on: a
 /// copy between parallel kernels that one core alone would make the others wait for.
 void ParallelCopy(void* dst, const void* src, int64_t bytes);
-
-/// The scratch buffers a thread's kernels share (an engine's kernels run one after another on
-/// its calling thread, so one buffer per use serves them all, as large as the largest needs, and
-/// stays in the cache from one kernel to the next; sessions on other threads have their own).
-enum ThreadScratchSlot {
-  kScratchConvSums,      // a bf16 / fp16 oneDNN convolution's fp32 sums
-  kScratchConvWidenedX,  // an fp16 oneDNN convolution's X widened to fp32
-  kScratchChainRows,     // the AVX-512 convolution chains' rows in flight
-  kThreadScratchSlots,
-};
-
-/// The calling thread's buffer `slot`, at least `floats` long (a valid buffer for 0 too) and
-/// 64-byte aligned (grown, never shrunk; its contents are not kept when it grows); nullptr only
-/// when the memory cannot be had.
-float* ThreadScratch(ThreadScratchSlot slot, int64_t floats);
 
 /// Row-major strides of `dims`.
 std::vector<int64_t> Strides(const std::vector<int64_t>& dims);
