@@ -394,6 +394,16 @@ int RunConvert(const ClientOptions& o) {
               << ": the stream ended without a result\n";
     return kExitBuildFailed;
   }
+  // The engine must be the one built from the model this client uploaded: a server that
+  // matched a reused request id to another build would otherwise hand over another model's
+  // engine, and this client would write it as its own.
+  if (a.result->model_sha256() != upload->spec.model_sha256()) {
+    std::cerr << "convert-client: " << BuildLabel(a.build_id)
+              << ": the server returned an engine built from another model (model sha256 '"
+              << a.result->model_sha256().substr(0, 64) << "', uploaded "
+              << upload->spec.model_sha256() << "); nothing was written\n";
+    return kExitBuildFailed;
+  }
   if (a.sink == nullptr) {
     auto sink = EngineSink::Open(o.output_path);
     if (!sink.ok()) {

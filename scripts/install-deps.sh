@@ -12,6 +12,7 @@ packages=(
   libonnx-dev
   libssl-dev
   libxxhash-dev
+  libre2-dev
   libspdlog-dev
   libdnnl-dev ocl-icd-opencl-dev  # oneDNN's CMake package looks for OpenCL (a Recommends)
   libgtest-dev libgmock-dev

@@ -92,12 +92,15 @@ class Build {
   State state = State::kUploading;
   std::string cache_key;  ///< empty: not cached and not joined by key
   std::string request_id;
+  std::string fingerprint;  ///< SpecFingerprint: what request_id stands for
   int owners = 0;  ///< Build calls attached; the build is cancelled when the last one goes away
   absl::Status cancel_reason;
   WorkerProcess* worker = nullptr;
   int last_queue_position = -1;
   std::chrono::steady_clock::time_point created = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point queued_at, started_at;
+  /// The last upload message (uploading builds; the watchdog fails idle uploads).
+  std::chrono::steady_clock::time_point upload_activity = created;
 
  private:
   // Moves the history of a finished build to job_dir/events.spill (kept in memory on failure).

@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/common/status.h"
 #include "server/job.h"
 #include "server/spec.h"
 
@@ -41,6 +42,12 @@ BuildManager::BuildManager(ServerConfig config, std::shared_ptr<spdlog::logger> 
       log_(std::move(log)) {}
 
 BuildManager::~BuildManager() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stopping_ = true;
+  }
+  watchdog_cv_.notify_all();
+  if (watchdog_.joinable()) watchdog_.join();
   SetDraining();
   CancelAll(absl::UnavailableError("the server is shutting down"));
   {
@@ -66,7 +73,40 @@ absl::Status BuildManager::Init() {
   }
   log_->info("work folder {}, cache {}", work_dir_,
              config_.cache_dir.empty() ? "off" : config_.cache_dir);
+  watchdog_ = std::thread(&BuildManager::Watchdog, this);
   return absl::OkStatus();
+}
+
+void BuildManager::Watchdog() {
+  const auto idle = std::chrono::seconds(config_.upload_idle_seconds);
+  const auto total = std::chrono::seconds(config_.upload_seconds);
+  std::unique_lock<std::mutex> l(mu_);
+  while (!stopping_) {
+    watchdog_cv_.wait_for(l, std::chrono::seconds(1));
+    if (stopping_) break;
+    auto now = std::chrono::steady_clock::now();
+    std::vector<std::pair<std::shared_ptr<Build>, absl::Status>> expired;
+    for (const auto& [id, b] : builds_) {
+      if (b->state != Build::State::kUploading || !b->cancel_reason.ok()) continue;
+      if (now - b->upload_activity >= idle) {
+        expired.emplace_back(
+            b, absl::DeadlineExceededError(absl::StrCat(
+                   "build ", id, ": the upload sent nothing for ", config_.upload_idle_seconds,
+                   " s (--upload-idle-seconds); send the model without pauses")));
+      } else if (now - b->created >= total) {
+        expired.emplace_back(b, absl::DeadlineExceededError(
+                                    absl::StrCat("build ", id, ": the upload took longer than ",
+                                                 config_.upload_seconds, " s (--upload-seconds)")));
+      }
+    }
+    if (expired.empty()) continue;
+    l.unlock();
+    for (auto& [b, why] : expired) {
+      log_->warn("build {}: {}", b->id(), std::string(why.message()));
+      CancelBuild(b, std::move(why));
+    }
+    l.lock();
+  }
 }
 
 std::string BuildManager::NewId() {
@@ -80,11 +120,21 @@ absl::StatusOr<BuildManager::Opened> BuildManager::Open(const v1::BuildSpec& spe
   if (!checked.ok()) return checked.status();
   // A build with a report is never joined by key nor cached: its samples arrive after the spec.
   std::string key = checked->report ? "" : CacheKey(spec, *checked);
-  auto join = [&]() -> std::shared_ptr<Build> {
+  const std::string fingerprint = spec.request_id().empty() ? "" : SpecFingerprint(spec);
+  // The build to join, or null; ALREADY_EXISTS when the request id names another spec's build.
+  auto join = [&]() -> absl::StatusOr<std::shared_ptr<Build>> {
     if (!spec.request_id().empty()) {
       auto it = by_request_.find(spec.request_id());
       if (it != by_request_.end() &&
           (it->second->state != Build::State::kDone || it->second->status().ok())) {
+        if (it->second->fingerprint != fingerprint) {
+          // Never another build's engine for a reused id: ids may be predictable (CI job
+          // names), and the engine belongs to whoever sent that model.
+          return absl::AlreadyExistsError(absl::StrCat(
+              "request_id '", Excerpt(spec.request_id(), 64),
+              "' is already used by a build of another model, policy or options; give each "
+              "build its own request id (a retry of the same build may reuse it)"));
+        }
         return it->second;
       }
     }
@@ -96,25 +146,31 @@ absl::StatusOr<BuildManager::Opened> BuildManager::Open(const v1::BuildSpec& spe
   };
   {
     std::lock_guard<std::mutex> l(mu_);
-    if (auto b = join()) {
-      ++b->owners;
-      log_->info("build {}: joined by an identical request", b->id());
-      return Opened{b, false};
+    auto b = join();
+    if (!b.ok()) return b.status();
+    if (*b) {
+      ++(*b)->owners;
+      log_->info("build {}: joined by an identical request", (*b)->id());
+      return Opened{*b, false};
     }
   }
   std::optional<CacheEntry> hit;
   if (cache_ && !key.empty()) hit = cache_->Lookup(key);
   std::lock_guard<std::mutex> l(mu_);
-  if (auto b = join()) {
-    ++b->owners;
-    return Opened{b, false};
+  {
+    auto b = join();
+    if (!b.ok()) return b.status();
+    if (*b) {
+      ++(*b)->owners;
+      return Opened{*b, false};
+    }
   }
-  if (hit) return Opened{CacheHit(spec, *hit), false};
-  int capacity = config_.workers + config_.queue;
-  if (live_ >= capacity) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the build queue is full: ", running_, " running, ", live_ - running_,
-        " waiting or uploading (--workers ", config_.workers, ", --queue ", config_.queue, ")"));
+  if (hit) return Opened{CacheHit(spec, *hit, fingerprint), false};
+  if (absl::Status full = QueueFull(); !full.ok()) return full;
+  if (uploading_ >= config_.max_uploads) {
+    return absl::ResourceExhaustedError(absl::StrCat("too many uploads in progress: ", uploading_,
+                                                     " (--max-uploads ", config_.max_uploads,
+                                                     "); retry later"));
   }
   std::string id = NewId();
   std::string dir = absl::StrCat(work_dir_, "/", id);
@@ -132,8 +188,10 @@ absl::StatusOr<BuildManager::Opened> BuildManager::Open(const v1::BuildSpec& spe
   auto b = std::make_shared<Build>(id, spec, dir, config_.event_buffer);
   b->cache_key = key;
   b->request_id = spec.request_id();
+  b->fingerprint = fingerprint;
   b->owners = 1;
   ++live_;
+  ++uploading_;
   builds_[id] = b;
   if (!b->request_id.empty()) by_request_[b->request_id] = b;
   if (!key.empty()) in_flight_by_key_[key] = b;
@@ -148,10 +206,12 @@ absl::StatusOr<BuildManager::Opened> BuildManager::Open(const v1::BuildSpec& spe
   return Opened{b, true};
 }
 
-std::shared_ptr<Build> BuildManager::CacheHit(const v1::BuildSpec& spec, const CacheEntry& e) {
+std::shared_ptr<Build> BuildManager::CacheHit(const v1::BuildSpec& spec, const CacheEntry& e,
+                                              const std::string& fingerprint) {
   auto b = std::make_shared<Build>(NewId(), spec, "", config_.event_buffer);
   b->state = Build::State::kDone;
   b->request_id = spec.request_id();
+  b->fingerprint = fingerprint;
   v1::BuildEvent acc;
   acc.mutable_accepted()->set_build_id(b->id());
   acc.mutable_accepted()->set_cache_hit(true);
@@ -172,9 +232,30 @@ std::shared_ptr<Build> BuildManager::CacheHit(const v1::BuildSpec& spec, const C
   return b;
 }
 
-void BuildManager::UploadDone(const std::shared_ptr<Build>& b) {
+absl::Status BuildManager::QueueFull() {
+  int capacity = config_.workers + config_.queue;
+  int waiting = static_cast<int>(queue_.size());
+  if (running_ + waiting < capacity) return absl::OkStatus();
+  return absl::ResourceExhaustedError(
+      absl::StrCat("the build queue is full: ", running_, " running, ", waiting,
+                   " waiting (--workers ", config_.workers, ", --queue ", config_.queue, ")"));
+}
+
+void BuildManager::UploadActivity(const std::shared_ptr<Build>& b) {
   std::lock_guard<std::mutex> l(mu_);
+  b->upload_activity = std::chrono::steady_clock::now();
+}
+
+void BuildManager::UploadDone(const std::shared_ptr<Build>& b) {
+  std::unique_lock<std::mutex> l(mu_);
   if (b->state != Build::State::kUploading) return;
+  if (absl::Status full = QueueFull(); !full.ok()) {
+    l.unlock();
+    CancelBuild(b, absl::Status(full.code(), absl::StrCat("build ", b->id(), ": ", full.message(),
+                                                          " when its upload completed")));
+    return;
+  }
+  --uploading_;
   b->state = Build::State::kQueued;
   b->queued_at = std::chrono::steady_clock::now();
   queue_.push_back(b);
@@ -219,7 +300,7 @@ std::shared_ptr<Build> BuildManager::Find(const std::string& id) {
 
 absl::StatusOr<bool> BuildManager::Cancel(const std::string& id) {
   std::shared_ptr<Build> b = Find(id);
-  if (!b) return absl::NotFoundError(absl::StrCat("build ", id, ": no such build"));
+  if (!b) return absl::NotFoundError(absl::StrCat("build ", Excerpt(id), ": no such build"));
   {
     std::lock_guard<std::mutex> l(mu_);
     if (b->state == Build::State::kDone) return false;
@@ -362,6 +443,7 @@ void BuildManager::Finish(const std::shared_ptr<Build>& b, absl::Status status, 
     std::lock_guard<std::mutex> l(mu_);
     if (b->state == Build::State::kDone) return;
     if (b->state == Build::State::kRunning) --running_;
+    if (b->state == Build::State::kUploading) --uploading_;
     if (b->state == Build::State::kQueued) {
       queue_.erase(std::find(queue_.begin(), queue_.end(), b));
     }

@@ -1,13 +1,19 @@
 // Builds, the scheduler and the worker lifecycle of kiln-server.
 //
-// A spec is admitted when fewer than --workers + --queue builds are uploading, queued or running
-// (else RESOURCE_EXHAUSTED before any upload). It may instead join an existing build: the same
-// request_id, or (for builds without a report) the same cache key while that build is in flight.
-// A cached engine answers the spec at once. After the upload, the build waits in a FIFO queue
-// (QueuePosition events) for one of --workers worker processes; a monitor thread per running build
-// forwards the worker's events and ends the build when the worker exits. Cancelling (CancelBuild,
-// the last attached Build call going away, draining) kills the worker's process group. A build
-// is "live" from admission until its worker is reaped and its staging files are removed.
+// A spec is admitted when fewer than --workers + --queue builds are queued or running and fewer
+// than --max-uploads are uploading (else RESOURCE_EXHAUSTED before any upload); a finished
+// upload is queued when a queue place is free (else RESOURCE_EXHAUSTED). An upload that sends
+// nothing for --upload-idle-seconds, or lasts past --upload-seconds, fails with
+// DEADLINE_EXCEEDED (a watchdog thread checks every second), so idle streams cannot hold the
+// service. A spec may instead join an existing build: the same request_id with the same spec
+// (SpecFingerprint; the same id with another spec is ALREADY_EXISTS, so an id never returns
+// another model's engine), or (for builds without a report) the same cache key while that build
+// is in flight. A cached engine answers the spec at once. After the upload, the build waits in a
+// FIFO queue (QueuePosition events) for one of --workers worker processes; a monitor thread per
+// running build forwards the worker's events and ends the build when the worker exits. Cancelling
+// (CancelBuild, the last attached Build call going away, draining) kills the worker's process
+// group. A build is "live" from admission until its worker is reaped and its staging files are
+// removed.
 #pragma once
 
 #include <condition_variable>
@@ -17,6 +23,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -47,7 +54,10 @@ class BuildManager {
   /// Validates and admits a spec (see the file comment). The caller becomes an owner.
   absl::StatusOr<Opened> Open(const v1::BuildSpec& spec);
 
-  /// The upload of `build` is complete and verified: queue it.
+  /// A message of `build`'s upload arrived (resets its idle time).
+  void UploadActivity(const std::shared_ptr<Build>& build);
+  /// The upload of `build` is complete and verified: queue it (or fail it when the queue is
+  /// full).
   void UploadDone(const std::shared_ptr<Build>& build);
   /// Ends a build that has not started running with `status` (upload errors).
   void Fail(const std::shared_ptr<Build>& build, absl::Status status);
@@ -78,9 +88,12 @@ class BuildManager {
   // Ends `b` (any state): removes staging, updates the scheduler, completes the build.
   void Finish(const std::shared_ptr<Build>& b, absl::Status status, EngineFile engine,
               v1::BuildResult result);
-  std::shared_ptr<Build> CacheHit(const v1::BuildSpec& spec, const CacheEntry& e);  // requires mu_
-  void Keep(const std::shared_ptr<Build>& b);                                       // requires mu_
+  std::shared_ptr<Build> CacheHit(const v1::BuildSpec& spec, const CacheEntry& e,
+                                  const std::string& fingerprint);  // requires mu_
+  absl::Status QueueFull();  // RESOURCE_EXHAUSTED when no queue place is free; requires mu_
+  void Keep(const std::shared_ptr<Build>& b);  // requires mu_
   std::string NewId();
+  void Watchdog();  // fails idle and overlong uploads until the manager is destroyed
 
   const ServerConfig config_;
   const WorkerLimits limits_;
@@ -94,6 +107,10 @@ class BuildManager {
   bool draining_ = false;
   int live_ = 0;
   int running_ = 0;
+  int uploading_ = 0;
+  bool stopping_ = false;
+  std::condition_variable watchdog_cv_;
+  std::thread watchdog_;
   int monitors_ = 0;
   std::map<std::string, std::shared_ptr<Build>> builds_;
   std::map<std::string, std::shared_ptr<Build>> by_request_;

@@ -19,6 +19,7 @@ constexpr char kUsage[] = R"(usage: kiln-server [--listen HOST:PORT] [--port-fil
                    [--queue M] [--cache-dir DIR] [--work-dir DIR] [--max-model-bytes B]
                    [--max-sample-bytes B] [--max-samples N] [--worker-memory-mb MB]
                    [--worker-cpu-seconds S] [--drain-seconds S] [--keep-builds N]
+                   [--max-uploads N] [--upload-idle-seconds S] [--upload-seconds S]
                    [--event-buffer N] [--token T | --token-file F] [--tls-cert PEM --tls-key PEM
                    [--tls-client-ca PEM]] [--reflection] [--enable-test-hooks] [--config FILE]
 
@@ -39,8 +40,8 @@ absl::Status Apply(ServerConfig& c, const std::string& name, const std::string& 
     RETURN_IF_ERROR(need());
     int64_t v;
     if (!absl::SimpleAtoi(value, &v) || v < lo || v > hi) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": takes an integer from ", lo, " to ", hi, ", got '", value, "'"));
+      return absl::InvalidArgumentError(absl::StrCat(where, ": takes an integer from ", lo, " to ",
+                                                     hi, ", got '", Excerpt(value), "'"));
     }
     out = static_cast<std::remove_reference_t<decltype(out)>>(v);
     return absl::OkStatus();
@@ -72,6 +73,9 @@ absl::Status Apply(ServerConfig& c, const std::string& name, const std::string& 
   if (name == "worker-memory-mb") return integer(c.worker_memory_mb, 64, int64_t{1} << 22);
   if (name == "worker-cpu-seconds") return integer(c.worker_cpu_seconds, 1, 1 << 30);
   if (name == "drain-seconds") return integer(c.drain_seconds, 0, 1 << 20);
+  if (name == "max-uploads") return integer(c.max_uploads, 1, 100000);
+  if (name == "upload-idle-seconds") return integer(c.upload_idle_seconds, 1, 1 << 20);
+  if (name == "upload-seconds") return integer(c.upload_seconds, 1, 1 << 24);
   if (name == "keep-builds") return integer(c.keep_builds, 0, 1 << 20);
   if (name == "event-buffer") return integer(c.event_buffer, 16, 1 << 24);
   if (name == "token") return text(c.token);
@@ -82,7 +86,7 @@ absl::Status Apply(ServerConfig& c, const std::string& name, const std::string& 
   if (name == "reflection") return flag(c.reflection);
   if (name == "enable-test-hooks") return flag(c.enable_test_hooks);
   if (name == "worker-binary") return text(c.worker_binary);
-  return absl::InvalidArgumentError(absl::StrCat(where, ": unknown setting '", name, "'"));
+  return absl::InvalidArgumentError(absl::StrCat(where, ": unknown setting '", Excerpt(name), "'"));
 }
 
 bool IsBoolFlag(const std::string& name) {

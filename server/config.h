@@ -32,15 +32,24 @@ struct ServerConfig {
   int64_t worker_memory_mb = 4096;   ///< --worker-memory-mb: RLIMIT_AS of a worker
   int64_t worker_cpu_seconds = 600;  ///< --worker-cpu-seconds: RLIMIT_CPU of a worker
   int drain_seconds = 30;            ///< --drain-seconds: SIGTERM lets builds finish this long
-  int keep_builds = 64;              ///< --keep-builds: finished builds kept for WatchBuild
-  int event_buffer = 10000;          ///< --event-buffer: log lines buffered per build
-  std::string token;                 ///< --token T: required bearer token (empty: no auth)
-  std::string token_file;            ///< --token-file F: the token, read from a file
-  std::string tls_cert, tls_key;     ///< --tls-cert / --tls-key: PEM files (both or neither)
-  std::string tls_client_ca;         ///< --tls-client-ca: require client certs signed by it
-  bool reflection = false;           ///< --reflection: gRPC server reflection
-  bool enable_test_hooks = false;    ///< --enable-test-hooks: see worker_main.h
-  std::string worker_binary;         ///< --worker-binary: default: this executable
+  /// --max-uploads: Build calls uploading at once. Uploads do not take queue places (a spec
+  /// that sends nothing more must not keep others out of the queue); they have a limit of
+  /// their own, and a finished upload needs a free place in the queue.
+  int max_uploads = 32;
+  /// --upload-idle-seconds: an upload that sends nothing for this long fails
+  /// (DEADLINE_EXCEEDED) and frees its place.
+  int upload_idle_seconds = 30;
+  /// --upload-seconds: the longest a whole upload may take, however steadily it trickles in.
+  int upload_seconds = 3600;
+  int keep_builds = 64;            ///< --keep-builds: finished builds kept for WatchBuild
+  int event_buffer = 10000;        ///< --event-buffer: log lines buffered per build
+  std::string token;               ///< --token T: required bearer token (empty: no auth)
+  std::string token_file;          ///< --token-file F: the token, read from a file
+  std::string tls_cert, tls_key;   ///< --tls-cert / --tls-key: PEM files (both or neither)
+  std::string tls_client_ca;       ///< --tls-client-ca: require client certs signed by it
+  bool reflection = false;         ///< --reflection: gRPC server reflection
+  bool enable_test_hooks = false;  ///< --enable-test-hooks: see worker_main.h
+  std::string worker_binary;       ///< --worker-binary: default: this executable
 };
 
 /// Usage text of kiln-server.

@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "engine/common/status.h"
 #include "engine/precision/policy.h"
 #include "server/auth.h"
 #include "server/status.h"
@@ -208,6 +209,7 @@ class BuildReactor final
   void UploadMessage() {
     // Joined, cached or finished builds: the rest of the upload is read and dropped.
     if (!upload_ || upload_done_ || own_->done()) return;
+    manager_->UploadActivity(own_);
     absl::Status st;
     switch (request_.msg_case()) {
       case v1::BuildRequest::kModelChunk:
@@ -278,7 +280,7 @@ class WatchReactor final : public PumpingReactor<grpc::ServerWriteReactor<v1::Bu
     std::shared_ptr<Build> b;
     if (st.ok()) {
       b = manager->Find(id);
-      if (!b) st = absl::NotFoundError(absl::StrCat("build ", id, ": no such build"));
+      if (!b) st = absl::NotFoundError(absl::StrCat("build ", Excerpt(id), ": no such build"));
     }
     if (!st.ok()) {
       RequestFinish(ToGrpcStatus(st));

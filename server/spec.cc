@@ -7,6 +7,8 @@
 #include "engine/common/sha256.h"
 #include "engine/common/status.h"
 #include "engine/precision/policy.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "server/files.h"
 #include "server/job.h"
 
@@ -35,6 +37,19 @@ absl::StatusOr<CheckedSpec> CheckSpec(const v1::BuildSpec& spec, int64_t max_mod
   }
   if (!IsSha256Hex(spec.model_sha256())) {
     return Invalid("model_sha256", "must be 64 lower-case hex digits");
+  }
+  if (spec.request_id().size() > kMaxRequestIdBytes) {
+    return Invalid("request_id", absl::StrCat("is ", spec.request_id().size(), " bytes; at most ",
+                                              kMaxRequestIdBytes));
+  }
+  for (char ch : spec.request_id()) {
+    if (ch < 0x21 || ch > 0x7e) {
+      return Invalid("request_id", "takes printable ASCII characters without spaces");
+    }
+  }
+  if (spec.model_name().size() > kMaxModelNameBytes) {
+    return Invalid("model_name", absl::StrCat("is ", spec.model_name().size(), " bytes; at most ",
+                                              kMaxModelNameBytes));
   }
   CheckedSpec c;
   builder::BuildOptions& o = c.options;
@@ -89,6 +104,19 @@ absl::StatusOr<CheckedSpec> CheckSpec(const v1::BuildSpec& spec, int64_t max_mod
   c.canonical_policy = PolicyKey(policy);
   c.report = spec.report();
   return c;
+}
+
+std::string SpecFingerprint(const v1::BuildSpec& spec) {
+  v1::BuildSpec s = spec;
+  s.clear_request_id();
+  std::string bytes;
+  {
+    google::protobuf::io::StringOutputStream out(&bytes);
+    google::protobuf::io::CodedOutputStream coded(&out);
+    coded.SetSerializationDeterministic(true);
+    s.SerializeToCodedStream(&coded);
+  }
+  return DigestHex(Sha256(bytes));
 }
 
 std::string CacheKey(const v1::BuildSpec& spec, const CheckedSpec& c) {

@@ -19,11 +19,21 @@ struct CheckedSpec {
   bool report = false;
 };
 
+/// Bounds on the identifiers a client chooses (they are logged and quoted in errors).
+inline constexpr size_t kMaxRequestIdBytes = 128;
+inline constexpr size_t kMaxModelNameBytes = 1024;
+
 /// Validates a spec: model_size in 1..max_model_bytes, model_sha256 64 lower-case hex digits,
+/// request_id (printable ASCII, at most kMaxRequestIdBytes), model_name (kMaxModelNameBytes),
 /// policy (preset name) xor policy_text (parsed; errors "policy_text:LINE:COL: ..."), rules
 /// ("--rule N" / "rules[N]"), constraints, typing, fusion, samples. InvalidArgument naming the
 /// field. The policy text, when present, is referenced as the file `policy_text` (see job.h).
 absl::StatusOr<CheckedSpec> CheckSpec(const v1::BuildSpec& spec, int64_t max_model_bytes);
+
+/// What a request id stands for: SHA-256 (hex) of the spec without its request id (model
+/// digest, size and name, policy, rules, options, report settings). A Build that reuses a
+/// request id rejoins that id's build only when this matches (DESIGN.md §9).
+std::string SpecFingerprint(const v1::BuildSpec& spec);
 
 /// The content-addressed cache key of a checked spec: SHA-256 (hex) over the model digest, the
 /// canonical policy, the options, the builder version (KILN_VERSION) and this CPU's features.

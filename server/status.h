@@ -6,8 +6,12 @@
 
 namespace kiln::server {
 
-/// Converts `status` to a grpc::Status with the same code and message. The canonical codes of
-/// absl and gRPC share their numbering; an unknown code becomes UNKNOWN.
+/// The longest status message sent to a client, in bytes (longer ones are cut, saying so).
+inline constexpr size_t kMaxStatusMessageBytes = 2048;
+
+/// Converts `status` to a grpc::Status with the same code and message (at most
+/// kMaxStatusMessageBytes of it). The canonical codes of absl and gRPC share their numbering;
+/// an unknown code becomes UNKNOWN.
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
 /// The reverse mapping, for the server's own bookkeeping (the code and message are kept).

@@ -2,8 +2,12 @@
 // never throws; these macros are the only early-return helpers.
 #pragma once
 
+#include <string>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 
 #define KILN_STATUS_CONCAT_INNER(a, b) a##b
 #define KILN_STATUS_CONCAT(a, b) KILN_STATUS_CONCAT_INNER(a, b)
@@ -23,3 +27,18 @@
   auto tmp = (expr);                               \
   if (!tmp.ok()) return std::move(tmp).status();   \
   lhs = std::move(tmp).value()
+
+namespace kiln {
+
+/// `text` for an error message: as is up to `max_bytes`, else its first `max_bytes` bytes and
+/// "... (N bytes)". An error that quotes what a user or a client sent (a rule, an id, a name)
+/// stays short however large that input is: through gRPC the message travels in metadata,
+/// whose size is limited.
+inline std::string Excerpt(absl::string_view text, size_t max_bytes = 120) {
+  if (text.size() <= max_bytes) return std::string(text);
+  size_t cut = max_bytes;  // not inside a UTF-8 sequence
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  return absl::StrCat(text.substr(0, cut), "... (", text.size(), " bytes)");
+}
+
+}  // namespace kiln

@@ -1,7 +1,5 @@
 #include "engine/precision/assign.h"
 
-#include <regex>
-
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -82,32 +80,9 @@ absl::StatusOr<std::vector<std::vector<int>>> MatchRules(
       std::sort(matches[r].begin(), matches[r].end());
       continue;
     }
-    std::optional<std::regex> re;
-    if (rule.kind == SelectorKind::kRegex) {
-      try {  // validated by the parser; std::regex reports errors only by throwing
-        re.emplace(rule.pattern);
-      } catch (const std::regex_error& e) {
-        return absl::InvalidArgumentError(absl::StrCat(rule.origin, ": invalid regex"));
-      }
-    }
     for (const auto& n : g.nodes()) {
-      bool hit = false;
-      switch (rule.kind) {
-        case SelectorKind::kOp:
-          hit = rule.pattern == ir::OpName(n->op);
-          break;
-        case SelectorKind::kName:
-          hit = GlobMatch(rule.pattern, n->name);
-          break;
-        case SelectorKind::kRegex:
-          hit = std::regex_match(n->name, *re);
-          break;
-        case SelectorKind::kScope:
-          hit = absl::StartsWith(n->name, rule.pattern);
-          break;
-        case SelectorKind::kPattern:
-          break;
-      }
+      bool hit = rule.kind == SelectorKind::kOp ? rule.pattern == ir::OpName(n->op)
+                                                : RuleMatchesName(rule, n->name);
       if (hit) matches[r].push_back(n->id);
     }
   }

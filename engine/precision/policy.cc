@@ -1,14 +1,14 @@
 #include "engine/precision/policy.h"
 
-#include <regex>
-
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/common/status.h"
 #include "engine/import/onnx_importer.h"
 #include "engine/precision/patterns.h"
+#include "re2/re2.h"
 
 namespace kiln::precision {
 namespace {
@@ -71,7 +71,67 @@ bool MatchClass(absl::string_view glob, size_t& gi, char c) {
   return matched != negate;
 }
 
+// Compiles a `re:` rule with RE2 (linear-time matching, bounded memory). The nesting of groups
+// and brackets is bounded first, so a rule such as 20,000 nested '(' is refused by a loop
+// rather than handed to a parser.
+absl::StatusOr<std::shared_ptr<const re2::RE2>> CompileRegex(absl::string_view pat,
+                                                             const std::string& origin, int line,
+                                                             int column) {
+  int depth = 0, deepest = 0;
+  bool in_class = false;
+  for (size_t i = 0; i < pat.size(); ++i) {
+    char c = pat[i];
+    if (c == '\\') {
+      ++i;  // an escaped character opens nothing
+      continue;
+    }
+    if (in_class) {
+      if (c == ']') in_class = false;
+      continue;
+    }
+    if (c == '[') {
+      in_class = true;
+      if (i + 1 < pat.size() && pat[i + 1] == ']') ++i;  // "[]...]" starts with a literal ']'
+      deepest = std::max(deepest, depth + 1);
+    } else if (c == '(') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == ')' && depth > 0) {
+      --depth;
+    }
+    if (deepest > kMaxRegexNesting) {
+      return ErrorAt(origin, line, column + static_cast<int>(i),
+                     absl::StrCat("regular expression '", Excerpt(pat, 40), "' nests deeper than ",
+                                  kMaxRegexNesting, " groups"));
+    }
+  }
+  RE2::Options options;
+  options.set_log_errors(false);
+  options.set_max_mem(int64_t{8} << 20);  // RE2's default: compiled programs past it fail
+  auto re = std::make_shared<const RE2>(re2::StringPiece(pat.data(), pat.size()), options);
+  if (!re->ok()) {
+    return ErrorAt(origin, line, column,
+                   absl::StrCat("invalid regular expression '", Excerpt(pat),
+                                "': ", Excerpt(re->error()), " (RE2 syntax)"));
+  }
+  return re;
+}
+
 }  // namespace
+
+bool RuleMatchesName(const Rule& rule, absl::string_view name) {
+  switch (rule.kind) {
+    case SelectorKind::kName:
+      return GlobMatch(rule.pattern, name);
+    case SelectorKind::kRegex:
+      return rule.regex && RE2::FullMatch(re2::StringPiece(name.data(), name.size()), *rule.regex);
+    case SelectorKind::kScope:
+      return absl::StartsWith(name, rule.pattern);
+    case SelectorKind::kOp:
+    case SelectorKind::kPattern:
+      return false;
+  }
+  return false;
+}
 
 const char* SelectorKindName(SelectorKind k) {
   switch (k) {
@@ -141,29 +201,36 @@ absl::StatusOr<Rule> ParseRule(absl::string_view text, const std::string& origin
                                int column) {
   absl::string_view whole = text;
   absl::string_view t = absl::StripAsciiWhitespace(text);
+  if (t.size() > kMaxRuleBytes) {
+    return ErrorAt(
+        origin, line, ColumnOf(whole, t, column),
+        absl::StrCat("rule '", Excerpt(t, 40), "' is longer than ", kMaxRuleBytes, " bytes"));
+  }
   size_t eq = t.rfind('=');
   if (eq == absl::string_view::npos) {
     return ErrorAt(origin, line, ColumnOf(whole, t, column),
-                   absl::StrCat("expected 'SELECTOR = PRECISION', got '", t, "'"));
+                   absl::StrCat("expected 'SELECTOR = PRECISION', got '", Excerpt(t), "'"));
   }
   absl::string_view sel = absl::StripAsciiWhitespace(t.substr(0, eq));
   absl::string_view prec = absl::StripAsciiWhitespace(t.substr(eq + 1));
   if (!sel.empty() && sel.back() == '=') {
-    return ErrorAt(origin, line, ColumnOf(whole, sel, column) + static_cast<int>(sel.size()) - 1,
-                   absl::StrCat("expected one '=' in 'SELECTOR = PRECISION', got '", t, "'"));
+    return ErrorAt(
+        origin, line, ColumnOf(whole, sel, column) + static_cast<int>(sel.size()) - 1,
+        absl::StrCat("expected one '=' in 'SELECTOR = PRECISION', got '", Excerpt(t), "'"));
   }
   int sel_col = ColumnOf(whole, sel.empty() ? t : sel, column);
   int prec_col = ColumnOf(whole, prec.empty() ? t.substr(eq) : prec, column);
   auto p = ParsePrecision(prec);
   if (!p) {
-    return ErrorAt(origin, line, prec_col,
-                   absl::StrCat("unknown precision '", prec, "' (expected fp32, fp16 or bf16)"));
+    return ErrorAt(
+        origin, line, prec_col,
+        absl::StrCat("unknown precision '", Excerpt(prec), "' (expected fp32, fp16 or bf16)"));
   }
   size_t colon = sel.find(':');
   if (colon == absl::string_view::npos) {
-    return ErrorAt(
-        origin, line, sel_col,
-        absl::StrCat("selector '", sel, "' needs a kind: op:, name:, re:, scope: or pattern:"));
+    return ErrorAt(origin, line, sel_col,
+                   absl::StrCat("selector '", Excerpt(sel),
+                                "' needs a kind: op:, name:, re:, scope: or pattern:"));
   }
   absl::string_view kind = sel.substr(0, colon);
   absl::string_view pat = sel.substr(colon + 1);
@@ -180,7 +247,7 @@ absl::StatusOr<Rule> ParseRule(absl::string_view text, const std::string& origin
     r.kind = SelectorKind::kPattern;
   else {
     return ErrorAt(origin, line, sel_col,
-                   absl::StrCat("unknown selector kind '", kind,
+                   absl::StrCat("unknown selector kind '", Excerpt(kind),
                                 "' (expected op, name, re, scope or pattern)"));
   }
   int pat_col = sel_col + static_cast<int>(colon) + 1;
@@ -191,23 +258,17 @@ absl::StatusOr<Rule> ParseRule(absl::string_view text, const std::string& origin
     for (char ch : pat) {
       if (!absl::ascii_isalnum(ch) && ch != '_') {
         return ErrorAt(origin, line, pat_col,
-                       absl::StrCat("op type '", pat, "' is not an ONNX op name"));
+                       absl::StrCat("op type '", Excerpt(pat), "' is not an ONNX op name"));
       }
     }
   }
   if (r.kind == SelectorKind::kPattern && !PatternFromName(pat)) {
     return ErrorAt(origin, line, pat_col,
-                   absl::StrCat("unknown pattern '", pat,
+                   absl::StrCat("unknown pattern '", Excerpt(pat),
                                 "' (expected layernorm, rmsnorm, gelu, softmax or attention)"));
   }
   if (r.kind == SelectorKind::kRegex) {
-    // std::regex reports a bad expression by throwing; this is the boundary that catches it.
-    try {
-      std::regex re{std::string(pat)};
-    } catch (const std::regex_error& e) {
-      return ErrorAt(origin, line, pat_col,
-                     absl::StrCat("invalid regular expression '", pat, "': ", e.what()));
-    }
+    ASSIGN_OR_RETURN(r.regex, CompileRegex(pat, origin, line, pat_col));
   }
   r.pattern = std::string(pat);
   r.precision = *p;
@@ -231,7 +292,7 @@ absl::StatusOr<Policy> Preset(absl::string_view name) {
     return p;
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "unknown preset '", name, "'; presets are: ", absl::StrJoin(PresetNames(), ", ")));
+      "unknown preset '", Excerpt(name), "'; presets are: ", absl::StrJoin(PresetNames(), ", ")));
 }
 
 absl::StatusOr<Policy> ParsePolicyText(absl::string_view text, const std::string& origin) {
@@ -240,6 +301,9 @@ absl::StatusOr<Policy> ParsePolicyText(absl::string_view text, const std::string
   bool seen_base = false, seen_preset = false;
   int line_no = 0;
   size_t pos = 0;
+  // Editors on Windows write a UTF-8 byte-order mark and CRLF line ends: the mark is skipped
+  // (columns count from after it) and '\r' is whitespace at a line's end.
+  if (absl::StartsWith(text, "\xEF\xBB\xBF")) text.remove_prefix(3);
   while (pos <= text.size()) {
     size_t end = text.find('\n', pos);
     if (end == absl::string_view::npos) end = text.size();
@@ -270,9 +334,9 @@ absl::StatusOr<Policy> ParsePolicyText(absl::string_view text, const std::string
         if (seen_base) return ErrorAt(origin, line_no, col, "'base' is given twice");
         auto p = ParsePrecision(value);
         if (!p) {
-          return ErrorAt(
-              origin, line_no, vcol,
-              absl::StrCat("unknown precision '", value, "' (expected fp32, fp16 or bf16)"));
+          return ErrorAt(origin, line_no, vcol,
+                         absl::StrCat("unknown precision '", Excerpt(value),
+                                      "' (expected fp32, fp16 or bf16)"));
         }
         policy.base = *p;
         seen_base = true;
@@ -292,6 +356,10 @@ absl::StatusOr<Policy> ParsePolicyText(absl::string_view text, const std::string
       }
       if (end == text.size()) break;
       continue;
+    }
+    if (policy.rules.size() >= kMaxRules) {
+      return ErrorAt(origin, line_no, col,
+                     absl::StrCat("a policy holds at most ", kMaxRules, " rules"));
     }
     ASSIGN_OR_RETURN(Rule r, ParseRule(line, origin, line_no, 1));
     policy.rules.push_back(std::move(r));
@@ -314,6 +382,11 @@ absl::StatusOr<Policy> LoadPolicy(const std::string& preset_or_path) {
 }
 
 absl::Status AddRuleFlags(Policy& policy, const std::vector<std::string>& rules) {
+  if (policy.rules.size() + rules.size() > kMaxRules) {
+    return absl::InvalidArgumentError(absl::StrCat("a policy holds at most ", kMaxRules, " rules (",
+                                                   policy.rules.size(), " and ", rules.size(),
+                                                   " --rule flags given)"));
+  }
   for (size_t i = 0; i < rules.size(); ++i) {
     ASSIGN_OR_RETURN(Rule r, ParseRule(rules[i], absl::StrCat("--rule ", i + 1)));
     r.origin = absl::StrCat("--rule ", i + 1);

@@ -12,6 +12,7 @@
 // Presets: fp32, fp16, bf16, fp32-layernorm, bf16-layernorm, fp16-safe.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -19,7 +20,20 @@
 #include "absl/strings/string_view.h"
 #include "engine/precision/precision.h"
 
+namespace re2 {
+class RE2;
+}  // namespace re2
+
 namespace kiln::precision {
+
+/// Bounds on what a policy may ask of the matcher, so that one rule (a `--rule` flag, a policy
+/// file, a server request) can neither exhaust the stack nor run for long. Every node name is
+/// tested against every rule, so the rule count and a rule's length bound the matching work;
+/// the nesting bound keeps a `re:` rule's parse shallow (RE2 itself matches in linear time and
+/// bounded memory).
+inline constexpr size_t kMaxRuleBytes = 4096;  ///< one rule, as written
+inline constexpr int kMaxRegexNesting = 100;   ///< nested groups / brackets in a `re:` rule
+inline constexpr size_t kMaxRules = 10000;     ///< rules in one policy (file + flags)
 
 enum class SelectorKind { kOp, kName, kRegex, kScope, kPattern };
 
@@ -36,6 +50,8 @@ struct Rule {
   /// Rules a user wrote must match a node (an error under `obey`); a preset's rules need not
   /// (fp32-layernorm on a CNN without LayerNorm is fine).
   bool must_match = true;
+  /// The compiled expression of a `re:` rule (RE2 syntax, full match), shared by copies.
+  std::shared_ptr<const re2::RE2> regex;
 };
 
 /// A parsed policy.
@@ -75,5 +91,9 @@ absl::Status AddRuleFlags(Policy& policy, const std::vector<std::string>& rules)
 /// Glob match of a whole node name: `*` any run (including '/'), `?` one character, `[...]` a
 /// character class (`[!...]` or `[^...]` negated, ranges `a-z`).
 bool GlobMatch(absl::string_view glob, absl::string_view text);
+
+/// Whether `rule` selects a node of this name (op and pattern rules select by other means and
+/// answer false here).
+bool RuleMatchesName(const Rule& rule, absl::string_view name);
 
 }  // namespace kiln::precision

@@ -71,7 +71,7 @@ BuildOutcome RunBuild(const std::shared_ptr<grpc::Channel>& channel, const Build
   v1::BuildRequest req;
   *req.mutable_spec() = call.spec;
   bool ok = stream->Write(req);
-  bool cancelled = false;
+  bool cancelled = false, hold = false;
   if (ok && call.upload) {
     size_t limit = call.stop_after >= 0 ? static_cast<size_t>(call.stop_after) : call.model.size();
     for (size_t off = 0; ok && off < limit; off += call.chunk_bytes) {
@@ -83,18 +83,19 @@ BuildOutcome RunBuild(const std::shared_ptr<grpc::Channel>& channel, const Build
       ctx.TryCancel();
       cancelled = true;
     }
-    for (size_t i = 0; ok && !cancelled && i < call.samples.size(); ++i) {
+    if (call.stop_after >= 0 && call.after_stop == BuildCall::AfterStop::kHold) hold = true;
+    for (size_t i = 0; ok && !cancelled && !hold && i < call.samples.size(); ++i) {
       req.Clear();
       *req.mutable_sample() = call.samples[i];
       ok = stream->Write(req);
     }
-    if (ok && !cancelled) {
+    if (ok && !cancelled && !hold) {
       req.Clear();
       req.set_end_of_upload(true);
       ok = stream->Write(req);
     }
   }
-  if (!cancelled && call.upload) stream->WritesDone();
+  if (!cancelled && !hold && call.upload) stream->WritesDone();
   v1::BuildEvent e;
   while (stream->Read(&e)) {
     if (call.on_event) call.on_event(e, ctx);

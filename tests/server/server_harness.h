@@ -31,9 +31,11 @@ struct BuildCall {
   std::vector<v1::SampleSet> samples;
   /// false: send only the spec, then read (a cache hit needs nothing more).
   bool upload = true;
-  /// >= 0: after this many model bytes, stop uploading and do `after_stop`.
+  /// >= 0: after this many model bytes, stop uploading and do `after_stop`: send
+  /// end_of_upload, cancel the call, or hold the stream open sending nothing more (an idle
+  /// upload) and read events until the server ends the call or the deadline passes.
   int64_t stop_after = -1;
-  enum class AfterStop { kEndOfUpload, kCancel } after_stop = AfterStop::kEndOfUpload;
+  enum class AfterStop { kEndOfUpload, kCancel, kHold } after_stop = AfterStop::kEndOfUpload;
   std::chrono::milliseconds deadline{0};  ///< 0: 60 s (only to prevent a hang)
   std::string token;
   /// Called for each event; may cancel the call through the context.
