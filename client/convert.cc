@@ -338,8 +338,9 @@ const char* StatusCodeName(grpc::StatusCode code) {
 int RunConvert(const ClientOptions& o) {
   auto upload = Prepare(o);
   if (!upload.ok()) {
-    std::cerr << "convert-client: " << upload.status().message() << "\n";
-    return kExitUsage;
+    // The model, the policy file or the sample inputs could not be read: a local file error.
+    std::cerr << "convert-client: error: " << upload.status().message() << "\n";
+    return kExitLocalError;
   }
   auto target = ChannelTarget(o.servers);
   if (!target.ok()) {
@@ -348,8 +349,9 @@ int RunConvert(const ClientOptions& o) {
   }
   auto channel = MakeChannel(o, *target);
   if (!channel.ok()) {
-    std::cerr << "convert-client: " << channel.status().message() << "\n";
-    return kExitUsage;
+    // Only reading the --tls-ca file fails here: a local file error.
+    std::cerr << "convert-client: error: " << channel.status().message() << "\n";
+    return kExitLocalError;
   }
   std::unique_ptr<v1::Converter::Stub> stub = v1::Converter::NewStub(*channel);
   Console console(stderr, isatty(fileno(stderr)) == 1, o.quiet);

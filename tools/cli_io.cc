@@ -44,6 +44,18 @@ absl::StatusOr<std::vector<std::vector<ir::Tensor>>> ReadSampleSets(const std::s
 absl::Status WriteTensorDir(const std::string& dir, const std::string& prefix,
                             const std::vector<ir::Tensor>& tensors,
                             const std::vector<std::string>& names) {
+  // Every file's head first: a tensor that cannot be written (one past protobuf's 2 GiB limit)
+  // fails the command before any file is written, not after some of them.
+  std::vector<std::string> heads;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    auto head = import::TensorProtoHead(tensors[i], names[i]);
+    if (!head.ok()) {
+      return absl::Status(head.status().code(), absl::StrCat("cannot write ", prefix, "_", i,
+                                                             ".pb: ", head.status().message(),
+                                                             "; no ", prefix, " was written"));
+    }
+    heads.push_back(*std::move(head));
+  }
   struct stat st;
   if (stat(dir.c_str(), &st) != 0) {
     if (mkdir(dir.c_str(), 0755) != 0) {
@@ -53,8 +65,11 @@ absl::Status WriteTensorDir(const std::string& dir, const std::string& prefix,
     return absl::InvalidArgumentError(absl::StrCat("'", dir, "' exists and is not a folder"));
   }
   for (size_t i = 0; i < tensors.size(); ++i) {
-    RETURN_IF_ERROR(WriteFileAtomic(absl::StrCat(dir, "/", prefix, "_", i, ".pb"),
-                                    import::SerializeTensorProto(tensors[i], names[i])));
+    // The payload goes to the file from the tensor itself: no copy of a big output in memory.
+    const absl::string_view parts[] = {
+        heads[i],
+        absl::string_view(static_cast<const char*>(tensors[i].raw_data()), tensors[i].byte_size())};
+    RETURN_IF_ERROR(WriteFilePartsAtomic(absl::StrCat(dir, "/", prefix, "_", i, ".pb"), parts));
   }
   return absl::OkStatus();
 }

@@ -22,6 +22,8 @@ absl::StatusOr<std::vector<ir::Tensor>> ReadTensorDir(const std::string& dir,
 absl::StatusOr<std::vector<std::vector<ir::Tensor>>> ReadSampleSets(const std::string& dir);
 
 /// Writes `tensors[i]` to `DIR/<prefix>_i.pb` with `names[i]` as the TensorProto name; creates DIR.
+/// Writes nothing when a tensor is too large for a TensorProto (ResourceExhausted naming the
+/// file, the tensor and protobuf's 2 GiB limit).
 absl::Status WriteTensorDir(const std::string& dir, const std::string& prefix,
                             const std::vector<ir::Tensor>& tensors,
                             const std::vector<std::string>& names);

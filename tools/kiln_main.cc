@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,7 @@
 #include "tools/bench_cmd.h"
 #include "tools/cli_args.h"
 #include "tools/cli_io.h"
+#include "tools/cli_paths.h"
 #include "tools/report_cmd.h"
 
 namespace kiln::tools {
@@ -102,6 +104,20 @@ std::shared_ptr<spdlog::logger> StderrLogger(bool quiet) {
   return logger;
 }
 
+// Before a build runs: no output is a folder, an input (the model, a policy file, a sample
+// input) or another output.
+absl::Status CheckBuildPaths(const Args& args) {
+  std::vector<NamedPath> inputs = {{"MODEL", args.positional[0]}};
+  if (args.flags.count("--policy")) inputs.push_back({"--policy", args.flags.at("--policy")});
+  std::vector<NamedPath> input_dirs;
+  if (args.flags.count("--inputs")) input_dirs.push_back({"--inputs", args.flags.at("--inputs")});
+  std::vector<NamedPath> outputs;
+  for (const char* flag : {"-o", "--report", "--html", "--suggest-policy"}) {
+    if (args.flags.count(flag)) outputs.push_back({flag, args.flags.at(flag)});
+  }
+  return CheckOutputPaths(inputs, input_dirs, outputs);
+}
+
 absl::Status Build(int argc, char** argv) {
   std::map<std::string, bool> known = BuildFlags();
   known["-o"] = true;
@@ -112,6 +128,7 @@ absl::Status Build(int argc, char** argv) {
   if (!args->flags.count("-o")) return UsageError("build needs -o ENGINE");
   ASSIGN_OR_RETURN(builder::BuildOptions opts, BuildOptionsFrom(*args));
   RETURN_IF_ERROR(CheckReportFlags(*args));
+  RETURN_IF_ERROR(CheckBuildPaths(*args));
   opts.keep_reference = WantsReport(*args);
   RETURN_IF_ERROR(ApplyThreads(*args));
   auto logger = StderrLogger(args->flags.count("--quiet") > 0);
@@ -297,20 +314,29 @@ int Main(int argc, char** argv) {
   }
   std::string cmd = argv[1];
   absl::Status st;
-  if (cmd == "build")
-    st = Build(argc, argv);
-  else if (cmd == "run")
-    st = Run(argc, argv);
-  else if (cmd == "inspect")
-    st = Inspect(argc, argv);
-  else if (cmd == "explain")
-    st = Explain(argc, argv);
-  else if (cmd == "compare")
-    st = Compare(argc, argv);
-  else if (cmd == "bench")
-    st = Bench(argc, argv);
-  else
-    st = UsageError(absl::StrCat("unknown command '", cmd, "'"));
+  // The engine returns statuses, but the standard library and protobuf report running out of
+  // memory (an address-space limit, a huge output) by throwing: the boundary turns that into an
+  // error instead of an abort.
+  try {
+    if (cmd == "build")
+      st = Build(argc, argv);
+    else if (cmd == "run")
+      st = Run(argc, argv);
+    else if (cmd == "inspect")
+      st = Inspect(argc, argv);
+    else if (cmd == "explain")
+      st = Explain(argc, argv);
+    else if (cmd == "compare")
+      st = Compare(argc, argv);
+    else if (cmd == "bench")
+      st = Bench(argc, argv);
+    else
+      st = UsageError(absl::StrCat("unknown command '", cmd, "'"));
+  } catch (const std::bad_alloc&) {
+    st = absl::ResourceExhaustedError(
+        "out of memory (an allocation failed: the inputs, outputs or model need more memory than "
+        "this process may use; see ulimit -v)");
+  }
   if (st.GetPayload(kUsagePayload).has_value()) {
     std::cerr << "kiln: " << st.message() << "\n\n" << kUsage;
     return 2;

@@ -18,6 +18,7 @@
 #include "engine/report/sample_inputs.h"
 #include "tools/bench_cmd.h"
 #include "tools/cli_io.h"
+#include "tools/cli_paths.h"
 
 namespace kiln::tools {
 namespace {
@@ -184,6 +185,17 @@ absl::Status Compare(int argc, char** argv) {
   if (!parsed.ok()) return UsageError(std::string(parsed.status().message()));
   Args args = *std::move(parsed);
   if (args.positional.size() != 2) return UsageError("compare takes ENGINE_A and ENGINE_B");
+  {
+    std::vector<NamedPath> inputs = {{"ENGINE_A", args.positional[0]},
+                                     {"ENGINE_B", args.positional[1]}};
+    std::vector<NamedPath> input_dirs;
+    if (args.flags.count("--inputs")) input_dirs.push_back({"--inputs", args.flags["--inputs"]});
+    std::vector<NamedPath> outputs;
+    for (const char* flag : {"--report", "--html"}) {
+      if (args.flags.count(flag)) outputs.push_back({flag, args.flags[flag]});
+    }
+    RETURN_IF_ERROR(CheckOutputPaths(inputs, input_dirs, outputs));
+  }
   RETURN_IF_ERROR(ApplyThreads(args));
   ASSIGN_OR_RETURN(report::Tolerance tol, TolerancesFrom(args));
   ASSIGN_OR_RETURN(std::shared_ptr<const plan::Engine> a, plan::LoadEngineFile(args.positional[0]));

@@ -25,6 +25,7 @@ absl::Status Errno(const std::string& what, const std::string& path) {
   if (e == EACCES || e == EPERM || e == EROFS) return absl::PermissionDeniedError(msg);
   if (e == ENOSPC || e == EDQUOT) return absl::ResourceExhaustedError(msg);
   if (e == ENOENT || e == ENOTDIR) return absl::NotFoundError(msg);
+  if (e == EISDIR) return absl::InvalidArgumentError(absl::StrCat("'", path, "' is a folder"));
   return absl::InternalError(msg);
 }
 
@@ -58,6 +59,16 @@ absl::Status Replace(const std::string& path, mode_t mode, Fill&& fill) {
 absl::Status WriteFileAtomic(const std::string& path, absl::string_view bytes, mode_t mode) {
   return Replace(path, mode, [&](int fd, const std::string& tmp) {
     return WriteAll(fd, bytes.data(), bytes.size(), tmp);
+  });
+}
+
+absl::Status WriteFilePartsAtomic(const std::string& path,
+                                  absl::Span<const absl::string_view> parts, mode_t mode) {
+  return Replace(path, mode, [&](int fd, const std::string& tmp) -> absl::Status {
+    for (absl::string_view part : parts) {
+      RETURN_IF_ERROR(WriteAll(fd, part.data(), part.size(), tmp));
+    }
+    return absl::OkStatus();
   });
 }
 

@@ -3,7 +3,10 @@
 #include <sys/stat.h>
 
 #include <fstream>
+#include <new>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
@@ -141,9 +144,124 @@ absl::StatusOr<ir::Attribute> ConvertAttribute(const onnx::AttributeProto& a,
   return out;
 }
 
+template <typename F>
+absl::Status ForEachTensor(onnx::GraphProto& graph, const std::string& where, F& f);
+
+// Calls `f(tensor, context)` on every TensorProto in the attributes of `nodes`, subgraphs
+// included. `where` prefixes the contexts.
+template <typename F>
+absl::Status ForEachNodeTensor(google::protobuf::RepeatedPtrField<onnx::NodeProto>& nodes,
+                               const std::string& where, F& f) {
+  for (int n = 0; n < nodes.size(); ++n) {
+    onnx::NodeProto& node = nodes[n];
+    std::string label = NodeLabel(node, n);
+    for (onnx::AttributeProto& a : *node.mutable_attribute()) {
+      std::string what = absl::StrCat(where, label, " attribute '", a.name(), "'");
+      if (a.has_t()) RETURN_IF_ERROR(f(*a.mutable_t(), what));
+      for (onnx::TensorProto& t : *a.mutable_tensors()) RETURN_IF_ERROR(f(t, what));
+      if (a.has_sparse_tensor()) {
+        RETURN_IF_ERROR(f(*a.mutable_sparse_tensor()->mutable_values(), what));
+        RETURN_IF_ERROR(f(*a.mutable_sparse_tensor()->mutable_indices(), what));
+      }
+      for (onnx::SparseTensorProto& t : *a.mutable_sparse_tensors()) {
+        RETURN_IF_ERROR(f(*t.mutable_values(), what));
+        RETURN_IF_ERROR(f(*t.mutable_indices(), what));
+      }
+      if (a.has_g()) RETURN_IF_ERROR(ForEachTensor(*a.mutable_g(), absl::StrCat(what, ": "), f));
+      for (onnx::GraphProto& g : *a.mutable_graphs()) {
+        RETURN_IF_ERROR(ForEachTensor(g, absl::StrCat(what, ": "), f));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Calls `f(tensor, context)` on every TensorProto of `graph` that the onnx checker looks at:
+// initializers, sparse initializers' values and indices, and node attributes.
+template <typename F>
+absl::Status ForEachTensor(onnx::GraphProto& graph, const std::string& where, F& f) {
+  for (int i = 0; i < graph.initializer_size(); ++i) {
+    onnx::TensorProto* t = graph.mutable_initializer(i);
+    RETURN_IF_ERROR(f(*t, absl::StrCat(where, "initializer #", i, " '", t->name(), "'")));
+  }
+  for (int i = 0; i < graph.sparse_initializer_size(); ++i) {
+    onnx::SparseTensorProto* t = graph.mutable_sparse_initializer(i);
+    std::string what =
+        absl::StrCat(where, "sparse initializer #", i, " '", t->values().name(), "'");
+    RETURN_IF_ERROR(f(*t->mutable_values(), what));
+    RETURN_IF_ERROR(f(*t->mutable_indices(), absl::StrCat(what, " indices")));
+  }
+  return ForEachNodeTensor(*graph.mutable_node(), where, f);
+}
+
+// Checks the 'location' of every external-data tensor of the model against the model's folder
+// (ResolveExternalLocation) before anything else reads the file system, and points each at the
+// path it resolves to, in `original` keeps what it said. The onnx checker stats each location
+// relative to the current directory, not the model's folder: given the resolved paths it looks
+// only at files already checked to be inside the folder. RestoreLocations undoes it.
+absl::Status ResolveExternalLocations(onnx::ModelProto& model, const ExternalDataPolicy& ext,
+                                      std::vector<std::pair<std::string*, std::string>>& original) {
+  auto resolve = [&](onnx::TensorProto& t, const std::string& what) -> absl::Status {
+    if (t.data_location() != onnx::TensorProto::EXTERNAL) return absl::OkStatus();
+    ASSIGN_OR_RETURN(std::string location, ExternalLocationOf(t, ext, what));
+    ASSIGN_OR_RETURN(std::string path, ResolveExternalLocation(location, ext, what));
+    for (auto& kv : *t.mutable_external_data()) {
+      if (kv.key() != "location") continue;
+      original.emplace_back(kv.mutable_value(), std::move(location));
+      *kv.mutable_value() = std::move(path);
+      break;
+    }
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(ForEachTensor(*model.mutable_graph(), "", resolve));
+  for (onnx::FunctionProto& fn : *model.mutable_functions()) {
+    RETURN_IF_ERROR(ForEachNodeTensor(*fn.mutable_node(),
+                                      absl::StrCat("function '", fn.name(), "' "), resolve));
+  }
+  return absl::OkStatus();
+}
+
+void RestoreLocations(std::vector<std::pair<std::string*, std::string>>& original) {
+  for (auto& [value, location] : original) *value = std::move(location);
+  original.clear();
+}
+
+// The onnx checker requires a type with an element type and a shape on every graph input and
+// output, and says only "Field 'shape' of 'type' is required but missing": the same check here,
+// first, names the value.
+absl::Status CheckIoTypesForChecker(const onnx::GraphProto& g) {
+  auto check = [](const onnx::ValueInfoProto& vi, const std::string& what) -> absl::Status {
+    std::string label = absl::StrCat(what, " '", vi.name(), "'");
+    if (!vi.has_type()) {
+      return absl::InvalidArgumentError(absl::StrCat(label, " has no type"));
+    }
+    if (!vi.type().has_tensor_type()) return absl::OkStatus();
+    const auto& tt = vi.type().tensor_type();
+    if (!tt.has_elem_type()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(label, " has a tensor type without an element type ('elem_type')"));
+    }
+    if (!tt.has_shape()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          label,
+          " has a tensor type without a 'shape' (ONNX requires one on graph inputs and outputs; "
+          "write the dims, or dim_param names for dims unknown before run time)"));
+    }
+    return absl::OkStatus();
+  };
+  for (int i = 0; i < g.input_size(); ++i) {
+    RETURN_IF_ERROR(check(g.input(i), absl::StrCat("graph input #", i)));
+  }
+  for (int i = 0; i < g.output_size(); ++i) {
+    RETURN_IF_ERROR(check(g.output(i), absl::StrCat("graph output #", i)));
+  }
+  return absl::OkStatus();
+}
+
 // Extra check by Debian's onnx 1.12 checker where it is an authority (never the only check).
 absl::Status RunOnnxChecker(const onnx::ModelProto& model, int opset) {
   if (model.ir_version() > 8 || opset > 17) return absl::OkStatus();
+  RETURN_IF_ERROR(CheckIoTypesForChecker(model.graph()));
   try {
     onnx::checker::check_model(model);
   } catch (const std::exception& e) {
@@ -164,7 +282,14 @@ class Importer {
     graph_->set_ir_version(model_.ir_version());
     graph_->set_name(model_.graph().name());
     RETURN_IF_ERROR(CheckOps());
-    if (options_.use_onnx_checker) RETURN_IF_ERROR(RunOnnxChecker(model_, opset_));
+    {
+      // Locations are checked before the onnx checker looks at them, and restored after.
+      std::vector<std::pair<std::string*, std::string>> original;
+      absl::Status st = ResolveExternalLocations(model_, ext_, original);
+      if (st.ok() && options_.use_onnx_checker) st = RunOnnxChecker(model_, opset_);
+      RestoreLocations(original);
+      RETURN_IF_ERROR(st);
+    }
     RETURN_IF_ERROR(ImportInitializersAndInputs());
     RETURN_IF_ERROR(ImportNodes());
     RETURN_IF_ERROR(ImportOutputs());
@@ -452,7 +577,13 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, int64_t max_bytes)
   }
   std::ifstream f(path, std::ios::binary);
   if (!f) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
-  std::string data(static_cast<size_t>(st.st_size), '\0');
+  std::string data;
+  try {
+    data.resize(static_cast<size_t>(st.st_size));
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("out of memory reading '", path, "' (", st.st_size, " bytes)"));
+  }
   f.read(data.data(), st.st_size);
   if (f.gcount() != st.st_size) {
     return absl::DataLossError(absl::StrCat("short read on '", path, "'"));

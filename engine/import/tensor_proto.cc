@@ -5,13 +5,17 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <new>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "engine/common/half.h"
 #include "engine/common/status.h"
+#include "google/protobuf/io/coded_stream.h"
 #include "onnx/onnx_pb.h"
 
 namespace kiln::import {
@@ -83,16 +87,13 @@ absl::Status CopyTypedData(const onnx::TensorProto& p, ir::Tensor& t, const std:
   }
 }
 
-// Reads external data under the rules: relative path inside the model folder, no "..", no
-// symlink anywhere on the path, offset/length inside the file, length == dims x dtype size.
+// Reads external data under the rules of ResolveExternalLocation, with offset/length inside the
+// file and length == dims x dtype size.
 absl::Status ReadExternal(const onnx::TensorProto& p, const ExternalDataPolicy& policy, DataType dt,
                           const std::vector<int64_t>& dims, ir::Tensor& t, const std::string& ctx) {
-  std::string location;
   int64_t offset = 0, length = -1;
   for (const auto& kv : p.external_data()) {
-    if (kv.key() == "location") {
-      location = kv.value();
-    } else if (kv.key() == "offset") {
+    if (kv.key() == "offset") {
       if (!absl::SimpleAtoi(kv.value(), &offset) || offset < 0) {
         return Bad(ctx, absl::StrCat("external_data offset '", kv.value(), "' is not valid"));
       }
@@ -102,32 +103,8 @@ absl::Status ReadExternal(const onnx::TensorProto& p, const ExternalDataPolicy& 
       }
     }
   }
-  if (policy.model_dir.empty()) {
-    return Bad(ctx,
-               "uses external data but the model was not loaded from a file, so there is "
-               "no model folder to read it from");
-  }
-  if (location.empty()) return Bad(ctx, "external_data has no 'location'");
-  if (location[0] == '/' || location.find('\\') != std::string::npos) {
-    return Bad(ctx, absl::StrCat("external_data location '", location,
-                                 "' must be a relative path inside the model's folder"));
-  }
-  std::string path = policy.model_dir;
-  for (absl::string_view part : absl::StrSplit(location, '/', absl::SkipEmpty())) {
-    if (part == ".." || part == ".") {
-      return Bad(ctx, absl::StrCat("external_data location '", location,
-                                   "' must not contain '.' or '..' components"));
-    }
-    path = absl::StrCat(path, "/", part);
-    struct stat st;
-    if (lstat(path.c_str(), &st) != 0) {
-      return Bad(ctx, absl::StrCat("external_data file '", location, "' does not exist"));
-    }
-    if (S_ISLNK(st.st_mode)) {
-      return Bad(ctx, absl::StrCat("external_data location '", location,
-                                   "' goes through a symlink, which is not allowed"));
-    }
-  }
+  ASSIGN_OR_RETURN(std::string location, ExternalLocationOf(p, policy, ctx));
+  ASSIGN_OR_RETURN(std::string path, ResolveExternalLocation(location, policy, ctx));
   // O_NONBLOCK: opening a FIFO (or a device) for reading would otherwise block until a writer
   // appears, hanging the import; it is then refused as not a regular file.
   int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
@@ -176,6 +153,68 @@ absl::Status ReadExternal(const onnx::TensorProto& p, const ExternalDataPolicy& 
 }
 
 }  // namespace
+
+absl::Status RefusedExternalLocation(const std::string& context, const std::string& location) {
+  return Bad(context, absl::StrCat("external_data location '", absl::CHexEscape(location),
+                                   "' is refused: a location must be a relative path to a file "
+                                   "inside the model's folder, with no '..' component and no "
+                                   "symlink on the way"));
+}
+
+absl::StatusOr<std::string> ResolveExternalLocation(const std::string& location,
+                                                    const ExternalDataPolicy& policy,
+                                                    const std::string& context) {
+  if (policy.model_dir.empty()) {
+    return Bad(context,
+               "uses external data but the model was not loaded from a file, so there is "
+               "no model folder to read it from");
+  }
+  if (location.empty()) return Bad(context, "external_data has an empty 'location'");
+  // By the text alone first: nothing outside the folder is ever looked at, so the error cannot
+  // tell whether such a path exists.
+  if (location[0] == '/' || location.find('\\') != std::string::npos ||
+      location.find('\0') != std::string::npos) {
+    return RefusedExternalLocation(context, location);
+  }
+  std::vector<absl::string_view> parts;
+  for (absl::string_view part : absl::StrSplit(location, '/', absl::SkipEmpty())) {
+    if (part == "..") return RefusedExternalLocation(context, location);
+    if (part != ".") parts.push_back(part);
+  }
+  if (parts.empty()) return RefusedExternalLocation(context, location);
+  // Then each component below the folder: every path looked at here is inside it, and none may
+  // be a symlink (one could lead anywhere).
+  std::string path = policy.model_dir;
+  for (absl::string_view part : parts) {
+    path = absl::StrCat(path, "/", part);
+    struct stat st;
+    if (lstat(path.c_str(), &st) != 0) {
+      return Bad(context, absl::StrCat("external_data file '", location,
+                                       "' does not exist in the model's folder"));
+    }
+    if (S_ISLNK(st.st_mode)) return RefusedExternalLocation(context, location);
+  }
+  return path;
+}
+
+absl::StatusOr<std::string> ExternalLocationOf(const onnx::TensorProto& p,
+                                               const ExternalDataPolicy& policy,
+                                               const std::string& context) {
+  if (policy.model_dir.empty()) {
+    return Bad(context,
+               "uses external data but the model was not loaded from a file, so there is "
+               "no model folder to read it from");
+  }
+  const std::string* location = nullptr;
+  for (const auto& kv : p.external_data()) {
+    if (kv.key() != "location") continue;
+    if (location != nullptr) return Bad(context, "external_data has more than one 'location'");
+    location = &kv.value();
+  }
+  if (location == nullptr) return Bad(context, "external_data has no 'location'");
+  if (location->empty()) return Bad(context, "external_data has an empty 'location'");
+  return *location;
+}
 
 absl::StatusOr<ir::Tensor> TensorFromProto(const onnx::TensorProto& p,
                                            const ExternalDataPolicy& external,
@@ -257,10 +296,63 @@ absl::StatusOr<ir::Tensor> ParseTensorProto(absl::string_view bytes, const std::
   return std::move(named.second);
 }
 
-std::string SerializeTensorProto(const ir::Tensor& t, const std::string& name) {
+namespace {
+
+// The TensorProto of `t` without its payload: dims, data_type and name.
+onnx::TensorProto HeaderProto(const ir::Tensor& t, const std::string& name) {
   onnx::TensorProto p;
-  TensorToProto(t, name, &p);
-  return p.SerializeAsString();
+  if (!name.empty()) p.set_name(name);
+  p.set_data_type(static_cast<int32_t>(t.dtype()));
+  for (int64_t d : t.dims()) p.add_dims(d);
+  return p;
+}
+
+// raw_data is field 9, length-delimited: its tag is one byte, 9 << 3 | 2.
+constexpr char kRawDataTag = (9 << 3) | 2;
+
+}  // namespace
+
+int64_t SerializedTensorProtoSize(const ir::Tensor& t, const std::string& name) {
+  const auto payload = static_cast<uint64_t>(t.byte_size());
+  return static_cast<int64_t>(HeaderProto(t, name).ByteSizeLong() + 1 +
+                              google::protobuf::io::CodedOutputStream::VarintSize64(payload) +
+                              payload);
+}
+
+absl::StatusOr<std::string> TensorProtoHead(const ir::Tensor& t, const std::string& name) {
+  const int64_t size = SerializedTensorProtoSize(t, name);
+  if (size > kMaxTensorProtoBytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("tensor '", name, "' (", DataTypeOnnxName(t.dtype()), " ",
+                     ir::DimsToString(t.dims()), ", ", t.byte_size(),
+                     " bytes) is too large for an onnx.TensorProto: protobuf cannot "
+                     "serialize a message of 2 GiB or more (",
+                     size, " > ", kMaxTensorProtoBytes, " bytes)"));
+  }
+  // Fields in number order, as protobuf writes them: dims, data_type, name, then raw_data's tag
+  // and length; the payload follows.
+  std::string head = HeaderProto(t, name).SerializeAsString();
+  head.push_back(kRawDataTag);
+  uint64_t n = static_cast<uint64_t>(t.byte_size());
+  while (n >= 0x80) {
+    head.push_back(static_cast<char>((n & 0x7f) | 0x80));
+    n >>= 7;
+  }
+  head.push_back(static_cast<char>(n));
+  return head;
+}
+
+absl::StatusOr<std::string> SerializeTensorProto(const ir::Tensor& t, const std::string& name) {
+  ASSIGN_OR_RETURN(std::string out, TensorProtoHead(t, name));
+  // The payload is copied once, not into the message and again into its serialization.
+  try {
+    out.reserve(out.size() + t.byte_size());
+    out.append(static_cast<const char*>(t.raw_data()), t.byte_size());
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrCat("out of memory serializing tensor '", name,
+                                                     "' (", out.size() + t.byte_size(), " bytes)"));
+  }
+  return out;
 }
 
 }  // namespace kiln::import

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <new>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
@@ -242,7 +243,14 @@ absl::Status Execution::Step(const NodeObserver& observer, const InteriorTap& ta
   const ir::Node& n = *s.engine_->order[i];
   NodeContext ctx(n, values_, static_cast<char*>(s.arena_.get()), s.slot_offset_, s.slot_bytes_,
                   session_.pool_, tap);
-  absl::Status st = s.kernels_[i]->Run(ctx);
+  absl::Status st;
+  // Kernels return statuses, but their scratch (std::vector) reports running out of memory by
+  // throwing: an address-space limit or a huge output becomes this node's error, not an abort.
+  try {
+    st = s.kernels_[i]->Run(ctx);
+  } catch (const std::bad_alloc&) {
+    st = absl::ResourceExhaustedError("out of memory running the kernel");
+  }
   if (!st.ok()) {
     std::string msg(st.message());
     if (msg.rfind("[node", 0) != 0) msg = absl::StrCat(n.Label(), " ", msg);

@@ -1,10 +1,13 @@
 // convert-client's command line: flags, durations, targets, and the usage errors naming the flag.
 #include "client/client_options.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "client/convert.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -230,6 +233,29 @@ TEST(ChannelTargetTest, BadAddressesNameTheServerFlag) {
     EXPECT_THAT(std::string(t.status().message()), HasSubstr("--server")) << bad[0];
     EXPECT_TRUE(IsUsageError(t.status()));
   }
+}
+
+// A local file that cannot be read is exit code 1 (README: "1 local file error"), not 2 (usage):
+// the command line itself was right. No server is contacted: the files are read first.
+TEST(RunConvertTest, UnreadableLocalFilesExitOne) {
+  const std::string missing = "/nonexistent-kiln-test/model.onnx";
+  auto o = Parse({"--server", "127.0.0.1:1", "--model", missing, "-o", "/tmp/unused.kiln"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(RunConvert(*o), kExitLocalError);
+
+  // The model is there but --policy-file, --inputs or --tls-ca is not.
+  char model[] = "/tmp/kiln-client-test-XXXXXX";
+  int fd = mkstemp(model);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, "onnx", 4), 4);
+  close(fd);
+  for (const char* flag : {"--policy-file", "--inputs", "--tls-ca"}) {
+    auto with = Parse({"--server", "127.0.0.1:1", "--model", model, "-o", "/tmp/unused.kiln", flag,
+                       "/nonexistent-kiln-test/file"});
+    ASSERT_TRUE(with.ok()) << with.status();
+    EXPECT_EQ(RunConvert(*with), kExitLocalError) << flag;
+  }
+  unlink(model);
 }
 
 }  // namespace

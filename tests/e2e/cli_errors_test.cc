@@ -158,6 +158,122 @@ TEST_F(CliErrors, BuildExternalDataEscape) {
                    {"'w'", "relative"});
 }
 
+// The IR 8 model of `AddReluMulModel` with its weights in external data at `location`.
+onnx::ModelProto ExternalDataModel(const std::string& location) {
+  onnx::ModelProto m = AddReluMulModel(8, 17);  // IR 8: Debian's onnx checker runs too
+  auto* w = m.mutable_graph()->mutable_initializer(0);
+  w->clear_float_data();
+  w->set_data_location(onnx::TensorProto::EXTERNAL);
+  auto* loc = w->add_external_data();
+  loc->set_key("location");
+  loc->set_value(location);
+  return m;
+}
+
+std::string WeightBytes() {
+  const auto& w = ::kiln::testing::kAddReluMulWeights;
+  return std::string(reinterpret_cast<const char*>(w.data()), w.size() * sizeof(float));
+}
+
+TEST_F(CliErrors, BuildExternalDataFromAnotherFolder) {
+  // model/model.onnx + model/w.bin is valid wherever kiln runs from: its locations are
+  // resolved against the model's folder, not the current one.
+  ASSERT_EQ(mkdir(dir_.File("model").c_str(), 0755), 0);
+  dir_.Write("model/w.bin", WeightBytes());
+  std::string model = dir_.Write("model/model.onnx", SerializeModel(ExternalDataModel("w.bin")));
+  CliResult abs = RunKiln(dir_, {"build", model, "-o", dir_.File("abs.engine")});
+  ASSERT_TRUE(abs.exited) << Describe(abs);
+  EXPECT_EQ(abs.exit_code, 0) << Describe(abs);
+  // From the model's parent folder, by a relative path.
+  CliResult rel = RunBinary(dir_, "bash",
+                            {"-c", "cd \"$1\" && exec \"$0\" build model/model.onnx -o rel.engine",
+                             KILN_BIN, dir_.path()});
+  ASSERT_TRUE(rel.exited) << Describe(rel);
+  EXPECT_EQ(rel.exit_code, 0) << Describe(rel);
+  struct stat st;
+  EXPECT_EQ(stat(dir_.File("rel.engine").c_str(), &st), 0);
+}
+
+TEST_F(CliErrors, BuildExternalDataRefusedAlikeWhetherOrNotThePathExists) {
+  // One message for every refused location: it must not tell which paths exist on the host.
+  ASSERT_EQ(mkdir(dir_.File("model").c_str(), 0755), 0);
+  std::string existing = dir_.Write("w.bin", WeightBytes());
+  std::vector<std::string> errors;
+  for (const std::string& location :
+       {existing, dir_.File("missing.bin"), std::string("../w.bin"), std::string("../none.bin")}) {
+    std::string model = dir_.Write("model/model.onnx", SerializeModel(ExternalDataModel(location)));
+    CliResult r = RunKiln(dir_, {"build", model, "-o", dir_.File("out.engine"), "--quiet"});
+    ExpectCleanError(r, {"'w'", "refused", location});
+    std::string err = r.err;
+    err.replace(err.find(location), location.size(), "LOCATION");
+    errors.push_back(err);
+  }
+  for (const std::string& e : errors) EXPECT_EQ(e, errors[0]);
+  // And an empty location is named as such, not as a file that "should be stored in ".
+  std::string model = dir_.Write("model/model.onnx", SerializeModel(ExternalDataModel("")));
+  ExpectCleanError(RunKiln(dir_, {"build", model, "-o", dir_.File("out.engine")}),
+                   {"initializer #0 'w': external_data has an empty 'location'"});
+}
+
+TEST_F(CliErrors, BuildNeverReplacesItsInputs) {
+  const std::string model_bytes = SerializeModel(AddReluMulModel());
+  std::string model = dir_.Write("m.onnx", model_bytes);
+  std::string policy = dir_.Write("p.policy", "base = fp32\n");
+  ASSERT_EQ(mkdir(dir_.File("in").c_str(), 0755), 0);
+  std::string sample = dir_.Write("in/input_0.pb", "sample");
+  ASSERT_EQ(link(model.c_str(), dir_.File("hardlink.onnx").c_str()), 0);
+  const std::vector<std::string> build = {"build", model, "--quiet"};
+  struct Case {
+    std::vector<std::string> args;
+    std::vector<std::string> named;  // both flags
+  };
+  const std::vector<Case> cases = {
+      {{"-o", model}, {"-o", "MODEL"}},
+      {{"-o", dir_.File("in/../m.onnx")}, {"-o", "MODEL"}},
+      {{"-o", dir_.File("hardlink.onnx")}, {"-o", "MODEL"}},
+      {{"-o", dir_.File("e"), "--report", model}, {"--report", "MODEL"}},
+      {{"-o", dir_.File("e"), "--html", model}, {"--html", "MODEL"}},
+      {{"-o", dir_.File("e"), "--suggest-policy", model}, {"--suggest-policy", "MODEL"}},
+      {{"-o", policy, "--policy", policy}, {"-o", "--policy"}},
+      {{"-o", dir_.File("e"), "--inputs", dir_.File("in"), "--report", sample},
+       {"--report", "--inputs"}},
+      {{"-o", dir_.File("e"), "--report", dir_.File("./e")}, {"-o", "--report"}},
+      {{"-o", dir_.File("e"), "--report", dir_.File("r"), "--html", dir_.File("r")},
+       {"--report", "--html"}},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = build;
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    CliResult r = RunKiln(dir_, args);
+    ExpectCleanError(r, c.named);
+    EXPECT_THAT(r.err, HasSubstr("INVALID_ARGUMENT")) << Describe(r);
+    EXPECT_EQ(Slurp(model), model_bytes) << "the model was replaced: " << Describe(r);
+    EXPECT_EQ(Slurp(policy), "base = fp32\n");
+    EXPECT_EQ(Slurp(sample), "sample");
+    EXPECT_THAT(r.out, ::testing::Not(HasSubstr("built"))) << "refused only after the build";
+  }
+  // A preset name is not a file: `--policy fp32 -o fp32` is fine.
+  CliResult ok =
+      RunBinary(dir_, "bash",
+                {"-c", "cd \"$1\" && exec \"$0\" build m.onnx --policy fp32 -o fp32 --quiet",
+                 KILN_BIN, dir_.path()});
+  EXPECT_EQ(ok.exit_code, 0) << Describe(ok);
+}
+
+TEST_F(CliErrors, BuildOutputIsAFolder) {
+  std::string model = dir_.Write("m.onnx", SerializeModel(AddReluMulModel()));
+  ASSERT_EQ(mkdir(dir_.File("folder").c_str(), 0755), 0);
+  for (const char* flag : {"-o", "--report", "--html", "--suggest-policy"}) {
+    std::vector<std::string> args = {"build", model, "--quiet"};
+    if (std::string(flag) != "-o") args.insert(args.end(), {"-o", dir_.File("e")});
+    args.insert(args.end(), {flag, dir_.File("folder")});
+    CliResult r = RunKiln(dir_, args);
+    ExpectCleanError(
+        r, {"INVALID_ARGUMENT", absl::StrCat(flag, " '", dir_.File("folder"), "' is a folder")});
+    EXPECT_THAT(r.out, ::testing::Not(HasSubstr("built"))) << "refused only after the build";
+  }
+}
+
 TEST_F(CliErrors, BuildMissingFile) {
   std::string missing = dir_.File("no_such_model.onnx");
   ExpectCleanError(RunKiln(dir_, {"build", missing, "-o", dir_.File("out.engine")}),
@@ -234,6 +350,23 @@ TEST_F(CliRun, InputWithWrongShape) {
 }
 
 TEST_F(CliRun, MissingInput) { ExpectCleanError(Run(), {"1 inputs", "got 0"}); }
+
+TEST_F(CliRun, OutOfMemoryIsAnErrorNotAnAbort) {
+  // A 4 GiB input (a sparse file: no disk used) under a 1 GiB address-space limit: reading it
+  // cannot get the memory, which must be a RESOURCE_EXHAUSTED error, not an uncaught
+  // std::bad_alloc (an abort).
+  int fd = open(dir_.File("in/input_0.pb").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, int64_t{4} << 30), 0);
+  close(fd);
+  CliResult r =
+      RunBinary(dir_, "bash",
+                {"-c", "ulimit -v 1048576 || exit 99; exec \"$0\" \"$@\"", KILN_BIN, "run", engine_,
+                 "--inputs", dir_.File("in"), "--outputs", dir_.File("out")});
+  ExpectCleanError(r, {"RESOURCE_EXHAUSTED", "input_0.pb"});
+  struct stat st;
+  EXPECT_NE(stat(dir_.File("out/output_0.pb").c_str(), &st), 0) << "wrote an output";
+}
 
 TEST_F(CliRun, InputsFolderMissing) {
   CliResult r = RunKiln(

@@ -1,16 +1,22 @@
 // Hostile ONNX models: every one must give a clear error (right status code, message naming the
 // node or field), never a crash, a hang or an OK.
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "engine/import/onnx_importer.h"
+#include "engine/import/tensor_proto.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "onnx/onnx_pb.h"
@@ -662,9 +668,10 @@ TEST(ImportFuzz, MutatedModelsNeverCrash) {
 
 // A model whose initializer 'w' lives in external data at `location` (with optional offset and
 // length), written as model.onnx in `dir`.
-std::string WriteExternalModel(const TempDir& dir, const std::string& location,
-                               const std::string& offset = "", const std::string& length = "") {
-  onnx::ModelProto m = AddReluMulModel();
+onnx::ModelProto ExternalModel(const std::string& location, const std::string& offset = "",
+                               const std::string& length = "", int64_t ir_version = 10,
+                               int64_t opset = 21) {
+  onnx::ModelProto m = AddReluMulModel(ir_version, opset);
   onnx::TensorProto* w = m.mutable_graph()->mutable_initializer(0);
   w->clear_float_data();
   w->set_data_location(onnx::TensorProto::EXTERNAL);
@@ -676,7 +683,12 @@ std::string WriteExternalModel(const TempDir& dir, const std::string& location,
   add("location", location);
   if (!offset.empty()) add("offset", offset);
   if (!length.empty()) add("length", length);
-  return dir.Write("model.onnx", SerializeModel(m));
+  return m;
+}
+
+std::string WriteExternalModel(const TempDir& dir, const std::string& location,
+                               const std::string& offset = "", const std::string& length = "") {
+  return dir.Write("model.onnx", SerializeModel(ExternalModel(location, offset, length)));
 }
 
 std::string WeightBytes() {
@@ -823,6 +835,214 @@ TEST(ImportExternalData, NoLocation) {
   TempDir dir;
   ExpectError(ImportModelFile(WriteExternalModel(dir, ""), {}).status(),
               absl::StatusCode::kInvalidArgument, {"'w'", "location"});
+}
+
+// ---- External data resolved against the model's folder, before the onnx checker --------
+
+// Changes the current folder for its lifetime.
+class CurrentFolder {
+ public:
+  explicit CurrentFolder(const std::string& dir) {
+    char buf[4096];
+    if (getcwd(buf, sizeof(buf)) != nullptr) old_ = buf;
+    ok_ = chdir(dir.c_str()) == 0;
+  }
+  ~CurrentFolder() {
+    if (!old_.empty() && chdir(old_.c_str()) != 0) ADD_FAILURE() << "cannot go back to " << old_;
+  }
+  bool ok() const { return ok_; }
+
+ private:
+  std::string old_;
+  bool ok_ = false;
+};
+
+// The model versions with Debian's onnx checker (IR 8 / opset 17) and without it (IR 10).
+const std::pair<int64_t, int64_t> kWithAndWithoutChecker[] = {{8, 17}, {10, 21}};
+
+TEST(ImportExternalData, ResolvedAgainstTheModelFolderNotTheCurrentOne) {
+  TempDir outer;
+  ASSERT_EQ(mkdir(outer.File("model").c_str(), 0755), 0);
+  outer.Write("model/w.bin", WeightBytes());
+  for (auto [ir, opset] : kWithAndWithoutChecker) {
+    SCOPED_TRACE(absl::StrCat("ir_version ", ir));
+    std::string model =
+        outer.Write("model/model.onnx", SerializeModel(ExternalModel("w.bin", "", "", ir, opset)));
+    // From the test's own folder, by an absolute path...
+    auto g = ImportModelFile(model, {});
+    ASSERT_TRUE(g.ok()) << g.status();
+    const ir::Value* w = (*g)->FindValue("w");
+    ASSERT_TRUE(w != nullptr && w->constant.has_value());
+    EXPECT_EQ(w->constant->data<float>()[5], ::kiln::testing::kAddReluMulWeights[5]);
+    // ... and from the model's parent folder, by a relative path.
+    CurrentFolder cd(outer.path());
+    ASSERT_TRUE(cd.ok());
+    auto g2 = ImportModelFile("model/model.onnx", {});
+    ASSERT_TRUE(g2.ok()) << g2.status();
+  }
+}
+
+TEST(ImportExternalData, RefusedLocationsAllGetOneMessage) {
+  // Whether a refused path exists must not show in the error: a server's client would learn
+  // which files exist on its host. Every refused location gets one message, with or without
+  // the onnx checker, and none is looked at on the file system.
+  TempDir outside;
+  std::string secret = outside.Write("secret.bin", WeightBytes());
+  std::string outside_name = outside.path().substr(outside.path().rfind('/') + 1);
+  TempDir dir;
+  ASSERT_EQ(symlink(secret.c_str(), dir.File("link.bin").c_str()), 0);
+  ASSERT_EQ(symlink(outside.File("missing.bin").c_str(), dir.File("dangling.bin").c_str()), 0);
+  ASSERT_EQ(symlink(outside.path().c_str(), dir.File("linkdir").c_str()), 0);
+  ASSERT_EQ(mkdir(dir.File("sub").c_str(), 0755), 0);
+  const std::vector<std::string> locations = {
+      secret,
+      outside.File("missing.bin"),
+      absl::StrCat("../", outside_name, "/secret.bin"),
+      absl::StrCat("../", outside_name, "/missing.bin"),
+      absl::StrCat("sub/../../", outside_name, "/secret.bin"),
+      "link.bin",
+      "dangling.bin",
+      "linkdir/secret.bin",
+      "linkdir/missing.bin",
+      "..",
+      "a\\..\\w.bin",
+      std::string("w.bin\0/../../secret.bin", 24),
+  };
+  std::string first;
+  for (auto [ir, opset] : kWithAndWithoutChecker) {
+    for (const std::string& location : locations) {
+      SCOPED_TRACE(
+          absl::StrCat("ir_version ", ir, ", location '", absl::CHexEscape(location), "'"));
+      std::string model =
+          dir.Write("model.onnx", SerializeModel(ExternalModel(location, "", "", ir, opset)));
+      absl::Status st = ImportModelFile(model, {}).status();
+      ExpectError(st, absl::StatusCode::kInvalidArgument, {"initializer #0 'w'", "refused"});
+      std::string message(st.message());
+      size_t at = message.find(absl::CHexEscape(location));
+      ASSERT_NE(at, std::string::npos) << message;
+      message.replace(at, absl::CHexEscape(location).size(), "LOCATION");
+      if (first.empty()) first = message;
+      EXPECT_EQ(message, first);
+    }
+  }
+  // Without a model folder (a model sent as bytes, as the server receives it) every location is
+  // refused alike too: the checker must not stat it first.
+  for (const std::string& location : {secret, outside.File("missing.bin")}) {
+    absl::Status st = Import(ExternalModel(location, "", "", 8, 17));
+    ExpectError(st, absl::StatusCode::kInvalidArgument, {"'w'", "no model folder"});
+    EXPECT_THAT(st.message(), ::testing::Not(HasSubstr(location)));
+  }
+}
+
+TEST(ImportExternalData, EmptyLocationIsNamedBeforeTheChecker) {
+  TempDir dir;
+  for (auto [ir, opset] : kWithAndWithoutChecker) {
+    std::string model =
+        dir.Write("model.onnx", SerializeModel(ExternalModel("", "", "", ir, opset)));
+    absl::Status st = ImportModelFile(model, {}).status();
+    ExpectError(st, absl::StatusCode::kInvalidArgument,
+                {"initializer #0 'w': external_data has an empty 'location'"});
+    EXPECT_THAT(st.message(), ::testing::Not(HasSubstr("checker"))) << st;
+  }
+}
+
+TEST(ImportExternalData, DotComponentsResolveInsideTheFolder) {
+  TempDir dir;
+  ASSERT_EQ(mkdir(dir.File("weights").c_str(), 0755), 0);
+  dir.Write("weights/w.bin", WeightBytes());
+  for (auto [ir, opset] : kWithAndWithoutChecker) {
+    std::string model = dir.Write(
+        "model.onnx", SerializeModel(ExternalModel("./weights//./w.bin", "", "", ir, opset)));
+    auto g = ImportModelFile(model, {});
+    EXPECT_TRUE(g.ok()) << g.status();
+  }
+}
+
+// ---- Types of graph inputs and outputs under the onnx checker ----------------------------
+
+TEST(ImportChecker, TypeWithoutShapeNamesTheValue) {
+  // The onnx checker (IR <= 8) requires a shape on graph inputs and outputs but does not say
+  // which value lacks one.
+  onnx::ModelProto out = AddReluMulModel(8, 17);
+  out.mutable_graph()->mutable_output(0)->mutable_type()->mutable_tensor_type()->clear_shape();
+  ExpectError(Import(out), absl::StatusCode::kInvalidArgument, {"graph output #0 'y'", "'shape'"});
+  onnx::ModelProto in = AddReluMulModel(8, 17);
+  in.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->clear_shape();
+  ExpectError(Import(in), absl::StatusCode::kInvalidArgument, {"graph input #0 'x'", "'shape'"});
+  onnx::ModelProto elem = AddReluMulModel(8, 17);
+  elem.mutable_graph()->mutable_output(0)->mutable_type()->mutable_tensor_type()->clear_elem_type();
+  ExpectError(Import(elem), absl::StatusCode::kInvalidArgument,
+              {"graph output #0 'y'", "'elem_type'"});
+  // Kiln itself accepts an output of unknown rank (IR 10: no onnx checker).
+  onnx::ModelProto ir10 = AddReluMulModel();
+  ir10.mutable_graph()->mutable_output(0)->mutable_type()->mutable_tensor_type()->clear_shape();
+  EXPECT_TRUE(Import(ir10).ok()) << Import(ir10);
+}
+
+// ---- Writing tensors as TensorProto ------------------------------------------------------
+
+TEST(TensorProtoWrite, SameBytesAsProtobuf) {
+  for (int64_t n : {int64_t{0}, int64_t{6}, int64_t{200}, int64_t{70000}}) {
+    auto t = ir::Tensor::Allocate(DataType::kF32, {n});
+    ASSERT_TRUE(t.ok());
+    for (int64_t i = 0; i < n; ++i) t->data<float>()[i] = static_cast<float>(i) * 0.5f;
+    auto bytes = SerializeTensorProto(*t, "out");
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    onnx::TensorProto p;
+    TensorToProto(*t, "out", &p);
+    EXPECT_EQ(*bytes, p.SerializeAsString()) << n;
+    EXPECT_EQ(SerializedTensorProtoSize(*t, "out"), static_cast<int64_t>(bytes->size()));
+    auto back = ParseNamedTensorProto(*bytes, "back");
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(back->first, "out");
+    ASSERT_EQ(back->second.num_elements(), n);
+    if (n > 0) EXPECT_EQ(back->second.data<float>()[n - 1], static_cast<float>(n - 1) * 0.5f);
+  }
+}
+
+TEST(TensorProtoWrite, PastTwoGiBIsRefusedBeforeCopying) {
+  // Tensors that say they hold about 2 GiB over a 64-byte buffer: the refusal must come from the
+  // sizes alone, before any copy (reading the payload would run off the buffer). Protobuf cannot
+  // serialize a message over INT_MAX bytes; it used to log an error and give "" (an empty file).
+  alignas(64) static char small[64];
+  auto u8 = [](int64_t n) { return ir::Tensor::Borrow(DataType::kU8, {n}, small, nullptr); };
+  const int64_t probe = INT32_MAX - 64;
+  const int64_t overhead = SerializedTensorProtoSize(u8(probe), "y") - probe;
+  const int64_t fits = INT32_MAX - overhead;  // exactly INT32_MAX bytes serialized
+  ASSERT_EQ(SerializedTensorProtoSize(u8(fits), "y"), INT32_MAX);
+  auto head = TensorProtoHead(u8(fits), "y");
+  ASSERT_TRUE(head.ok()) << head.status();
+  EXPECT_EQ(static_cast<int64_t>(head->size()), overhead);
+  for (int64_t n : {fits + 1, int64_t{1} << 31, int64_t{6400000000}}) {
+    ExpectError(TensorProtoHead(u8(n), "y").status(), absl::StatusCode::kResourceExhausted,
+                {"'y'", "2 GiB", absl::StrCat(n, " bytes")});
+    ExpectError(SerializeTensorProto(u8(n), "y").status(), absl::StatusCode::kResourceExhausted,
+                {"'y'", "2 GiB"});
+  }
+}
+
+TEST(TensorProtoWrite, OutOfMemoryIsAnErrorNotAnAbort) {
+  // In a child whose address space is capped 64 MiB above what it uses, the copy of a 512 MiB
+  // tensor cannot be had: an error must come back, not an uncaught std::bad_alloc (an abort).
+  auto child = [] {
+    std::ifstream status("/proc/self/status");
+    std::string line;
+    int64_t vm_kb = -1;
+    while (std::getline(status, line)) {
+      if (line.rfind("VmSize:", 0) == 0) vm_kb = std::atoll(line.c_str() + 7);
+    }
+    if (vm_kb <= 0) _exit(2);
+    struct rlimit limit;
+    limit.rlim_cur = limit.rlim_max = static_cast<rlim_t>(vm_kb + (64 << 10)) * 1024;
+    if (setrlimit(RLIMIT_AS, &limit) != 0) _exit(2);
+    alignas(64) static char small[64];
+    ir::Tensor big = ir::Tensor::Borrow(DataType::kU8, {int64_t{512} << 20}, small, nullptr);
+    auto bytes = SerializeTensorProto(big, "y");
+    bool named = !bytes.ok() && bytes.status().code() == absl::StatusCode::kResourceExhausted &&
+                 absl::StrContains(bytes.status().message(), "'y'");
+    _exit(named ? 0 : 3);
+  };
+  EXPECT_EXIT(child(), ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace
