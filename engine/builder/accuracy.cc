@@ -83,9 +83,9 @@ OutputCheck Judge(const SampleOutputs& got, const SampleOutputs& ref,
       acc.Add(x.data<float>(), r.data<float>(), x.num_elements(), tol);
     }
     v1::ErrorStats st = acc.Finish();
-    bool ok = st.nan_count() + st.inf_count() == 0 && st.fraction_outside() == 0;
+    bool ok = report::NonFiniteErrors(st) == 0 && st.fraction_outside() == 0;
     c.pass &= ok;
-    double m = st.nan_count() + st.inf_count() > 0 ? INFINITY : st.max_abs();
+    double m = report::NonFiniteErrors(st) > 0 ? INFINITY : st.max_abs();
     c.worst_max_abs = std::max(c.worst_max_abs, m);
   }
   return c;

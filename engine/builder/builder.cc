@@ -18,6 +18,7 @@
 #include "engine/passes/conv_chain.h"
 #include "engine/passes/layout.h"
 #include "engine/passes/precision_lowering.h"
+#include "engine/plan/arena_rules.h"
 #include "engine/plan/engine_blob.h"
 #include "engine/precision/patterns.h"
 #include "engine/precision/policy.h"
@@ -492,6 +493,13 @@ absl::StatusOr<Compiled> Compile(ir::Graph& g, const precision::Policy& policy,
   }
 
   runtime::MemoryPlan mp = runtime::PlanMemory(g, live);
+  if (mp.arena_bytes > plan::kMaxArenaBytes) {
+    // Every tensor passed shape inference's size limit, but together they would need an arena
+    // no engine loader accepts (plan/arena_rules.h): refuse the build rather than its runs.
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the activation arena would need ", mp.arena_bytes, " bytes, over the limit of ",
+        plan::kMaxArenaBytes, " (1 TiB): check the model's static shapes"));
+  }
   sum.kernels = static_cast<int>(live.size());
   sum.arena_bytes = mp.arena_bytes;
   sum.total_activation_bytes = mp.total_activation_bytes;

@@ -6,8 +6,10 @@
 #include <unistd.h>
 #include <xxh_x86dispatch.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
+#include <map>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -15,6 +17,7 @@
 #include "engine/common/cpu_features.h"
 #include "engine/common/sha256.h"
 #include "engine/common/status.h"
+#include "engine/plan/arena_rules.h"
 
 namespace kiln::plan {
 namespace {
@@ -154,6 +157,151 @@ absl::StatusOr<ir::Attribute> FromAttr(const v1::AttributeValue& a) {
   return out;
 }
 
+// Checks the memory plan against the kernels before the runtime trusts it: the runtime places
+// each planned activation at its slot's offset in an arena of arena_bytes and never checks what
+// else lives there, so a plan whose live slots overlap (a blob crafted with recomputed digests,
+// or a broken writer) would run and silently give wrong answers. Checked: every slot inside the
+// arena (without overflow: offset + bytes may wrap around 2^64) and aligned as the planner
+// aligns; at most one slot per tensor, only for an activation a kernel writes (not a graph
+// input, output or constant), sized exactly as the planner sizes its static dtype and shape;
+// and no two slots whose lifetimes (first to last kernel that writes or reads the tensor,
+// inclusive) meet may share a byte, except for the planner's handover of a dying input's slot
+// to the output of an in-place op (arena_rules.h). A sweep over the kernels with the live
+// slots in an offset-ordered map: O(n log n) in the slots, whatever a hostile plan holds.
+absl::Status CheckMemoryPlan(const v1::EngineMetadata& meta, const std::vector<ir::Value*>& values,
+                             const std::vector<ir::Node*>& order) {
+  const v1::MemoryPlan& mp = meta.memory_plan();
+  // The runtime allocates the arena in one piece; no build plans more than kMaxArenaBytes
+  // (arena_rules.h), and the bound keeps the runtime's round-up of arena_bytes from wrapping.
+  if (mp.arena_bytes() > kMaxArenaBytes) {
+    return Corrupt(absl::StrCat("memory plan arena of ", mp.arena_bytes(),
+                                " bytes is over the limit of ", kMaxArenaBytes));
+  }
+  const int nt = static_cast<int>(values.size());
+  auto name = [&](int t) { return absl::StrCat("tensor '", values[t]->name, "'"); };
+  std::vector<int> slot_of(nt, -1);
+  for (int i = 0; i < mp.slots_size(); ++i) {
+    const auto& slot = mp.slots(i);
+    if (slot.tensor() < 0 || slot.tensor() >= nt) {
+      return Corrupt(
+          absl::StrCat("memory plan slot ", i, " refers to tensor ", slot.tensor(), " of ", nt));
+    }
+    const std::string what = absl::StrCat("memory plan slot ", i, " of ", name(slot.tensor()));
+    if (slot.bytes() > mp.arena_bytes() || slot.offset() > mp.arena_bytes() - slot.bytes()) {
+      return Corrupt(absl::StrCat(what, " (offset ", slot.offset(), ", ", slot.bytes(),
+                                  " bytes) is outside the ", mp.arena_bytes(), "-byte arena"));
+    }
+    if (slot.bytes() == 0 || slot.offset() % kArenaAlign != 0 || slot.bytes() % kArenaAlign != 0) {
+      return Corrupt(absl::StrCat(what, " (offset ", slot.offset(), ", ", slot.bytes(),
+                                  " bytes) is not a whole number of ", kArenaAlign,
+                                  "-byte blocks"));
+    }
+    if (slot_of[slot.tensor()] >= 0) {
+      return Corrupt(absl::StrCat(what, ": the tensor already has slot ", slot_of[slot.tensor()]));
+    }
+    slot_of[slot.tensor()] = i;
+    // Sized as the planner sizes it: a static shape, and no element count past 2^48 bytes (the
+    // planner leaves those to run time), so the product below cannot overflow.
+    const ir::Value& v = *values[slot.tensor()];
+    const size_t es = DataTypeSize(v.dtype);
+    const int64_t n = v.shape.is_static() ? ir::NumElementsOf(v.shape.StaticDims()) : -1;
+    if (es == 0 || n < 0 || static_cast<uint64_t>(n) > (uint64_t{1} << 48) / es ||
+        ArenaSlotBytes(n, es) != slot.bytes()) {
+      return Corrupt(absl::StrCat(
+          what, " has ", slot.bytes(), " bytes, but the tensor is ", DataTypeOnnxName(v.dtype), " ",
+          v.shape.ToString(),
+          es == 0 || n < 0 ? " (no static size)" : absl::StrCat(" (", n * es, " bytes)")));
+    }
+    if (v.constant) return Corrupt(absl::StrCat(what, ": the tensor is a constant"));
+  }
+  for (int idx : meta.graph_inputs()) {
+    if (slot_of[idx] >= 0) {
+      return Corrupt(absl::StrCat("memory plan slot ", slot_of[idx], " of ", name(idx),
+                                  ": the tensor is a graph input"));
+    }
+  }
+  for (int idx : meta.graph_outputs()) {
+    if (slot_of[idx] >= 0) {
+      return Corrupt(absl::StrCat("memory plan slot ", slot_of[idx], " of ", name(idx),
+                                  ": the tensor is a graph output"));
+    }
+  }
+  // Lifetimes: the first and last kernel that writes or reads each planned tensor.
+  const int nk = meta.kernels_size();
+  std::vector<int> first(mp.slots_size(), -1), last(mp.slots_size(), -1);
+  std::vector<bool> written(mp.slots_size(), false);
+  for (int k = 0; k < nk; ++k) {
+    const v1::Kernel& kd = meta.kernels(k);
+    for (int pass = 0; pass < 2; ++pass) {
+      for (int idx : pass == 0 ? kd.inputs() : kd.outputs()) {
+        const int s = idx >= 0 ? slot_of[idx] : -1;  // indices were checked by Rebuild
+        if (s < 0) continue;
+        if (first[s] < 0) first[s] = k;
+        last[s] = k;
+        if (pass == 1) written[s] = true;
+      }
+    }
+  }
+  std::vector<std::vector<int>> starts(nk), ends(nk);
+  for (int s = 0; s < mp.slots_size(); ++s) {
+    if (!written[s]) {
+      return Corrupt(absl::StrCat("memory plan slot ", s, " of ", name(mp.slots(s).tensor()),
+                                  ": no kernel writes the tensor"));
+    }
+    starts[first[s]].push_back(s);
+    ends[last[s]].push_back(s);
+  }
+  // Whether slot `out` may take over the bytes of slot `in` at kernel k: the planner's handover
+  // (memory_planner.cc), `out` written as output 0 of an in-place op that reads `in` once, as
+  // the input InPlaceInput names, and `in` dies there; same bytes, same dtype.
+  auto handover = [&](int in, int out, int k) {
+    const v1::Kernel& kd = meta.kernels(k);
+    const int donor = InPlaceInput(order[k]->op);
+    const auto& a = mp.slots(in);
+    const auto& b = mp.slots(out);
+    if (donor < 0 || donor >= kd.inputs_size() || kd.inputs(donor) != a.tensor() ||
+        kd.outputs_size() == 0 || kd.outputs(0) != b.tensor() || first[out] != k || last[in] != k ||
+        a.offset() != b.offset() || a.bytes() != b.bytes() ||
+        values[a.tensor()]->dtype != values[b.tensor()]->dtype) {
+      return false;
+    }
+    return std::count(kd.inputs().begin(), kd.inputs().end(), a.tensor()) == 1;
+  };
+  std::map<uint64_t, int> live;  // offset -> slot, pairwise disjoint byte ranges
+  auto end_of = [&](int s) { return mp.slots(s).offset() + mp.slots(s).bytes(); };
+  for (int k = 0; k < nk; ++k) {
+    for (int s : starts[k]) {
+      const uint64_t off = mp.slots(s).offset();
+      auto next = live.lower_bound(off);
+      int clash = -1;
+      if (next != live.end() && next->first < end_of(s)) clash = next->second;
+      if (clash < 0 && next != live.begin() && end_of(std::prev(next)->second) > off) {
+        clash = std::prev(next)->second;
+      }
+      if (clash < 0) {
+        live.emplace(off, s);
+        continue;
+      }
+      if (handover(clash, s, k)) {
+        next->second = s;  // the same range: `s` lives on in the bytes of `clash`, which dies
+        continue;
+      }
+      const auto& a = mp.slots(clash);
+      const auto& b = mp.slots(s);
+      return Corrupt(absl::StrCat(
+          "memory plan slots ", clash, " (", name(a.tensor()), ", bytes ", a.offset(), "-",
+          end_of(clash), ", kernels ", first[clash], "-", last[clash], ") and ", s, " (",
+          name(b.tensor()), ", bytes ", b.offset(), "-", end_of(s), ", kernels ", first[s], "-",
+          last[s], ") overlap while both are live (at kernel ", meta.kernels(k).id(), ")"));
+    }
+    for (int s : ends[k]) {
+      auto it = live.find(mp.slots(s).offset());
+      if (it != live.end() && it->second == s) live.erase(it);  // unless handed over
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Rebuilds the IR graph from validated metadata; weights borrow `base + weights_offset`.
 absl::StatusOr<std::unique_ptr<Engine>> Rebuild(v1::EngineMetadata meta, const char* weights,
                                                 uint64_t weights_size,
@@ -230,26 +378,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Rebuild(v1::EngineMetadata meta, const c
     if (!v) return Corrupt("graph output is -1");
     g.outputs().push_back(v);
   }
-  // The runtime places activations at these offsets in an arena of arena_bytes: check them here
-  // without overflow (offset + bytes may wrap around 2^64).
-  const v1::MemoryPlan& mp = meta.memory_plan();
-  // No machine has 2^48 bytes to give an arena (x86-64 user space is 2^47); the bound also keeps
-  // the runtime's round-up of arena_bytes from wrapping around.
-  if (mp.arena_bytes() > (uint64_t{1} << 48)) {
-    return Corrupt(absl::StrCat("memory plan arena of ", mp.arena_bytes(), " bytes"));
-  }
-  for (int i = 0; i < mp.slots_size(); ++i) {
-    const auto& slot = mp.slots(i);
-    if (slot.tensor() < 0 || slot.tensor() >= static_cast<int>(values.size())) {
-      return Corrupt(absl::StrCat("memory plan slot ", i, " refers to tensor ", slot.tensor(),
-                                  " of ", values.size()));
-    }
-    if (slot.bytes() > mp.arena_bytes() || slot.offset() > mp.arena_bytes() - slot.bytes()) {
-      return Corrupt(absl::StrCat("memory plan slot ", i, " (offset ", slot.offset(), ", ",
-                                  slot.bytes(), " bytes) is outside the ", mp.arena_bytes(),
-                                  "-byte arena"));
-    }
-  }
+  RETURN_IF_ERROR(CheckMemoryPlan(meta, values, engine->order));
   g.RebuildEdges();
   engine->metadata = std::move(meta);
   engine->storage = std::move(storage);

@@ -744,11 +744,10 @@ absl::Status EngineAnalysis::RunIntroduced(Run& run, int k,
 
 namespace {
 
-// Ranking key of introduced error: non-finite elements first, then the share of elements out
-// of tolerance, then max_abs relative to the tensor's range.
+// Ranking key of introduced error: non-finite elements that disagree with the reference first,
+// then the share of elements out of tolerance, then max_abs relative to the tensor's range.
 std::tuple<int64_t, double, double> Badness(const v1::ErrorStats& s, double ref_max, double atol) {
-  return {s.nan_count() + s.inf_count(), s.fraction_outside(),
-          s.max_abs() / std::max(ref_max, atol)};
+  return {NonFiniteErrors(s), s.fraction_outside(), s.max_abs() / std::max(ref_max, atol)};
 }
 
 }  // namespace
@@ -761,7 +760,7 @@ std::vector<int> EngineAnalysis::RankedSources() const {
     v1::ErrorStats s = en.sums.introduced.Finish();
     // Every node that introduces any error is a candidate: when error builds up over many
     // roundings no single node is out of tolerance, and the ranking still orders them.
-    if (s.nan_count() + s.inf_count() == 0 && s.max_abs() == 0) continue;
+    if (NonFiniteErrors(s) == 0 && s.max_abs() == 0) continue;
     ranked.push_back({Badness(s, en.sums.ref_max, tol_.atol), i});
   }
   // Worst first; ties keep topological order so the first node of a chain leads.
@@ -821,7 +820,8 @@ v1::AccuracyReport EngineAnalysis::Report(int max_offenders,
     o->set_tensor(v->name);
     *o->mutable_error() = entries_[it->second].sums.accumulated.Finish();
     const auto& s = o->error();
-    o->set_pass(s.nan_count() + s.inf_count() == 0 && s.fraction_outside() == 0);
+    // NaN/Inf that the reference holds in the same places pass; any other fails.
+    o->set_pass(NonFiniteErrors(s) == 0 && s.fraction_outside() == 0);
     pass &= o->pass();
   }
   rep.set_pass(pass);
@@ -829,7 +829,7 @@ v1::AccuracyReport EngineAnalysis::Report(int max_offenders,
   std::vector<std::pair<std::tuple<int64_t, double, double>, int>> ranked;
   for (const auto& [i, ti] : tensor_of_entry) {
     const auto& s = rep.tensors(ti).introduced();
-    if (s.nan_count() + s.inf_count() == 0 && s.max_abs() == 0) continue;
+    if (NonFiniteErrors(s) == 0 && s.max_abs() == 0) continue;
     ranked.push_back({Badness(s, entries_[i].sums.ref_max, tol_.atol), ti});
   }
   std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
@@ -848,6 +848,10 @@ v1::AccuracyReport EngineAnalysis::Report(int max_offenders,
     if (s.inf_count() > 0) why = absl::StrCat("introduces ", s.inf_count(), " Inf");
     if (s.nan_count() > 0)
       absl::StrAppend(&why, why.empty() ? "introduces " : ", ", s.nan_count(), " NaN");
+    if (s.nonfinite_mismatch_count() > 0) {
+      absl::StrAppend(&why, why.empty() ? "" : ", ", s.nonfinite_mismatch_count(), " of the ",
+                      s.ref_nan_count() + s.ref_inf_count(), " reference NaN/Inf not reproduced");
+    }
     if (why.empty()) {
       why = absl::StrCat("introduces max_abs ", Sci(s.max_abs()), " (",
                          absl::StrFormat("%.1f", 100.0 * s.fraction_outside()),

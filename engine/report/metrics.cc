@@ -149,6 +149,9 @@ void ErrorAccumulator::Merge(const ErrorAccumulator& o) {
   finite_ += o.finite_;
   nan_ += o.nan_;
   inf_ += o.inf_;
+  ref_nan_ += o.ref_nan_;
+  ref_inf_ += o.ref_inf_;
+  nonfinite_mismatch_ += o.nonfinite_mismatch_;
   outside_ += o.outside_;
   max_abs_ = std::max(max_abs_, o.max_abs_);
   max_rel_ = std::max(max_rel_, o.max_rel_);
@@ -160,9 +163,20 @@ void ErrorAccumulator::Merge(const ErrorAccumulator& o) {
 
 void ErrorAccumulator::AddOne(float xv, float rv, const Tolerance& tol) {
   const double r = rv;
-  if (!std::isfinite(r)) return;
-  ++elements_;
   const double v = xv;
+  ++elements_;
+  if (!std::isfinite(r)) {
+    // A reference that is itself NaN or Inf (the fp32 model overflows, divides 0 by 0, ...) is
+    // still something to compare with: the engine must reproduce it. Inf == Inf compares the
+    // sign too; NaN payloads and signs do not matter.
+    const bool nan = std::isnan(r);
+    ++(nan ? ref_nan_ : ref_inf_);
+    if (nan ? !std::isnan(v) : v != r) {
+      ++nonfinite_mismatch_;
+      ++outside_;
+    }
+    return;
+  }
   if (!std::isfinite(v)) {
     if (std::isnan(v)) {
       ++nan_;
@@ -241,8 +255,15 @@ v1::ErrorStats ErrorAccumulator::Finish() const {
   }
   s.set_nan_count(nan_);
   s.set_inf_count(inf_);
+  s.set_ref_nan_count(ref_nan_);
+  s.set_ref_inf_count(ref_inf_);
+  s.set_nonfinite_mismatch_count(nonfinite_mismatch_);
   s.set_fraction_outside(elements_ > 0 ? static_cast<double>(outside_) / elements_ : 0.0);
   return s;
+}
+
+int64_t NonFiniteErrors(const v1::ErrorStats& s) {
+  return s.nan_count() + s.inf_count() + s.nonfinite_mismatch_count();
 }
 
 double MaxAbsFinite(const float* ref, int64_t n) {

@@ -25,8 +25,10 @@ struct Tolerance {
 /// Streams (x, ref) pairs of one tensor and produces its ErrorStats.
 class ErrorAccumulator {
  public:
-  /// Adds `n` pairs. Non-finite reference elements are skipped (nothing to compare against);
-  /// a non-finite x where the reference is finite counts as NaN/Inf and as outside.
+  /// Adds `n` pairs. A non-finite x where the reference is finite counts as NaN/Inf and as
+  /// outside. A non-finite reference element (counted as reference NaN/Inf) matches only the
+  /// same value in x (NaN for NaN, an Inf of the same sign); any other x is a non-finite
+  /// mismatch and counts as outside. Only finite pairs enter max_abs, cosine and the other sums.
   void Add(const float* x, const float* ref, int64_t n, const Tolerance& tol);
   /// Adds every element of `x` (any floating dtype, converted in small chunks without a copy
   /// of the tensor) against `ref` (f32, same element count). Large tensors are split over all
@@ -51,9 +53,15 @@ class ErrorAccumulator {
   int64_t elements_ = 0;
   int64_t finite_ = 0;
   int64_t nan_ = 0, inf_ = 0, outside_ = 0;
+  int64_t ref_nan_ = 0, ref_inf_ = 0, nonfinite_mismatch_ = 0;
   double max_abs_ = 0, sum_abs_ = 0, max_rel_ = 0;
   double xx_ = 0, rr_ = 0, ee_ = 0;  // sums of x^2, ref^2 and (x - ref)^2
 };
+
+/// Elements of `s` whose non-finite values disagree with the reference: NaN/Inf where the
+/// reference is finite, plus non-finite reference elements that x does not reproduce. Zero for a
+/// tensor whose NaN/Inf (if any) are exactly the reference's.
+int64_t NonFiniteErrors(const v1::ErrorStats& s);
 
 /// Max |ref| over the finite elements.
 double MaxAbsFinite(const float* ref, int64_t n);

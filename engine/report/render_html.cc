@@ -104,9 +104,9 @@ std::string OutsideCell(double fraction) {
 }
 
 std::string NanInfCell(const v1::ErrorStats& e) {
-  const bool bad = e.nan_count() > 0 || e.inf_count() > 0;
-  return absl::StrFormat("<td class=\"n%s\">%d / %d</td>", bad ? " nf" : "", e.nan_count(),
-                         e.inf_count());
+  const bool bad = e.nan_count() > 0 || e.inf_count() > 0 || e.nonfinite_mismatch_count() > 0;
+  return absl::StrCat("<td class=\"n", bad ? " nf" : "", "\">", Esc(FormatNonFinite(e, " / ")),
+                      "</td>");
 }
 
 std::string PrecisionCell(absl::string_view assigned, absl::string_view effective) {

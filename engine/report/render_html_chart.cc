@@ -129,6 +129,12 @@ std::string DescribeTensor(const v1::AccuracyReport& report, int i) {
                   ", introduced max_abs ", FormatNumber(t.introduced().max_abs()));
   const int64_t nan = t.accumulated().nan_count(), inf = t.accumulated().inf_count();
   if (nan > 0 || inf > 0) absl::StrAppend(&s, absl::StrFormat("\nNaN %d, Inf %d", nan, inf));
+  const v1::ErrorStats& acc = t.accumulated();
+  if (acc.ref_nan_count() > 0 || acc.ref_inf_count() > 0) {
+    absl::StrAppend(
+        &s, absl::StrFormat("\nreference NaN %d, Inf %d (%d not reproduced)", acc.ref_nan_count(),
+                            acc.ref_inf_count(), acc.nonfinite_mismatch_count()));
+  }
   if (t.is_graph_output()) absl::StrAppend(&s, "\ngraph output");
   return s;
 }

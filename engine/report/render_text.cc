@@ -58,8 +58,7 @@ void AppendVerdicts(const v1::AccuracyReport& r, std::string* out) {
     const v1::ErrorStats& e = o.error();
     rows.push_back({Shorten(o.tensor()), FormatNumber(e.max_abs()), FormatNumber(e.max_rel()),
                     FormatCosine(e.cosine()), FormatPercent(e.fraction_outside()),
-                    absl::StrFormat("%d/%d", e.nan_count(), e.inf_count()),
-                    o.pass() ? "pass" : "FAIL"});
+                    FormatNonFinite(e), o.pass() ? "pass" : "FAIL"});
   }
   absl::StrAppend(out, FormatTable(rows, {false, true, true, true, true, true, false}));
 }

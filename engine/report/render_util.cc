@@ -53,8 +53,20 @@ std::string FormatPercent(double fraction) {
 bool HasNonFinite(const v1::TensorReport& tensor) {
   const v1::ErrorStats& acc = tensor.accumulated();
   const v1::ErrorStats& intro = tensor.introduced();
-  return acc.nan_count() > 0 || acc.inf_count() > 0 || intro.nan_count() > 0 ||
-         intro.inf_count() > 0 || !std::isfinite(acc.max_abs()) || !std::isfinite(intro.max_abs());
+  return acc.nan_count() > 0 || acc.inf_count() > 0 || acc.nonfinite_mismatch_count() > 0 ||
+         intro.nan_count() > 0 || intro.inf_count() > 0 || intro.nonfinite_mismatch_count() > 0 ||
+         !std::isfinite(acc.max_abs()) || !std::isfinite(intro.max_abs());
+}
+
+std::string FormatNonFinite(const v1::ErrorStats& e, absl::string_view slash) {
+  std::string out = absl::StrFormat("%d%s%d", e.nan_count(), slash, e.inf_count());
+  if (e.ref_nan_count() > 0 || e.ref_inf_count() > 0) {
+    absl::StrAppendFormat(&out, " ref %d%s%d", e.ref_nan_count(), slash, e.ref_inf_count());
+    if (e.nonfinite_mismatch_count() > 0) {
+      absl::StrAppendFormat(&out, ", %d differ", e.nonfinite_mismatch_count());
+    }
+  }
+  return out;
 }
 
 std::string PrecisionLabel(absl::string_view precision) {

@@ -25,8 +25,13 @@ std::string FormatCosine(double cosine);
 std::string FormatPercent(double fraction);
 
 /// True when the tensor's engine output has non-finite values the reference does not have, or
-/// its accumulated or introduced max_abs is itself non-finite.
+/// misses some the reference has, or its accumulated or introduced max_abs is itself non-finite.
 bool HasNonFinite(const v1::TensorReport& tensor);
+
+/// The NaN/Inf cell of an ErrorStats: the engine's new NaN/Inf ("0/3"), then, when the
+/// reference itself holds NaN/Inf, its counts and how many of them the engine did not
+/// reproduce ("0/0 ref 2/1, 1 differ"); `slash` separates each NaN count from its Inf count.
+std::string FormatNonFinite(const v1::ErrorStats& e, absl::string_view slash = "/");
 
 /// The display name of an effective precision: "fp32", "fp16", "bf16", "none" for integer/bool
 /// computation (empty string), or the string itself for anything else.

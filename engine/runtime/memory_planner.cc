@@ -2,29 +2,10 @@
 
 #include <map>
 
+#include "engine/plan/arena_rules.h"
+
 namespace kiln::runtime {
 namespace {
-
-constexpr uint64_t kAlign = 64;
-
-// The input whose slot output 0 may take when that input dies at the node, or -1: input 0 of
-// an op whose output holds its bytes unchanged (layout_shape.cc), and the residual Z (input 3) of
-// a FusedConv, which every FusedConv kernel reads before it writes the Y elements over it
-// (kernel.h): oneDNN's sum post-op then adds Z where it lies instead of a copy of it in Y.
-int InPlaceInput(const ir::Node& n) {
-  switch (n.op) {
-    case ir::OpType::kReshape:
-    case ir::OpType::kFlatten:
-    case ir::OpType::kSqueeze:
-    case ir::OpType::kUnsqueeze:
-    case ir::OpType::kIdentity:
-      return 0;
-    case ir::OpType::kFusedConv:
-      return 3;
-    default:
-      return -1;
-  }
-}
 
 // Free blocks of the arena, merged when adjacent; allocation is best fit, else the arena grows.
 class FreeList {
@@ -93,13 +74,13 @@ MemoryPlan PlanMemory(const ir::Graph& graph, const std::vector<ir::Node*>& orde
   std::vector<bool> handed_over(graph.values().size(), false);
   FreeList free_list;
   for (int i = 0; i < static_cast<int>(order.size()); ++i) {
-    // An input that dies here may hand its slot to output 0 (InPlaceInput): for a shape-only
+    // An input that dies here may hand its slot to output 0 (plan::InPlaceInput): for a shape-only
     // op the output is the input's bytes, so its kernel finds them in place and copies nothing.
     // Not when the node reads the value through another input as well (FusedConv(X, W, B, X)
     // reads X while it writes Y).
     const ir::Node& node = *order[i];
     const ir::Value* view_of = nullptr;
-    const int donor = InPlaceInput(node);
+    const int donor = plan::InPlaceInput(node.op);
     if (donor >= 0 && donor < node.num_inputs() && node.inputs[donor]) {
       const ir::Value* in = node.inputs[donor];
       int reads = 0;
@@ -118,9 +99,7 @@ MemoryPlan PlanMemory(const ir::Graph& graph, const std::vector<ir::Node*>& orde
         ++plan.dynamic_values;
         continue;
       }
-      uint64_t bytes =
-          (static_cast<uint64_t>(n) * DataTypeSize(v->dtype) + kAlign - 1) / kAlign * kAlign;
-      if (bytes == 0) bytes = kAlign;
+      const uint64_t bytes = plan::ArenaSlotBytes(n, DataTypeSize(v->dtype));
       slot_of[v->id] = static_cast<int>(plan.slots.size());
       if (view_of != nullptr && v == node.outputs[0] && v->dtype == view_of->dtype &&
           plan.slots[slot_of[view_of->id]].bytes == bytes) {

@@ -8,8 +8,10 @@
 #include <array>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -545,6 +547,172 @@ TEST(EngineBlobCrafted, MemoryPlanSlotForUnknownTensor) {
     slot->set_bytes(16);
   });
   ExpectError(Load(blob).status(), absl::StatusCode::kDataLoss, {"memory plan", "5000"});
+}
+
+// ---- Memory plan (hardening issue, defect 10h) ------------------------------------------
+// The runtime places each planned activation at its slot's offset and trusts the plan: a blob
+// whose plan puts two live tensors on the same bytes would run and answer wrongly. The reader
+// checks the plan; these blobs carry valid digests (WithMetadata recomputes them).
+
+int TensorIndex(const v1::EngineMetadata& m, const std::string& name) {
+  for (int i = 0; i < m.tensors_size(); ++i) {
+    if (m.tensors(i).name() == name) return i;
+  }
+  return -1;
+}
+
+v1::MemoryPlan::Slot* SlotOf(v1::EngineMetadata& m, const std::string& name) {
+  const int t = TensorIndex(m, name);
+  for (auto& slot : *m.mutable_memory_plan()->mutable_slots()) {
+    if (slot.tensor() == t) return &slot;
+  }
+  ADD_FAILURE() << "no slot for " << name;
+  static v1::MemoryPlan::Slot dummy;
+  return &dummy;
+}
+
+TEST(EngineBlobMemoryPlan, TheBuiltPlanIsWhatTheTestsTamperWith) {
+  // a = x + w (kernel 0, read by 1) and r = Relu(a) (kernel 1, read by 2) are both live at
+  // kernel 1: the planner gives them different bytes; y is a graph output (not planned).
+  auto engine = Load(MakeBlob());
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  v1::EngineMetadata m = (*engine)->metadata;
+  ASSERT_EQ(m.memory_plan().slots_size(), 2);
+  EXPECT_NE(SlotOf(m, "a")->offset(), SlotOf(m, "r")->offset());
+  EXPECT_EQ(SlotOf(m, "a")->bytes(), 64u);  // 6 floats, one 64-byte block
+}
+
+TEST(EngineBlobMemoryPlan, OverlappingLiveSlotsAreRefused) {
+  std::string blob = WithMetadata(MakeBlob(), [](v1::EngineMetadata& m) {
+    SlotOf(m, "r")->set_offset(SlotOf(m, "a")->offset());
+  });
+  ExpectError(Load(blob).status(), absl::StatusCode::kDataLoss,
+              {"memory plan slots", "'a'", "'r'", "overlap", "k1"});
+}
+
+TEST(EngineBlobMemoryPlan, SlotsOfTensorsNotLiveAtOnceMayShareBytes) {
+  // r dies at kernel 2 and a at kernel 1: a tensor written at kernel 2 could reuse a's bytes.
+  // Here: r's bytes moved to a fresh place; a and r still apart; the blob loads and runs.
+  std::string blob = WithMetadata(MakeBlob(), [](v1::EngineMetadata& m) {
+    m.mutable_memory_plan()->set_arena_bytes(1024);
+    SlotOf(m, "r")->set_offset(512);
+  });
+  auto engine = Load(blob);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+}
+
+TEST(EngineBlobMemoryPlan, SlotsThatDisagreeWithTheirTensorAreRefused) {
+  using Edit = std::function<void(v1::EngineMetadata&)>;
+  const std::vector<std::tuple<std::string, Edit, std::vector<std::string>>> cases = {
+      {"misaligned offset",
+       [](v1::EngineMetadata& m) {
+         m.mutable_memory_plan()->set_arena_bytes(1024);
+         SlotOf(m, "r")->set_offset(512 + 8);
+       },
+       {"'r'", "64-byte"}},
+      {"size not a whole block",
+       [](v1::EngineMetadata& m) { SlotOf(m, "a")->set_bytes(24); },
+       {"'a'", "64-byte"}},
+      {"zero bytes", [](v1::EngineMetadata& m) { SlotOf(m, "a")->set_bytes(0); }, {"'a'"}},
+      {"larger than the tensor",
+       [](v1::EngineMetadata& m) {
+         m.mutable_memory_plan()->set_arena_bytes(4096);
+         SlotOf(m, "a")->set_offset(1024);
+         SlotOf(m, "a")->set_bytes(128);
+       },
+       {"'a'", "128 bytes", "[2,3]"}},
+      {"tensor grown past its slot",
+       [](v1::EngineMetadata& m) {
+         m.mutable_tensors(TensorIndex(m, "r"))->mutable_dims(0)->set_value(200);
+       },
+       {"'r'", "64 bytes"}},
+      {"tensor with a symbolic dim",
+       [](v1::EngineMetadata& m) {
+         auto* d = m.mutable_tensors(TensorIndex(m, "r"))->mutable_dims(0);
+         d->set_value(-1);
+         d->set_symbol("batch");
+       },
+       {"'r'", "no static size"}},
+      {"two slots for one tensor",
+       [](v1::EngineMetadata& m) {
+         m.mutable_memory_plan()->set_arena_bytes(1024);
+         auto* extra = m.mutable_memory_plan()->add_slots();
+         *extra = *SlotOf(m, "a");
+         extra->set_offset(512);
+       },
+       {"'a'", "already has slot"}},
+      {"slot for the graph output",
+       [](v1::EngineMetadata& m) {
+         m.mutable_memory_plan()->set_arena_bytes(1024);
+         auto* extra = m.mutable_memory_plan()->add_slots();
+         extra->set_tensor(TensorIndex(m, "y"));
+         extra->set_offset(512);
+         extra->set_bytes(64);
+       },
+       {"'y'", "graph output"}},
+      {"slot for the graph input",
+       [](v1::EngineMetadata& m) {
+         m.mutable_memory_plan()->set_arena_bytes(1024);
+         auto* extra = m.mutable_memory_plan()->add_slots();
+         extra->set_tensor(TensorIndex(m, "x"));
+         extra->set_offset(512);
+         extra->set_bytes(64);
+       },
+       {"'x'", "graph input"}},
+      {"slot for a tensor no kernel writes",
+       [](v1::EngineMetadata& m) {
+         m.mutable_kernels(1)->set_outputs(0, TensorIndex(m, "a"));  // Relu writes a, not r
+         m.mutable_kernels(2)->set_inputs(0, TensorIndex(m, "a"));
+       },
+       {"'r'", "no kernel writes"}},
+      {"arena over the limit",
+       [](v1::EngineMetadata& m) {
+         m.mutable_memory_plan()->set_arena_bytes((uint64_t{1} << 40) + 64);
+       },
+       {"arena", "limit"}},
+  };
+  for (const auto& [what, edit, parts] : cases) {
+    SCOPED_TRACE(what);
+    ExpectError(Load(WithMetadata(MakeBlob(), edit)).status(), absl::StatusCode::kDataLoss, parts);
+  }
+}
+
+// Every engine the builder makes still loads from its bytes (the untrusted path), fp32 and
+// fp16, fused: the check accepts the planner's reuse and its handovers of a dying input's slot
+// to an in-place output (a Reshape's or a FusedConv's), which these models exercise.
+TEST(EngineBlobMemoryPlan, EveryBuiltEngineLoads) {
+  int handovers = 0;
+  for (const char* model :
+       {"mobilenet_tiny", "squeezenet_tiny", "vit_tiny", "gpt2_causal", "bert_layernorm_decomposed",
+        "bert_layernorm_op", "authored_mixed", "ln_overflow_classifier", "vit_tiny_opset18_ir10"}) {
+    for (const char* policy : {"fp32", "fp16"}) {
+      SCOPED_TRACE(absl::StrCat(model, " ", policy));
+      auto bytes =
+          import::ReadFile(absl::StrCat("tests/models/", model, "/model.onnx"), int64_t{1} << 30);
+      ASSERT_TRUE(bytes.ok()) << bytes.status();
+      builder::BuildOptions opts;
+      opts.policy = policy;
+      opts.constraints = precision::Constraints::kPrefer;  // authored_mixed keeps its types
+      auto built = builder::BuildEngine(*bytes, opts, nullptr);
+      ASSERT_TRUE(built.ok()) << built.status();
+      auto engine = Load(built->blob);
+      ASSERT_TRUE(engine.ok()) << engine.status();
+      const v1::EngineMetadata& m = (*engine)->metadata;
+      EXPECT_GT(m.memory_plan().slots_size(), 0);
+      std::map<int, uint64_t> offset;
+      for (const auto& slot : m.memory_plan().slots()) offset[slot.tensor()] = slot.offset();
+      for (int i = 0; i < m.kernels_size(); ++i) {
+        const v1::Kernel& k = m.kernels(i);
+        const int donor = (*engine)->order[i]->op == ir::OpType::kFusedConv ? 3 : 0;
+        if (k.inputs_size() <= donor || k.outputs_size() == 0) continue;
+        auto in = offset.find(k.inputs(donor)), out = offset.find(k.outputs(0));
+        if (in != offset.end() && out != offset.end() && in->second == out->second) {
+          ++handovers;
+        }
+      }
+    }
+  }
+  EXPECT_GT(handovers, 0) << "no model exercised a slot handover";
 }
 
 // Crafted but well-formed blobs whose kernels are wired wrongly: loading may accept them (the

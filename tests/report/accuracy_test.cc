@@ -96,14 +96,16 @@ TEST(ErrorAccumulatorTest, MetricsOfKnownPairs) {
   const float x[] = {1, 2.5f, INFINITY, -8.05f, 3};
   acc.Add(x, ref, 5, tol);
   v1::ErrorStats s = acc.Finish();
-  EXPECT_EQ(s.elements(), 4);  // the NaN reference is skipped
+  EXPECT_EQ(s.elements(), 5);  // the NaN reference is compared too
   EXPECT_EQ(s.inf_count(), 1);
   EXPECT_EQ(s.nan_count(), 0);
+  EXPECT_EQ(s.ref_nan_count(), 1);
+  EXPECT_EQ(s.nonfinite_mismatch_count(), 1);  // 3 where the reference is NaN
   EXPECT_NEAR(s.max_abs(), 0.5, 1e-6);
   EXPECT_NEAR(s.mean_abs(), (0 + 0.5 + 0.05) / 3, 1e-6);
   EXPECT_NEAR(s.max_rel(), 0.25, 1e-6);
-  // Outside: 2.5 vs 2 (0.5 > 0.1) and the Inf; -8.05 vs -8 is inside.
-  EXPECT_NEAR(s.fraction_outside(), 0.5, 1e-12);
+  // Outside: 2.5 vs 2 (0.5 > 0.1), the Inf and the 3 for a NaN; -8.05 vs -8 is inside.
+  EXPECT_NEAR(s.fraction_outside(), 0.6, 1e-12);
   double dot = 1 * 1 + 2.5 * 2 + 8.05 * 8, xx = 1 + 6.25 + 8.05 * 8.05, rr = 1 + 4 + 64;
   EXPECT_NEAR(s.cosine(), dot / std::sqrt(xx * rr), 1e-6);
   EXPECT_NEAR(s.snr_db(), 10 * std::log10(rr / (0.25 + 0.0025)), 1e-3);
