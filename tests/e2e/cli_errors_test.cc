@@ -291,6 +291,32 @@ TEST_F(CliErrors, BuildFailureWritesNoEngine) {
   EXPECT_NE(stat(dir_.File("out.engine").c_str(), &st), 0) << "a failed build left an engine";
 }
 
+// Hostile rules (issue 27): a `re:` rule nested 20,000 groups deep crashed `kiln build --rule`
+// (std::regex's recursive compiler), and `re:(a+)+$` against a node named forty a's and a '!'
+// hung `kiln build` and `kiln explain`. Clean errors and prompt answers now (RE2).
+TEST_F(CliErrors, HostileRegexRules) {
+  onnx::ModelProto m = AddReluMulModel();
+  m.mutable_graph()->mutable_node(1)->set_name(std::string(40, 'a') + "!");
+  std::string model = dir_.Write("model.onnx", SerializeModel(m));
+  const std::string deep = "re:" + std::string(20000, '(') + "a" + std::string(20000, ')');
+  ExpectCleanError(
+      RunKiln(dir_, {"build", model, "--rule", deep + "=fp16", "-o", dir_.File("out.engine")}),
+      {"--rule 1:1:1", "is longer than 4096 bytes"});
+  const std::string nested = "re:" + std::string(200, '(') + "a" + std::string(200, ')');
+  ExpectCleanError(RunKiln(dir_, {"explain", model, "--rule", nested + "=fp16", "--node", "add"}),
+                   {"nests deeper than 100 groups"});
+  // RunBinary's 60 s timeout is the bound; backtracking would take far longer.
+  CliResult built = RunKiln(dir_, {"build", model, "--policy", "fp16", "--rule", "re:(a+)+$=fp32",
+                                   "--constraints", "prefer", "-o", dir_.File("out.engine")});
+  ASSERT_TRUE(built.exited) << Describe(built);
+  EXPECT_EQ(built.exit_code, 0) << Describe(built);
+  CliResult explained = RunKiln(dir_, {"explain", model, "--policy", "fp16", "--rule",
+                                       "re:(a+)!=fp32", "--node", std::string(40, 'a') + "!"});
+  ASSERT_TRUE(explained.exited) << Describe(explained);
+  EXPECT_EQ(explained.exit_code, 0) << Describe(explained);
+  EXPECT_THAT(explained.out, HasSubstr("fp32")) << Describe(explained);
+}
+
 // ---- kiln run with hostile inputs -------------------------------------------------------
 
 // A serialized float TensorProto.
