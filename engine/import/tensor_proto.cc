@@ -154,6 +154,16 @@ absl::Status ReadExternal(const onnx::TensorProto& p, const ExternalDataPolicy& 
 
 }  // namespace
 
+namespace {
+
+absl::Status NoModelFolder(const std::string& context) {
+  return Bad(context,
+             "uses external data but the model was not loaded from a file, so there is no model "
+             "folder to read it from");
+}
+
+}  // namespace
+
 absl::Status RefusedExternalLocation(const std::string& context, const std::string& location) {
   return Bad(context, absl::StrCat("external_data location '", absl::CHexEscape(location),
                                    "' is refused: a location must be a relative path to a file "
@@ -164,11 +174,7 @@ absl::Status RefusedExternalLocation(const std::string& context, const std::stri
 absl::StatusOr<std::string> ResolveExternalLocation(const std::string& location,
                                                     const ExternalDataPolicy& policy,
                                                     const std::string& context) {
-  if (policy.model_dir.empty()) {
-    return Bad(context,
-               "uses external data but the model was not loaded from a file, so there is "
-               "no model folder to read it from");
-  }
+  if (policy.model_dir.empty()) return NoModelFolder(context);
   if (location.empty()) return Bad(context, "external_data has an empty 'location'");
   // By the text alone first: nothing outside the folder is ever looked at, so the error cannot
   // tell whether such a path exists.
@@ -200,11 +206,7 @@ absl::StatusOr<std::string> ResolveExternalLocation(const std::string& location,
 absl::StatusOr<std::string> ExternalLocationOf(const onnx::TensorProto& p,
                                                const ExternalDataPolicy& policy,
                                                const std::string& context) {
-  if (policy.model_dir.empty()) {
-    return Bad(context,
-               "uses external data but the model was not loaded from a file, so there is "
-               "no model folder to read it from");
-  }
+  if (policy.model_dir.empty()) return NoModelFolder(context);
   const std::string* location = nullptr;
   for (const auto& kv : p.external_data()) {
     if (kv.key() != "location") continue;

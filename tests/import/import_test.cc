@@ -26,6 +26,7 @@ namespace kiln::import {
 namespace {
 
 using ::kiln::testing::AddFloatInitializer;
+using ::kiln::testing::AddInt64Initializer;
 using ::kiln::testing::AddOnnxNode;
 using ::kiln::testing::AddReluMulModel;
 using ::kiln::testing::AddTensorValueInfo;
@@ -489,15 +490,6 @@ onnx::AttributeProto* IntAttr(onnx::NodeProto* n, const std::string& name, int64
   a->set_type(onnx::AttributeProto::INT);
   a->set_i(v);
   return a;
-}
-
-void AddInt64Initializer(onnx::GraphProto* g, const std::string& name,
-                         const std::vector<int64_t>& values) {
-  onnx::TensorProto* t = g->add_initializer();
-  t->set_name(name);
-  t->set_data_type(onnx::TensorProto::INT64);
-  t->add_dims(static_cast<int64_t>(values.size()));
-  for (int64_t v : values) t->add_int64_data(v);
 }
 
 constexpr int64_t kMin64 = INT64_MIN;

@@ -18,6 +18,7 @@ namespace kiln {
 namespace {
 
 using ::kiln::testing::AddFloatInitializer;
+using ::kiln::testing::AddInt64Initializer;
 using ::kiln::testing::AddIntAttribute;
 using ::kiln::testing::AddOnnxNode;
 using ::kiln::testing::AddTensorValueInfo;
@@ -35,15 +36,6 @@ onnx::ModelProto ModelWithInput(const std::vector<int64_t>& dims, int64_t opset 
   m.mutable_graph()->set_name("static_shape_errors");
   AddTensorValueInfo(m.mutable_graph()->mutable_input(), "x", dims);
   return m;
-}
-
-void AddInt64Initializer(onnx::GraphProto* g, const std::string& name,
-                         const std::vector<int64_t>& values) {
-  onnx::TensorProto* t = g->add_initializer();
-  t->set_name(name);
-  t->set_data_type(onnx::TensorProto::INT64);
-  t->add_dims(static_cast<int64_t>(values.size()));
-  for (int64_t v : values) t->add_int64_data(v);
 }
 
 // The graph output "y" (float, shape left to inference).

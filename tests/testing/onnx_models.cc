@@ -51,6 +51,16 @@ onnx::TensorProto* AddFloatInitializer(onnx::GraphProto* graph, const std::strin
   return t;
 }
 
+onnx::TensorProto* AddInt64Initializer(onnx::GraphProto* graph, const std::string& name,
+                                       const std::vector<int64_t>& values) {
+  onnx::TensorProto* t = graph->add_initializer();
+  t->set_name(name);
+  t->set_data_type(onnx::TensorProto::INT64);
+  t->add_dims(static_cast<int64_t>(values.size()));
+  for (int64_t v : values) t->add_int64_data(v);
+  return t;
+}
+
 std::vector<float> Wave(int64_t n, float scale, float phase) {
   std::vector<float> v(n);
   for (int64_t i = 0; i < n; ++i) v[i] = scale * std::sin(0.61f * i + phase);

@@ -27,6 +27,10 @@ onnx::TensorProto* AddFloatInitializer(onnx::GraphProto* graph, const std::strin
                                        const std::vector<int64_t>& dims,
                                        const std::vector<float>& values);
 
+/// A 1-D int64 initializer (shapes, axes, k) with values in int64_data.
+onnx::TensorProto* AddInt64Initializer(onnx::GraphProto* graph, const std::string& name,
+                                       const std::vector<int64_t>& values);
+
 /// `n` values scale * sin(0.61 i + phase): deterministic weights and inputs without a pattern
 /// a wrong index would keep.
 std::vector<float> Wave(int64_t n, float scale, float phase);
