@@ -102,8 +102,14 @@ void BuildManager::Watchdog() {
     if (expired.empty()) continue;
     l.unlock();
     for (auto& [b, why] : expired) {
+      {
+        // The upload may have completed since the scan: only a build still uploading expires.
+        std::lock_guard<std::mutex> g(mu_);
+        if (b->state != Build::State::kUploading || !b->cancel_reason.ok()) continue;
+        b->cancel_reason = why;
+      }
       log_->warn("build {}: {}", b->id(), std::string(why.message()));
-      CancelBuild(b, std::move(why));
+      Finish(b, std::move(why), {}, {});
     }
     l.lock();
   }
