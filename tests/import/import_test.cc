@@ -988,7 +988,9 @@ TEST(TensorProtoWrite, SameBytesAsProtobuf) {
     ASSERT_TRUE(back.ok()) << back.status();
     EXPECT_EQ(back->first, "out");
     ASSERT_EQ(back->second.num_elements(), n);
-    if (n > 0) EXPECT_EQ(back->second.data<float>()[n - 1], static_cast<float>(n - 1) * 0.5f);
+    if (n > 0) {
+      EXPECT_EQ(back->second.data<float>()[n - 1], static_cast<float>(n - 1) * 0.5f);
+    }
   }
 }
 
