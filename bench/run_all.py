@@ -24,6 +24,8 @@ Workloads (--workloads takes a regular expression over these names):
                    Clip, depthwise Conv), BatchNorm folded into Conv biases, 3.5M random parameters
   mnist_8, super_resolution_10, yunet, silero_vad_ifless
                    ../shared/trained-models (their shipped test inputs where there are some)
+  lstm_2layer      generated here (lstm_model.py): two stacked LSTM nodes, hidden 512, input 512,
+                   100 steps, batch 1, random weights
   gemm             kiln_bench: Kiln's fp32 and bf16 GEMM at large shapes in GFLOP/s, against the
                    fp32 peak of an AVX-512 FMA loop measured in the same run, and the rate of
                    the fp32 micro-kernel alone with its operands in L1 (the tile loop's ceiling)
@@ -55,6 +57,7 @@ except ImportError as e:
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHARED = os.path.normpath(os.path.join(HERE, "..", "..", "shared"))
 sys.path.insert(0, HERE)
+import lstm_model  # noqa: E402  (the onnx.helper stacked-LSTM generator)
 import run_bert  # noqa: E402  (the onnx.helper BERT-base generator)
 
 POLICIES = ("fp32", "bf16-layernorm", "fp16")
@@ -207,6 +210,12 @@ def silero_inputs(rng):
     return [audio, np.array(16000, dtype=np.int64), np.zeros((2, 1, 128), dtype=np.float32)]
 
 
+def lstm_2layer(out, rng):
+    path = os.path.join(out, "model.onnx")
+    shape = lstm_model.lstm_model(path, rng)
+    return path, [rng.standard_normal(shape).astype(np.float32)]
+
+
 def workloads():
     w = [("bert_base", bert_base), ("bert_base_torch", bert_base_torch)]
     for p in sorted(glob.glob(os.path.join(SHARED, "onnx-conformance", "light", "light_*.onnx"))):
@@ -215,6 +224,7 @@ def workloads():
     w += [("mnist_8", trained("mnist_8")), ("super_resolution_10", trained("super_resolution_10")),
           ("yunet", trained("yunet", yunet_inputs)),
           ("silero_vad_ifless", trained("silero_vad_ifless", silero_inputs))]
+    w.append(("lstm_2layer", lstm_2layer))
     return w
 
 

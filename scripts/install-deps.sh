@@ -22,6 +22,15 @@ packages=(
 )
 [ $# -gt 0 ] && packages=("$@")
 
+# tests/real_models (label e2e) compare Kiln with ONNX Runtime at test time: pinned NumPy, ONNX
+# and ONNX Runtime from PyPI for the python3 on PATH, when it lacks them (not when packages are
+# named). A failure here only warns: those tests then fail and say why.
+if [ $# -eq 0 ] && ! python3 -c "import numpy, onnx, onnxruntime" 2>/dev/null; then
+  echo "install-deps: pip install numpy==2.4.6 onnx==1.23.2 onnxruntime==1.32.0"
+  python3 -m pip install -q numpy==2.4.6 onnx==1.23.2 onnxruntime==1.32.0 ||
+    echo "install-deps: warning: pip install failed; tests/real_models will fail" >&2
+fi
+
 missing=()
 for p in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

@@ -157,6 +157,9 @@ absl::Status Explain(int argc, char** argv) {
   for (const auto& n : result.nodes) {
     if (n.node_name() == want) p = &n;
   }
+  for (const auto& n : result.subgraph_nodes) {  // "If_0/then_branch/..."
+    if (p == nullptr && n.node_name() == want) p = &n;
+  }
   if (!p) {
     return absl::NotFoundError(absl::StrCat("no node named '", want, "' in ", args->positional[0]));
   }
@@ -231,6 +234,72 @@ std::string ShapeString(const v1::TensorInfo& t) {
   return absl::StrCat("[", absl::StrJoin(parts, ","), "]");
 }
 
+// "name:dtype[dims]" of tensor `i` of `m`; "-" for an omitted one.
+std::string TensorText(const v1::EngineMetadata& m, int i) {
+  if (i < 0 || i >= m.tensors_size()) return "-";
+  const auto& t = m.tensors(i);
+  return absl::StrCat(t.name(), ":", DataTypeName(DataTypeFromOnnx(t.dtype())), ShapeString(t));
+}
+
+// The kernels of `m` with the nodes each implements; a kernel with subgraphs (If, Loop, Scan)
+// is followed by each subgraph's engine, indented, its nodes named as in the model
+// ("If_0/then_branch/...").
+absl::Status PrintKernels(const v1::EngineMetadata& m, const std::string& indent) {
+  for (const auto& k : m.kernels()) {
+    std::vector<std::string> ins, outs;
+    for (int i : k.inputs()) ins.push_back(TensorText(m, i));
+    for (int i : k.outputs()) outs.push_back(TensorText(m, i));
+    std::cout << absl::StrFormat("%s  %-5s %-20s %s/%s/%s  (%s) -> (%s)\n", indent, k.id(),
+                                 k.op_type(), k.backend(), k.isa(), k.dtype(),
+                                 absl::StrJoin(ins, ", "), absl::StrJoin(outs, ", "));
+    for (const auto& p : k.nodes()) {
+      std::cout << absl::StrFormat(
+          "%s        node '%s' (%s) #%d  assigned %s, effective %s, rule: %s%s\n", indent,
+          p.node_name(), p.op_type(), p.node_index(), OrDash(p.assigned_precision()),
+          OrDash(p.effective_precision()), p.rule(),
+          p.fusion().empty() ? "" : absl::StrCat(", fusion: ", p.fusion()));
+    }
+    for (const auto& a : k.attributes()) {
+      if (a.type() != v1::AttributeValue::GRAPH) continue;
+      auto sub = plan::LoadEngineFromBytes(std::make_shared<const std::string>(a.s()));
+      if (!sub.ok()) {
+        return absl::Status(sub.status().code(),
+                            absl::StrCat("kernel ", k.id(), " subgraph '", a.name(),
+                                         "': ", sub.status().message()));
+      }
+      const v1::EngineMetadata& sm = (*sub)->metadata;
+      std::cout << absl::StrFormat("%s        subgraph '%s': %d kernels for %d source nodes\n",
+                                   indent, a.name(), sm.kernels_size(), sm.source_node_count());
+      RETURN_IF_ERROR(PrintKernels(sm, absl::StrCat(indent, "        ")));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Replaces each subgraph attribute's engine blob in `m` by its engine's metadata (recursively),
+// for `kiln inspect --json`.
+absl::Status ExpandSubgraphs(v1::EngineMetadata& m, int depth) {
+  for (auto& k : *m.mutable_kernels()) {
+    for (auto& a : *k.mutable_attributes()) {
+      if (a.type() != v1::AttributeValue::GRAPH) continue;
+      if (depth >= ir::kMaxSubgraphDepth) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("kernel ", k.id(), " subgraph '", a.name(), "' nests too deep"));
+      }
+      auto sub = plan::LoadEngineFromBytes(std::make_shared<const std::string>(a.s()));
+      if (!sub.ok()) {
+        return absl::Status(sub.status().code(),
+                            absl::StrCat("kernel ", k.id(), " subgraph '", a.name(),
+                                         "': ", sub.status().message()));
+      }
+      *a.mutable_subgraph() = (*sub)->metadata;
+      a.clear_s();
+      RETURN_IF_ERROR(ExpandSubgraphs(*a.mutable_subgraph(), depth + 1));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Inspect(int argc, char** argv) {
   auto args = Parse(argc, argv, 2, {{"--json", false}});
   if (!args.ok()) return UsageError(std::string(args.status().message()));
@@ -238,20 +307,18 @@ absl::Status Inspect(int argc, char** argv) {
   ASSIGN_OR_RETURN(std::unique_ptr<plan::Engine> engine, plan::LoadEngineFile(args->positional[0]));
   const v1::EngineMetadata& m = engine->metadata;
   if (args->flags.count("--json")) {
+    v1::EngineMetadata shown = m;
+    RETURN_IF_ERROR(ExpandSubgraphs(shown, 0));
     google::protobuf::util::JsonPrintOptions o;
     o.add_whitespace = true;
     o.preserve_proto_field_names = true;
     std::string json;
-    auto st = google::protobuf::util::MessageToJsonString(m, &json, o);
+    auto st = google::protobuf::util::MessageToJsonString(shown, &json, o);
     if (!st.ok()) return absl::InternalError(std::string(st.message()));
     std::cout << json;
     return absl::OkStatus();
   }
-  auto tensor = [&](int i) -> std::string {
-    if (i < 0) return "-";
-    const auto& t = m.tensors(i);
-    return absl::StrCat(t.name(), ":", DataTypeName(DataTypeFromOnnx(t.dtype())), ShapeString(t));
-  };
+  auto tensor = [&](int i) { return TensorText(m, i); };
   std::cout << absl::StrFormat(
       "engine %s\n  format v%d, builder %s, model sha256 %s\n  model '%s', opset %d, ir_version "
       "%d\n  policy: %s\n  constraints %s, typing %s\n  requires CPU features: %s\n",
@@ -271,21 +338,7 @@ absl::Status Inspect(int argc, char** argv) {
       mp.dynamic_tensors());
   std::cout << absl::StrFormat("kernels: %d for %d source nodes\n", m.kernels_size(),
                                m.source_node_count());
-  for (const auto& k : m.kernels()) {
-    std::vector<std::string> ins, outs;
-    for (int i : k.inputs()) ins.push_back(tensor(i));
-    for (int i : k.outputs()) outs.push_back(tensor(i));
-    std::cout << absl::StrFormat("  %-5s %-20s %s/%s/%s  (%s) -> (%s)\n", k.id(), k.op_type(),
-                                 k.backend(), k.isa(), k.dtype(), absl::StrJoin(ins, ", "),
-                                 absl::StrJoin(outs, ", "));
-    for (const auto& p : k.nodes()) {
-      std::cout << absl::StrFormat(
-          "        node '%s' (%s) #%d  assigned %s, effective %s, rule: %s%s\n", p.node_name(),
-          p.op_type(), p.node_index(), OrDash(p.assigned_precision()),
-          OrDash(p.effective_precision()), p.rule(),
-          p.fusion().empty() ? "" : absl::StrCat(", fusion: ", p.fusion()));
-    }
-  }
+  RETURN_IF_ERROR(PrintKernels(m, ""));
   if (m.dtype_changes_size() > 0) {
     std::cout << absl::StrFormat("dtype changes against the authored model: %d\n",
                                  m.dtype_changes_size());

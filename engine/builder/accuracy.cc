@@ -41,6 +41,30 @@ std::string Arithmetic() {
   return absl::StrCat(fp16, "; ", bf16, "; sums and dot products accumulate in fp32");
 }
 
+// The tensors the engine holds in fp16 or bf16 whose fp32 reference does not fit that format
+// (fp16: |x| > 65504; bf16: |x| > 3.39e38, in practice the reference overflowing to Inf
+// itself), one line each naming the tensor, its node and the node's assigned precision: they
+// overflow to Inf in the engine whatever the kernels do.
+std::vector<std::string> RangeWarnings(const v1::AccuracyReport& rep) {
+  constexpr double kFp16Max = 65504.0;
+  constexpr double kBf16Max = 3.3895313892515355e38;
+  std::vector<std::string> out;
+  for (const v1::TensorReport& t : rep.tensors()) {
+    const std::string& p = t.effective_precision();
+    const double max = p == "fp16" ? kFp16Max : p == "bf16" ? kBf16Max : 0;
+    const int64_t ref_inf = t.accumulated().ref_inf_count();
+    if (max == 0 || !(t.ref_max_abs() > max || ref_inf > 0)) continue;
+    std::string why = t.ref_max_abs() > max
+                          ? absl::StrCat("its fp32 reference reaches ", Sci(t.ref_max_abs()), " > ",
+                                         p, " max ", p == "fp16" ? "65504" : "3.39e+38")
+                          : absl::StrCat("its fp32 reference itself holds ", ref_inf, " Inf");
+    out.push_back(absl::StrCat("tensor '", t.tensor(), "' of [node '", t.node_name(), "' (",
+                               t.op_type(), ") #", t.node_index(), "] assigned ",
+                               t.assigned_precision(), ", held ", p, ": ", why));
+  }
+  return out;
+}
+
 // Outputs of one engine on every sample, judged against the reference outputs.
 struct OutputCheck {
   bool pass = true;
@@ -255,11 +279,35 @@ absl::StatusOr<v1::AccuracyReport> BuildAccuracyReport(
   rep.set_sample_source(report_options.sample_source);
   rep.set_arithmetic(Arithmetic());
   for (const auto& n : report_options.notes) rep.add_notes(n);
+  // Range: a tensor whose reference exceeds its format is a build warning, in the log and in
+  // the report's notes (the per-tensor flags say the same: ref_exceeds_fp16, ref_max_abs).
+  std::vector<std::string> range = RangeWarnings(rep);
+  for (size_t i = 0; i < range.size(); ++i) {
+    if (i < 20) {
+      if (logger) logger->warn("range: {}", range[i]);
+      rep.add_notes(absl::StrCat("warning: range: ", range[i]));
+    } else {
+      std::string more = absl::StrCat("warning: range: ", range.size() - 20,
+                                      " more tensor(s) whose reference exceeds their format");
+      if (logger) logger->warn("{}", more);
+      rep.add_notes(more);
+      break;
+    }
+  }
   std::vector<int> ranked = analysis->RankedSources();
   analysis.reset();  // the search needs only the outputs
   if (logger) {
     logger->info("report: {} tensor(s) compared over {} sample(s): {}", rep.tensors_size(),
                  samples.size(), rep.pass() ? "every output passes" : "some output fails");
+    // A branch or trip count that came out different is itself an accuracy finding.
+    for (const v1::SubgraphRuns& g : rep.subgraphs().runs()) {
+      if (g.samples_differing() == 0) continue;
+      logger->warn(
+          "report: {} {} from the reference in {} sample(s): {} engine run(s) and {} reference "
+          "run(s) without a counterpart, not compared",
+          g.subgraph(), g.op_type() == "If" ? "branch differs" : "iterations differ",
+          g.samples_differing(), g.engine_only_runs(), g.reference_only_runs());
+    }
   }
 
   if (!rep.pass() && report_options.suggest) {

@@ -183,6 +183,10 @@ std::string SummaryText(const BuildSummary& s) {
       s.strong_typing ? "strong" : "weak", s.nodes_fp32, s.nodes_fp16, s.nodes_bf16,
       s.dtype_changes, s.inserted_conversions, s.converted_weights, s.fusions,
       s.fusion_refusals.size());
+  if (s.subgraphs > 0) {
+    absl::StrAppend(&out, "  subgraphs: ", s.subgraphs, " (If / Loop / Scan) compiled, ",
+                    s.subgraph_kernels, " kernel(s) in them\n");
+  }
   if (s.layout_convolutions > 0) {
     absl::StrAppend(&out, "  layout: ", s.layout_convolutions,
                     " convolution(s) channels-last (NHWC), ", s.layout_transposes,

@@ -81,6 +81,8 @@ struct BuildSummary {
   std::vector<std::string> warnings;
   int fusions = 0;
   std::vector<std::string> fusion_refusals;
+  int subgraphs = 0;         // If / Loop / Scan subgraphs compiled (each its own engine)
+  int subgraph_kernels = 0;  // their kernels, all depths
 };
 
 struct BuildResult {
@@ -90,6 +92,9 @@ struct BuildResult {
   BuildSummary summary;
   /// Per source ONNX node (by index): how it was built, as recorded in the blob.
   std::vector<v1::NodeProvenance> nodes;
+  /// The same for the nodes of the If / Loop / Scan subgraphs, all depths (names qualified:
+  /// "If_0/then_branch/..."; node_index within its subgraph).
+  std::vector<v1::NodeProvenance> subgraph_nodes;
   /// The recognised pattern instances: kind ("layernorm", ...) and source node indices.
   struct Pattern {
     std::string kind;

@@ -11,6 +11,7 @@
 #include "engine/builder/weights.h"
 #include "engine/common/status.h"
 #include "engine/import/shape_inference.h"
+#include "engine/import/shape_inference_control_flow.h"
 #include "engine/kernels/registry.h"
 #include "engine/passes/conv_chain.h"
 #include "engine/passes/layout.h"
@@ -184,15 +185,13 @@ absl::Status AssignPass(CompileState& s) {
       "instance(s)",
       s.policy.name, precision::PrecisionName(s.policy.base), s.policy.rules.size(),
       precision::ConstraintsName(s.options.constraints),
-      s.assignment.strong_typing ? "strong (authored mixed precision)" : "weak",
-      s.patterns.size());
+      s.assignment.strong_typing ? "strong (authored mixed precision)" : "weak", s.patterns.size());
   return absl::OkStatus();
 }
 
 // fuse: pattern instances and op chains into fused kernels, under the precision guarantee.
 absl::Status FusePass(CompileState& s) {
-  ASSIGN_OR_RETURN(s.fusion,
-                   passes::Fuse(s.g, s.assignment, s.patterns, s.options.fusion, &s.log));
+  ASSIGN_OR_RETURN(s.fusion, passes::Fuse(s.g, s.assignment, s.patterns, s.options.fusion, &s.log));
   for (const std::string& f : s.fusion.applied) s.log.info("fusion {}", f);
   s.sum.fusions = static_cast<int>(s.fusion.applied.size());
   s.sum.fusion_refusals = s.fusion.refusals;
@@ -207,6 +206,7 @@ absl::Status LowerPass(CompileState& s) {
   sum.dtype_changes = static_cast<int>(s.lowering.changes.size());
   sum.inserted_conversions = s.lowering.inserted_conversions;
   sum.converted_weights = s.lowering.converted_weights;
+  for (const std::string& w : s.lowering.warnings) sum.warnings.push_back(w);
   for (int id = 0; id < sum.source_nodes; ++id) {
     if (!s.assignment.nodes[id].floating) continue;
     switch (s.lowering.effective[id]) {
@@ -229,6 +229,54 @@ absl::Status LowerPass(CompileState& s) {
       sum.converted_weights);
   ASSIGN_OR_RETURN(auto lowered_order, s.g.TopologicalOrder());
   return import::InferTypesAndShapes(s.g, lowered_order);
+}
+
+// subgraphs: each subgraph of an If / Loop / Scan node is compiled by this same pipeline (its
+// nodes assigned by the same policy, their names qualified by the import: "If_0/then_branch/..."),
+// then written as an engine blob the node carries (ir::Attribute::s) and the runtime runs in a
+// session of its own. A rule only subgraph nodes match has matched (AssignPrecision looks into
+// subgraphs), so no subgraph fails on a rule that matches elsewhere.
+absl::Status SubgraphsPass(CompileState& s) {
+  precision::Policy policy = s.policy;
+  for (precision::Rule& r : policy.rules) r.must_match = false;
+  BuildOptions options = s.options;
+  options.on_stage = nullptr;
+  options.keep_reference = false;
+  options.in_memory = false;
+  // The model's typing decides: a subgraph of an authored mixed-precision model keeps its types.
+  options.typing =
+      s.assignment.strong_typing ? precision::Typing::kStrong : precision::Typing::kWeak;
+  for (const auto& n : s.g.nodes()) {
+    for (auto& [name, a] : n->attrs) {
+      if (a.type != ir::Attribute::Type::kGraph || a.g == nullptr) continue;
+      const std::string where = absl::StrCat(n->Label(), " subgraph '", name, "'");
+      ir::Graph& sub = *a.g;
+      BuildResult r;
+      r.summary.model_sha256 = s.sum.model_sha256;
+      auto c = Compile(sub, policy, options, r, s.log, nullptr);
+      if (!c.ok()) {
+        return absl::Status(c.status().code(), absl::StrCat(where, ": ", c.status().message()));
+      }
+      auto blob = plan::WriteEngine(sub, c->live, c->choices, std::move(c->meta),
+                                    c->required_features, c->encodings);
+      if (!blob.ok()) {
+        return absl::Status(blob.status().code(),
+                            absl::StrCat(where, ": ", blob.status().message()));
+      }
+      s.log.info("subgraph {}: {} source node(s) -> {} kernel(s), engine {} bytes", sub.name(),
+                 r.summary.source_nodes, r.summary.kernels, blob->size());
+      a.s = *std::move(blob);
+      a.g.reset();  // compiled: the engine is all that is left to run
+      s.required_features |= c->required_features;
+      s.sum.subgraphs += 1 + r.summary.subgraphs;
+      s.sum.subgraph_kernels += r.summary.kernels + r.summary.subgraph_kernels;
+      for (std::string& w : r.summary.warnings) s.sum.warnings.push_back(std::move(w));
+      for (auto* from : {&r.nodes, &r.subgraph_nodes}) {
+        for (v1::NodeProvenance& p : *from) s.result.subgraph_nodes.push_back(std::move(p));
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 // select: a kernel for every node, all missing ones reported at once. Creating each kernel also
@@ -267,6 +315,7 @@ absl::Status FoldPass(CompileState& s) {
   s.removed.assign(s.g.nodes().size(), false);
   for (ir::Node* n : s.order) {
     if (!AllInputsConstant(*n) || !SmallEnough(*n, s.options.max_folded_bytes)) continue;
+    if (import::IsControlFlow(n->op)) continue;  // its subgraphs run in sessions only
     bool feeds_output = false;
     for (const ir::Value* v : n->outputs) feeds_output |= v && v->is_graph_output;
     if (feeds_output) continue;  // keep graph outputs computed by a kernel
@@ -325,8 +374,8 @@ absl::Status DeadCodePass(CompileState& s) {
     if (!s.removed[n->id]) s.live.push_back(n);
   }
   if (s.sum.folded_nodes + s.sum.dead_nodes == 0) return absl::OkStatus();
-  s.log.info("passes: {} node(s) folded to constants, {} dead node(s) removed",
-             s.sum.folded_nodes, s.sum.dead_nodes);
+  s.log.info("passes: {} node(s) folded to constants, {} dead node(s) removed", s.sum.folded_nodes,
+             s.sum.dead_nodes);
   return import::InferTypesAndShapes(s.g, s.live);
 }
 
@@ -397,8 +446,7 @@ absl::Status PackPass(CompileState& s) {
                                s.encodings, s.packed_at_write, s.sum, s.log));
   s.required_features |= packed_features;
   if (!s.options.in_memory) {
-    ASSIGN_OR_RETURN(s.sum.prepacked_convolutions,
-                     PrepackConvolutions(s.g, s.live, s.defs, s.log));
+    ASSIGN_OR_RETURN(s.sum.prepacked_convolutions, PrepackConvolutions(s.g, s.live, s.defs, s.log));
   }
   return absl::OkStatus();
 }
@@ -500,6 +548,7 @@ constexpr CompilePass kPasses[] = {
     {"assign", "policy", 0.30, AssignPass},
     {"fuse", "fusion", 0.45, FusePass},
     {"lower", "lowering", 0.55, LowerPass},
+    {"subgraphs", "lowering", 0.55, SubgraphsPass},
     {"select", "lowering", 0.55, SelectKernelsPass},
     {"fold", "plan", 0.65, FoldPass},
     {"dce", "plan", 0.65, DeadCodePass},
@@ -526,9 +575,9 @@ absl::StatusOr<Compiled> Compile(ir::Graph& g, const precision::Policy& policy,
     stage = pass.stage;
     const auto t0 = std::chrono::steady_clock::now();
     RETURN_IF_ERROR(pass.run(s));
-    log.debug("pass {}/{}: {:.2f} ms", pass.stage, pass.name,
-              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                  .count());
+    log.debug(
+        "pass {}/{}: {:.2f} ms", pass.stage, pass.name,
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   Compiled c;
   c.live = std::move(s.live);

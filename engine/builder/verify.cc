@@ -1,9 +1,11 @@
 #include "engine/builder/verify.h"
 
+#include <algorithm>
 #include <climits>
 #include <deque>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -17,11 +19,9 @@
 namespace kiln::builder {
 namespace {
 
-// The probe (CheckOnStaticShapes) runs a kernel only when each tensor it reads or writes holds at
-// most this many elements: what it checks does not depend on size, and the bound keeps its cost
-// within a few times the build's own passes on the models of tests/models (BERT: see the report
-// of issue 28) while every activation of BERT-base or ResNet-50 at batch 1 is under it.
-constexpr int64_t kProbeMaxElements = int64_t{1} << 22;
+// The probe (CheckOnStaticShapes) reads no non-constant input larger than this: it stands for
+// one by a shared zero-filled buffer, allocated at build time.
+constexpr int64_t kProbeMaxBytes = int64_t{1} << 26;
 
 std::string Internal(const ir::Node& n, const std::string& why) {
   return absl::StrCat("kernel graph check: ", n.Label(), " ", why);
@@ -68,12 +68,12 @@ std::vector<int> RequiredInputs(const ir::Node& n) {
   return range(0, ver->min_inputs);
 }
 
-// The kernel context of the probe: constant inputs as they are, the others zero-filled at their
-// static shapes; outputs freshly allocated.
+// The kernel context of the probe: the inputs it is given; the first output the kernel asks for
+// is recorded and refused, which ends the run before the kernel computes anything.
 class ProbeContext final : public kernels::KernelContext {
  public:
   ProbeContext(const ir::Node& n, std::vector<const ir::Tensor*> inputs)
-      : node_(n), inputs_(std::move(inputs)), out_(n.num_outputs()) {}
+      : node_(n), inputs_(std::move(inputs)) {}
   int num_inputs() const override { return static_cast<int>(inputs_.size()); }
   const ir::Tensor* input(int i) const override {
     return i >= 0 && i < num_inputs() ? inputs_[i] : nullptr;
@@ -83,91 +83,149 @@ class ProbeContext final : public kernels::KernelContext {
     return i >= 0 && i < node_.num_outputs() && node_.outputs[i] != nullptr;
   }
   absl::StatusOr<ir::Tensor*> output(int i, DataType dtype, std::vector<int64_t> dims) override {
-    if (i < 0 || i >= node_.num_outputs()) {
-      return absl::InternalError(
-          absl::StrCat(node_.Label(), " kernel asked for output ", i, " of ", node_.num_outputs()));
+    if (!asked_) {
+      asked_ = true;
+      index_ = i;
+      dtype_ = dtype;
+      dims_ = std::move(dims);
     }
-    const int64_t n = ir::NumElementsOf(dims);
-    if (n < 0 || n > kProbeMaxElements * 4) {
-      // Never allocate what the probe did not bound: the run would; here it is a wrong shape.
-      return absl::InvalidArgumentError(absl::StrCat(node_.Label(), " output ", i, " dims ",
-                                                     ir::DimsToString(dims), " are invalid or ",
-                                                     "far larger than the graph says"));
-    }
-    ASSIGN_OR_RETURN(out_[i], ir::Tensor::AllocateUninitialized(dtype, std::move(dims)));
-    return &out_[i];
+    return absl::CancelledError("kernel graph check: the kernel's checks passed");
   }
-  const std::vector<ir::Tensor>& outputs() const { return out_; }
+  /// Whether the kernel asked for an output; which one, with what dtype and dims.
+  bool asked() const { return asked_; }
+  int index() const { return index_; }
+  DataType dtype() const { return dtype_; }
+  const std::vector<int64_t>& dims() const { return dims_; }
 
  private:
   const ir::Node& node_;
   std::vector<const ir::Tensor*> inputs_;
-  std::vector<ir::Tensor> out_;
+  bool asked_ = false;
+  int index_ = -1;
+  DataType dtype_ = DataType::kUndefined;
+  std::vector<int64_t> dims_;
 };
 
-bool StaticWithin(const ir::Value& v) {
-  if (!v.shape.rank_known || !v.shape.is_static()) return false;
-  const int64_t n = ir::NumElementsOf(v.shape.StaticDims());
-  return n >= 0 && n <= kProbeMaxElements;
+// Zero-filled memory that non-constant inputs of the probe borrow (kernels never write inputs).
+class Zeros {
+ public:
+  absl::StatusOr<const ir::Tensor*> Of(DataType dtype, std::vector<int64_t> dims) {
+    const size_t bytes = static_cast<size_t>(ir::NumElementsOf(dims)) * DataTypeSize(dtype);
+    if (bytes > buffer_.byte_size()) {
+      ASSIGN_OR_RETURN(buffer_, ir::Tensor::Allocate(DataType::kU8, {static_cast<int64_t>(bytes)}));
+    }
+    views_.push_back(ir::Tensor::Borrow(dtype, std::move(dims), buffer_.data<uint8_t>(), nullptr));
+    return &views_.back();
+  }
+  void Clear() { views_.clear(); }
+
+ private:
+  ir::Tensor buffer_;
+  std::deque<ir::Tensor> views_;
+};
+
+// Floating inputs whose values set an output shape or are checked as parameters, not computed
+// on: Resize's roi and scales, Upsample's scales, OneHot's depth, Dropout's ratio, Range's
+// operands, the quantization scales. Zeros cannot stand for them.
+bool ParameterInput(const ir::Node& n, int i) {
+  switch (n.op) {
+    case ir::OpType::kResize:
+    case ir::OpType::kUpsample:
+    case ir::OpType::kOneHot:
+    case ir::OpType::kDropout:
+    case ir::OpType::kQuantizeLinear:
+      return i >= 1;
+    case ir::OpType::kRange:
+      return true;
+    default:
+      return false;
+  }
 }
 
-// Runs the kernel of `n` once where that checks what the engine's runs will meet: every input a
+// Runs the kernel of `node` on the node's static input shapes up to its first output request:
+// every check a kernel makes before it allocates an output (shapes, dtypes, attributes against
+// the inputs, the output dims it derives) runs as in the engine, and nothing is computed. Then
+// checks that the output has the dtype and the dims the graph records (the memory plan sizes its
+// slot from them; the session refuses another dtype). A node is probed when each input is a
 // constant or a floating value of static shape (zeros stand for it: a floating value's contents
-// decide no shape), every output of static shape; integer, boolean and string values that are
-// not constants can carry shapes or indices, so a node reading one is not probed. Checks that the
-// kernel accepts the inputs and gives each output the dtype and the dims the graph records (the
-// memory plan sizes its slots from them; the session refuses another dtype). Returns OK for a
-// node it does not probe.
-absl::Status CheckOnStaticShapes(const ir::Node& node, const kernels::KernelDef& def) {
-  std::deque<ir::Tensor> zeros;
-  std::vector<const ir::Tensor*> inputs;
-  for (const ir::Value* v : node.inputs) {
-    if (v == nullptr) {
-      inputs.push_back(nullptr);
-    } else if (v->constant && v->constant->defined()) {
-      inputs.push_back(&*v->constant);
-    } else if (IsFloating(v->dtype) && StaticWithin(*v)) {
-      ASSIGN_OR_RETURN(ir::Tensor t, ir::Tensor::Allocate(v->dtype, v->shape.StaticDims()));
-      zeros.push_back(std::move(t));
-      inputs.push_back(&zeros.back());
-    } else {
-      return absl::OkStatus();
-    }
+// decide no shape, but for ParameterInput) and each output has a static shape; integer, boolean
+// and string values that are not constants can carry shapes or indices, so a node reading one is
+// not probed, nor If/Loop/Scan (their bodies are compiled and checked as graphs of their own).
+// Checks made after a kernel's first output request (few: on values, as Gather's index bounds)
+// are left to the run. Returns OK for a node it does not probe.
+absl::Status CheckOnStaticShapes(const ir::Node& node, const kernels::KernelDef& def,
+                                 kernels::Kernel& created, Zeros& zeros) {
+  if (node.op == ir::OpType::kIf || node.op == ir::OpType::kLoop || node.op == ir::OpType::kScan) {
+    return absl::OkStatus();
   }
   for (const ir::Value* v : node.outputs) {
-    if (v && !StaticWithin(*v)) return absl::OkStatus();
+    if (v && (!v->shape.rank_known || !v->shape.is_static())) return absl::OkStatus();
+  }
+  zeros.Clear();
+  std::vector<const ir::Tensor*> inputs;
+  for (int i = 0; i < node.num_inputs(); ++i) {
+    const ir::Value* v = node.inputs[i];
+    if (v == nullptr) {
+      inputs.push_back(nullptr);
+      continue;
+    }
+    if (v->constant && v->constant->defined()) {
+      inputs.push_back(&*v->constant);
+      continue;
+    }
+    if (!IsFloating(v->dtype) || ParameterInput(node, i) || !v->shape.rank_known ||
+        !v->shape.is_static()) {
+      return absl::OkStatus();
+    }
+    const int64_t n = ir::NumElementsOf(v->shape.StaticDims());
+    if (n < 0 || n > kProbeMaxBytes / static_cast<int64_t>(DataTypeSize(v->dtype))) {
+      return absl::OkStatus();
+    }
+    ASSIGN_OR_RETURN(const ir::Tensor* t, zeros.Of(v->dtype, v->shape.StaticDims()));
+    inputs.push_back(t);
   }
   // An fp32 GEMM weight is packed only as the blob is written (builder/weights.cc): the graph
   // holds it plain, as the engine's runs in memory read it (with the attribute taken off).
   const ir::Node* probed = &node;
+  kernels::Kernel* kernel = &created;
   std::unique_ptr<ir::Node> unpacked;
+  std::unique_ptr<kernels::Kernel> unpacked_kernel;
   const ir::Value* b = node.input(1);
   if (node.has_attr(kernels::kPackedBAttr) && b && b->dtype == DataType::kF32) {
     unpacked = std::make_unique<ir::Node>(node);
     unpacked->attrs.erase(kernels::kPackedBAttr);
     probed = unpacked.get();
+    ASSIGN_OR_RETURN(unpacked_kernel, def.factory(*probed));
+    kernel = unpacked_kernel.get();
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<kernels::Kernel> kernel, def.factory(*probed));
   ProbeContext ctx(*probed, std::move(inputs));
-  RETURN_IF_ERROR(kernel->Run(ctx));
-  for (int k = 0; k < node.num_outputs(); ++k) {
-    const ir::Value* v = node.outputs[k];
-    if (!v) continue;
-    const ir::Tensor& t = ctx.outputs()[k];
-    if (!t.defined()) {
-      return absl::InternalError(absl::StrCat("output ", k, " '", v->name, "' was not written"));
+  absl::Status run = kernel->Run(ctx);
+  if (!ctx.asked()) {
+    RETURN_IF_ERROR(run);
+    for (int k = 0; k < node.num_outputs(); ++k) {
+      if (node.outputs[k] != nullptr) {
+        return absl::InternalError(absl::StrCat("output ", k, " '", node.outputs[k]->name,
+                                                "' was not written (the kernel asked for none)"));
+      }
     }
-    if (t.dtype() != v->dtype || t.dims() != v->shape.StaticDims()) {
-      return absl::InternalError(absl::StrCat("output ", k, " '", v->name, "' is ",
-                                              DataTypeOnnxName(t.dtype()),
-                                              ir::DimsToString(t.dims()), " but the graph says ",
-                                              DataTypeOnnxName(v->dtype), v->shape.ToString()));
-    }
+    return absl::OkStatus();
+  }
+  const int k = ctx.index();
+  const ir::Value* v = k >= 0 && k < node.num_outputs() ? node.outputs[k] : nullptr;
+  if (k < 0 || k >= node.num_outputs()) {
+    return absl::InternalError(
+        absl::StrCat("the kernel asked for output ", k, " of ", node.num_outputs()));
+  }
+  if (v != nullptr && (ctx.dtype() != v->dtype || ctx.dims() != v->shape.StaticDims())) {
+    return absl::InternalError(absl::StrCat("output ", k, " '", v->name, "' is ",
+                                            DataTypeOnnxName(ctx.dtype()),
+                                            ir::DimsToString(ctx.dims()), " but the graph says ",
+                                            DataTypeOnnxName(v->dtype), v->shape.ToString()));
   }
   return absl::OkStatus();
 }
 
-// "f32[2,3]" for each static input, "?" for the others.
+// "(float[2,3], -, float16[?,4])": each input's dtype and shape, "-" for an omitted one.
 std::string InputShapes(const ir::Node& n) {
   std::vector<std::string> s;
   for (const ir::Value* v : n.inputs) {
@@ -180,6 +238,7 @@ std::string InputShapes(const ir::Node& n) {
 
 absl::Status VerifyKernelGraph(const ir::Graph& graph, const std::vector<ir::Node*>& live,
                                const std::vector<const kernels::KernelDef*>& defs) {
+  Zeros zeros;
   absl::flat_hash_set<const ir::Node*> in_graph;
   for (const auto& n : graph.nodes()) in_graph.insert(n.get());
   absl::flat_hash_set<const ir::Value*> graph_inputs(graph.inputs().begin(), graph.inputs().end());
@@ -246,8 +305,9 @@ absl::Status VerifyKernelGraph(const ir::Graph& graph, const std::vector<ir::Nod
           Internal(*n, absl::StrCat("has the ", kernels::IsaName(def->isa),
                                     " kernel, which does not support it as it is now")));
     }
-    absl::Status created = def->factory(*n).status();
-    if (created.ok()) created = CheckOnStaticShapes(*n, *def);
+    auto kernel = def->factory(*n);
+    absl::Status created = kernel.status();
+    if (created.ok()) created = CheckOnStaticShapes(*n, *def, **kernel, zeros);
     if (!created.ok()) {
       std::string msg(created.message());
       if (!absl::StartsWith(msg, "[node")) msg = absl::StrCat(n->Label(), " ", msg);

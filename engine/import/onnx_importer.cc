@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <fstream>
 #include <new>
 #include <sstream>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -23,17 +25,51 @@
 namespace kiln::import {
 namespace {
 
-std::string NodeLabel(const onnx::NodeProto& n, int index) {
-  return absl::StrCat("[node '", n.name(), "' (", n.op_type(), ") #", index, "]");
+std::string NodeLabel(const onnx::NodeProto& n, int index, const std::string& prefix = "") {
+  return absl::StrCat("[node '", prefix, n.name(), "' (", n.op_type(), ") #", index, "]");
+}
+
+// A node's name in the IR: its own, or "<op>_<index>" when it has none.
+std::string NodeName(const onnx::NodeProto& n, int index) {
+  return n.name().empty() ? absl::StrCat(n.op_type(), "_", index) : n.name();
+}
+
+// Where the nodes of subgraph attribute `attr` of node `node` sit: "<node>/<attr>/" after the
+// prefix of the node's own graph, so that their names are unique in the model and rules can
+// select them ("If_0/then_branch/...").
+std::string SubgraphPrefix(const std::string& prefix, const std::string& node,
+                           const std::string& attr) {
+  return absl::StrCat(prefix, node, "/", attr, "/");
 }
 
 absl::Status Invalid(const std::string& where, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(where, " ", what));
 }
 
+// One declared dim as ONNX Runtime reads it: dim_value >= 0 is static; -1, a dim with neither
+// value nor param, an empty dim_param and "?" are unknown, each its own (Paddle names every
+// unknown dim "?": two such dims need not be equal, so they are no shared symbol); any other
+// dim_param is a symbol, equal wherever it appears. Other negative values are an error.
+absl::StatusOr<ir::Dim> DeclaredDim(const onnx::TensorShapeProto::Dimension& d,
+                                    const std::string& what, const std::string& name, int i) {
+  if (d.has_dim_value()) {
+    if (d.dim_value() >= 0) return ir::Dim::Static(d.dim_value());
+    if (d.dim_value() == -1) return ir::Dim{};
+    return absl::InvalidArgumentError(absl::StrCat(what, " '", name, "' dim ", i, " is negative (",
+                                                   d.dim_value(), "; -1 means unknown)"));
+  }
+  if (d.has_dim_param() && !d.dim_param().empty() && d.dim_param() != "?") {
+    return ir::Dim::Symbol(d.dim_param());
+  }
+  return ir::Dim{};
+}
+
 // Converts a ValueInfo's tensor type into dtype and shape; other types are unimplemented.
 absl::Status ReadValueInfo(const onnx::ValueInfoProto& vi, const std::string& what, ir::Value* v) {
-  if (!vi.has_type()) return absl::OkStatus();
+  // No type, or a type with nothing set (subgraph outputs often): unknown until inferred.
+  if (!vi.has_type() || vi.type().value_case() == onnx::TypeProto::VALUE_NOT_SET) {
+    return absl::OkStatus();
+  }
   const onnx::TypeProto& tp = vi.type();
   if (!tp.has_tensor_type()) {
     return absl::UnimplementedError(absl::StrCat(
@@ -55,16 +91,8 @@ absl::Status ReadValueInfo(const onnx::ValueInfoProto& vi, const std::string& wh
     ir::Shape s;
     s.rank_known = true;
     for (int i = 0; i < tt.shape().dim_size(); ++i) {
-      const auto& d = tt.shape().dim(i);
-      if (d.has_dim_value()) {
-        if (d.dim_value() < 0) {
-          return absl::InvalidArgumentError(absl::StrCat(what, " '", vi.name(), "' dim ", i,
-                                                         " is negative (", d.dim_value(), ")"));
-        }
-        s.dims.push_back(ir::Dim::Static(d.dim_value()));
-      } else {
-        s.dims.push_back(ir::Dim::Symbol(d.dim_param()));
-      }
+      ASSIGN_OR_RETURN(ir::Dim d, DeclaredDim(tt.shape().dim(i), what, vi.name(), i));
+      s.dims.push_back(std::move(d));
     }
     if (s.is_static() && ir::NumElementsOf(s.StaticDims()) < 0) {
       return absl::InvalidArgumentError(
@@ -113,10 +141,10 @@ absl::StatusOr<ir::Attribute> ConvertAttribute(const onnx::AttributeProto& a,
       out.type = ir::Attribute::Type::kStrings;
       out.strings.assign(a.strings().begin(), a.strings().end());
       break;
-    case onnx::AttributeProto::GRAPH:
+    case onnx::AttributeProto::GRAPH:  // imported by the Importer, which knows the scopes
     case onnx::AttributeProto::GRAPHS:
       return absl::UnimplementedError(
-          absl::StrCat(where, " is a subgraph; subgraphs are not supported"));
+          absl::StrCat(where, " is a list of subgraphs; not supported"));
     case onnx::AttributeProto::SPARSE_TENSOR:
     case onnx::AttributeProto::SPARSE_TENSORS:
       return absl::UnimplementedError(absl::StrCat(where, " is a sparse tensor; not supported"));
@@ -291,7 +319,8 @@ class Importer {
       RETURN_IF_ERROR(st);
     }
     RETURN_IF_ERROR(ImportInitializersAndInputs());
-    RETURN_IF_ERROR(ImportNodes());
+    Scope top{graph_.get(), nullptr, "", 0, {}};
+    RETURN_IF_ERROR(ImportNodes(model_.graph().node(), top));
     RETURN_IF_ERROR(ImportOutputs());
     graph_->RebuildEdges();
     ASSIGN_OR_RETURN(auto order, graph_->TopologicalOrder());
@@ -338,13 +367,16 @@ class Importer {
     return absl::OkStatus();
   }
 
-  // Lists every node whose op Kiln cannot run, all at once.
-  absl::Status CheckOps() {
-    std::vector<std::string> unknown, unimplemented;
-    const auto& nodes = model_.graph().node();
+  // Adds to `unknown` / `unimplemented` each node of `g` (and of its subgraphs, `prefix` naming
+  // where they sit) whose op Kiln cannot run. Subgraphs past ir::kMaxSubgraphDepth are left to the
+  // import, which refuses them.
+  void CollectUnsupportedOps(const onnx::GraphProto& g, const std::string& prefix, int depth,
+                             std::vector<std::string>& unknown,
+                             std::vector<std::string>& unimplemented) {
+    const auto& nodes = g.node();
     for (int i = 0; i < nodes.size(); ++i) {
       const auto& n = nodes[i];
-      std::string label = NodeLabel(n, i);
+      std::string label = NodeLabel(n, i, prefix);
       if (!n.domain().empty() && n.domain() != "ai.onnx") {
         if (other_domains_.contains(n.domain())) {
           unimplemented.push_back(
@@ -374,7 +406,19 @@ class Importer {
         unknown.push_back(
             absl::StrCat(label, " op ", n.op_type(), " does not exist at opset ", opset_));
       }
+      if (depth >= ir::kMaxSubgraphDepth) continue;
+      for (const auto& a : n.attribute()) {
+        if (a.type() != onnx::AttributeProto::GRAPH || !a.has_g()) continue;
+        CollectUnsupportedOps(a.g(), SubgraphPrefix(prefix, NodeName(n, i), a.name()), depth + 1,
+                              unknown, unimplemented);
+      }
     }
+  }
+
+  // Lists every node whose op Kiln cannot run, all at once (subgraphs included).
+  absl::Status CheckOps() {
+    std::vector<std::string> unknown, unimplemented;
+    CollectUnsupportedOps(model_.graph(), "", 0, unknown, unimplemented);
     if (!unknown.empty()) {
       std::vector<std::string> all = unknown;
       all.insert(all.end(), unimplemented.begin(), unimplemented.end());
@@ -383,11 +427,9 @@ class Importer {
                        " node(s) use ops Kiln cannot run: ", absl::StrJoin(all, "; ")));
     }
     if (!unimplemented.empty()) {
-      return absl::UnimplementedError(
-          absl::StrCat("unsupported op: ", unimplemented.size(),
-                       " node(s) use ops Kiln does not implement (control flow and RNN ops are not "
-                       "supported yet): ",
-                       absl::StrJoin(unimplemented, "; ")));
+      return absl::UnimplementedError(absl::StrCat(
+          "unsupported op: ", unimplemented.size(),
+          " node(s) use ops Kiln does not implement: ", absl::StrJoin(unimplemented, "; ")));
     }
     return absl::OkStatus();
   }
@@ -430,8 +472,125 @@ class Importer {
     return absl::OkStatus();
   }
 
-  absl::Status ImportNodes() {
-    const auto& nodes = model_.graph().node();
+  // One graph being imported: the model's graph or a subgraph (an attribute of a node of the
+  // graph of `parent`), with the names it takes from enclosing graphs (captures) in first-use
+  // order: they become its last graph inputs.
+  struct Scope {
+    ir::Graph* graph;
+    Scope* parent;
+    std::string prefix;  // of its node names: "" or "If_0/then_branch/"
+    int depth;
+    std::vector<std::string> captured;
+  };
+
+  // The value `name` seen from `s`: its own, else an enclosing graph's, which becomes a capture
+  // of `s` (and of every graph between) or, for a weight, a constant of `s` sharing its bytes.
+  // nullptr when no graph in scope defines it.
+  ir::Value* Resolve(Scope& s, const std::string& name) {
+    if (ir::Value* v = s.graph->FindValue(name)) return v;
+    if (s.parent == nullptr) return nullptr;
+    ir::Value* outer = Resolve(*s.parent, name);
+    if (outer == nullptr) return nullptr;
+    ir::Value* v = *s.graph->AddValue(name);  // FindValue said the name is free
+    v->dtype = outer->dtype;
+    v->shape = outer->shape;
+    if (outer->constant) {
+      v->constant = outer->constant;
+    } else {
+      s.captured.push_back(name);
+    }
+    return v;
+  }
+
+  // Imports subgraph `gp` (attribute `attr` of `node`, in scope `s`): initializers, formal
+  // inputs (types optional: the op's shape inference fills them), nodes, outputs. Its captures
+  // are left in `sub.captured` for the caller to append.
+  absl::StatusOr<std::shared_ptr<ir::Graph>> ImportSubgraph(const onnx::GraphProto& gp,
+                                                            const std::string& attr,
+                                                            const ir::Node& node, Scope& s,
+                                                            Scope& sub) {
+    const std::string where = absl::StrCat(node.Label(), " subgraph '", attr, "'");
+    if (s.depth + 1 > ir::kMaxSubgraphDepth) {
+      return Invalid(where, absl::StrCat("nests subgraphs deeper than ", ir::kMaxSubgraphDepth,
+                                         " levels (the limit)"));
+    }
+    auto g = std::make_shared<ir::Graph>();
+    g->set_opset(opset_);
+    g->set_ir_version(model_.ir_version());
+    g->set_name(absl::StrCat(node.name, "/", attr));
+    sub.graph = g.get();
+    sub.parent = &s;
+    sub.prefix = absl::StrCat(node.name, "/", attr, "/");
+    sub.depth = s.depth + 1;
+    if (gp.sparse_initializer_size() > 0) {
+      return absl::UnimplementedError(
+          absl::StrCat(where, ": sparse initializers are not supported"));
+    }
+    for (int i = 0; i < gp.initializer_size(); ++i) {
+      const auto& tp = gp.initializer(i);
+      std::string what = absl::StrCat(where, " initializer #", i, " '", tp.name(), "'");
+      if (tp.name().empty()) return absl::InvalidArgumentError(absl::StrCat(what, " has no name"));
+      auto v = g->AddValue(tp.name());
+      if (!v.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": duplicate name"));
+      ASSIGN_OR_RETURN(ir::Tensor tensor, TensorFromProto(tp, ext_, what));
+      (*v)->dtype = tensor.dtype();
+      (*v)->shape = ir::Shape::Of(tensor.dims());
+      (*v)->constant = std::move(tensor);
+    }
+    for (int i = 0; i < gp.input_size(); ++i) {
+      const auto& in = gp.input(i);
+      std::string what = absl::StrCat(where, " input #", i);
+      if (in.name().empty()) return absl::InvalidArgumentError(absl::StrCat(what, " has no name"));
+      auto v = g->AddValue(in.name());
+      if (!v.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(what, " '", in.name(), "': duplicate name"));
+      }
+      RETURN_IF_ERROR(ReadValueInfo(in, what, *v));
+      g->inputs().push_back(*v);
+    }
+    RETURN_IF_ERROR(ImportNodes(gp.node(), sub));
+    if (gp.output_size() == 0) return Invalid(where, "has no outputs");
+    for (int i = 0; i < gp.output_size(); ++i) {
+      const auto& out = gp.output(i);
+      std::string what = absl::StrCat(where, " output #", i);
+      ir::Value* v = Resolve(sub, out.name());
+      if (v == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, " '", out.name(), "' is not defined in scope"));
+      }
+      ir::Value declared;
+      RETURN_IF_ERROR(ReadValueInfo(out, what, &declared));
+      if (v->dtype == DataType::kUndefined) v->dtype = declared.dtype;
+      if (!v->shape.rank_known) v->shape = declared.shape;
+      bool produced = false;
+      for (const auto& n : g->nodes()) {
+        for (const ir::Value* o : n->outputs) produced |= o == v;
+      }
+      const bool repeated =
+          std::find(g->outputs().begin(), g->outputs().end(), v) != g->outputs().end();
+      if (!produced || repeated) {
+        // An output that is an input, a capture, a weight or another output: one node makes
+        // each output of a compiled subgraph, as of any engine.
+        ASSIGN_OR_RETURN(ir::Value * copy, g->AddValue(absl::StrCat(out.name(), "::output", i)));
+        copy->dtype = v->dtype;
+        copy->shape = v->shape;
+        ir::Node* id = g->AddNode(ir::OpType::kIdentity, absl::StrCat(sub.prefix, "output", i));
+        id->sources = {id->id};
+        id->since_version = ResolveOpVersion(ir::OpType::kIdentity, opset_)->since_version;
+        id->inputs = {v};
+        id->outputs = {copy};
+        v = copy;
+      }
+      g->outputs().push_back(v);
+    }
+    return g;
+  }
+
+  // Imports `nodes` into the graph of scope `s`: outputs, attributes (subgraphs included), then
+  // inputs (which may name outer-scope values in a subgraph).
+  absl::Status ImportNodes(const google::protobuf::RepeatedPtrField<onnx::NodeProto>& nodes,
+                           Scope& s) {
+    ir::Graph& graph = *s.graph;
     // Pass 1: every node output becomes a value, so inputs may refer to outputs of nodes that
     // come later in the list (a cycle is then caught by the topological sort).
     std::vector<ir::Node*> made;
@@ -439,8 +598,7 @@ class Importer {
     for (int i = 0; i < nodes.size(); ++i) {
       const auto& n = nodes[i];
       ir::OpType op = *ir::OpFromName(n.op_type());
-      std::string name = n.name().empty() ? absl::StrCat(n.op_type(), "_", i) : n.name();
-      ir::Node* node = graph_->AddNode(op, name);
+      ir::Node* node = graph.AddNode(op, absl::StrCat(s.prefix, NodeName(n, i)));
       node->sources = {node->id};
       std::string label = node->Label();
       OpVersion ver = *ResolveOpVersion(op, opset_);
@@ -460,7 +618,7 @@ class Importer {
           node->outputs.push_back(nullptr);
           continue;
         }
-        auto v = graph_->AddValue(n.output(o));
+        auto v = graph.AddValue(n.output(o));
         if (!v.ok()) {
           return Invalid(label, absl::StrCat("output ", o, " '", n.output(o),
                                              "' is already defined (duplicate name)"));
@@ -471,20 +629,59 @@ class Importer {
         if (node->attrs.contains(a.name())) {
           return Invalid(label, absl::StrCat("attribute '", a.name(), "' is given twice"));
         }
+        if (a.type() == onnx::AttributeProto::GRAPH) continue;  // pass 2, once outputs exist
         ASSIGN_OR_RETURN(node->attrs[a.name()], ConvertAttribute(a, label, ext_));
       }
       made.push_back(node);
     }
-    // Pass 2: resolve inputs.
+    // Pass 2: subgraphs, then inputs; a node's captures (the union over its subgraphs) follow
+    // its own inputs and each subgraph's formal inputs.
     for (int i = 0; i < nodes.size(); ++i) {
       const auto& n = nodes[i];
       ir::Node* node = made[i];
+      std::vector<std::pair<std::shared_ptr<ir::Graph>, Scope>> subgraphs;
+      std::vector<std::string> captured;
+      for (const auto& a : n.attribute()) {
+        if (a.type() != onnx::AttributeProto::GRAPH) continue;
+        const bool expected = (node->op == ir::OpType::kIf &&
+                               (a.name() == "then_branch" || a.name() == "else_branch")) ||
+                              ((node->op == ir::OpType::kLoop || node->op == ir::OpType::kScan) &&
+                               a.name() == "body");
+        if (!expected) {
+          return Invalid(node->Label(),
+                         absl::StrCat("attribute '", a.name(), "' is a subgraph, which ",
+                                      n.op_type(), " does not take"));
+        }
+        if (!a.has_g()) {
+          return Invalid(node->Label(), absl::StrCat("attribute '", a.name(), "' has no graph"));
+        }
+        Scope sub{nullptr, nullptr, "", 0, {}};
+        ASSIGN_OR_RETURN(std::shared_ptr<ir::Graph> g,
+                         ImportSubgraph(a.g(), a.name(), *node, s, sub));
+        for (const std::string& c : sub.captured) {
+          if (std::find(captured.begin(), captured.end(), c) == captured.end()) {
+            captured.push_back(c);
+          }
+        }
+        node->attrs[a.name()] = ir::Attribute::Subgraph(g);
+        subgraphs.emplace_back(std::move(g), std::move(sub));
+      }
+      for (auto& [g, sub] : subgraphs) {
+        for (const std::string& c : captured) {
+          ir::Value* v = g->FindValue(c);
+          if (v == nullptr) {  // captured by a sibling subgraph only: an input this one ignores
+            v = *g->AddValue(c);
+          }
+          g->inputs().push_back(v);
+        }
+        g->RebuildEdges();
+      }
       for (int k = 0; k < n.input_size(); ++k) {
         if (n.input(k).empty()) {
           node->inputs.push_back(nullptr);
           continue;
         }
-        ir::Value* v = graph_->FindValue(n.input(k));
+        ir::Value* v = Resolve(s, n.input(k));
         if (v == nullptr) {
           return Invalid(node->Label(), absl::StrCat("input ", k, " '", n.input(k),
                                                      "' is not defined by any node, input or "
@@ -494,6 +691,70 @@ class Importer {
       }
       // Trailing omitted inputs carry no information; dropping them keeps num_inputs() honest.
       while (!node->inputs.empty() && node->inputs.back() == nullptr) node->inputs.pop_back();
+      if (subgraphs.empty()) continue;
+      for (const std::string& c : captured) node->inputs.push_back(Resolve(s, c));
+      node->attrs[ir::kCapturedInputsAttr] =
+          ir::Attribute::Int(static_cast<int64_t>(captured.size()));
+    }
+    return absl::OkStatus();
+  }
+
+  // A value's declared type (graph output or value_info) and what to call it in a warning.
+  struct Declaration {
+    ir::Value* value;
+    ir::Value declared;
+    std::string what;
+  };
+
+  // True when a declared shape disagrees with the inferred one: another rank, or a dim static
+  // in both with two values (a symbol and a number, or two symbols, may agree at run time).
+  static bool ShapesDisagree(const ir::Shape& declared, const ir::Shape& inferred) {
+    if (!declared.rank_known || !inferred.rank_known) return false;
+    if (declared.rank() != inferred.rank()) return true;
+    for (int i = 0; i < declared.rank(); ++i) {
+      const ir::Dim& a = declared.dims[i];
+      const ir::Dim& b = inferred.dims[i];
+      if (a.is_static() && b.is_static() && a.value != b.value) return true;
+    }
+    return false;
+  }
+
+  // Declared shapes as ONNX Runtime treats them: what inference gives wins, and a declaration
+  // that disagrees is a warning (Graph::import_warnings) naming the value and both shapes, never
+  // an error; where inference gives no shape, the declared one stays as a hint for the values
+  // after it. So inference runs here, without the hints and then with them (Run() infers once
+  // more, with them: the same shapes), and the declarations are compared with its result.
+  absl::Status ApplyDeclaredShapes(std::vector<Declaration>& decls) {
+    graph_->RebuildEdges();
+    ASSIGN_OR_RETURN(auto order, graph_->TopologicalOrder());
+    RETURN_IF_ERROR(InferTypesAndShapes(*graph_, order));
+    bool hinted = false;
+    for (Declaration& d : decls) {
+      if (d.value->shape.rank_known || !d.declared.shape.rank_known) continue;
+      d.value->shape = d.declared.shape;
+      hinted = true;
+    }
+    if (hinted) RETURN_IF_ERROR(InferTypesAndShapes(*graph_, order));
+    std::vector<std::string> value_infos;
+    for (const Declaration& d : decls) {
+      if (!ShapesDisagree(d.declared.shape, d.value->shape)) continue;
+      std::string msg = absl::StrCat(d.what, " is declared ", d.declared.shape.ToString(),
+                                     " but shape inference gives ", d.value->shape.ToString());
+      if (d.value->is_graph_output) {
+        graph_->import_warnings().push_back(
+            absl::StrCat(msg, "; the inferred shape is used (as ONNX Runtime does)"));
+      } else {
+        value_infos.push_back(std::move(msg));
+      }
+    }
+    if (!value_infos.empty()) {
+      size_t shown = std::min<size_t>(value_infos.size(), 8);
+      graph_->import_warnings().push_back(
+          absl::StrCat(value_infos.size(),
+                       " value_info shape(s) disagree with shape inference, which is "
+                       "used: ",
+                       absl::StrJoin(value_infos.begin(), value_infos.begin() + shown, "; "),
+                       value_infos.size() > shown ? "; ..." : ""));
     }
     return absl::OkStatus();
   }
@@ -501,6 +762,7 @@ class Importer {
   absl::Status ImportOutputs() {
     const auto& g = model_.graph();
     if (g.output_size() == 0) return absl::InvalidArgumentError("graph has no outputs");
+    std::vector<Declaration> decls;
     for (int i = 0; i < g.output_size(); ++i) {
       const auto& out = g.output(i);
       std::string what = absl::StrCat("graph output #", i, " '", out.name(), "'");
@@ -510,24 +772,28 @@ class Importer {
       }
       ir::Value declared;
       RETURN_IF_ERROR(ReadValueInfo(out, "graph output", &declared));
-      // Declared output types are checked against inference later; keep the declared shape as
-      // a hint where inference gives none.
-      declared_outputs_.emplace_back(v, std::move(declared));
+      decls.push_back({v, std::move(declared), std::move(what)});
       graph_->outputs().push_back(v);
     }
+    absl::flat_hash_set<const ir::Value*> inputs(graph_->inputs().begin(), graph_->inputs().end());
     for (int i = 0; i < g.value_info_size(); ++i) {
       ir::Value* v = graph_->FindValue(g.value_info(i).name());
       if (v == nullptr || v->constant) continue;
       ir::Value declared;
       RETURN_IF_ERROR(ReadValueInfo(g.value_info(i), "value_info", &declared));
-      if (v->dtype == DataType::kUndefined) v->dtype = declared.dtype;
-      if (!v->shape.rank_known) v->shape = declared.shape;
+      if (inputs.contains(v)) {
+        // A graph input: its own declaration holds; a value_info only fills in a missing shape.
+        if (!v->shape.rank_known) v->shape = declared.shape;
+        continue;
+      }
+      decls.push_back(
+          {v, std::move(declared), absl::StrCat("value_info '", g.value_info(i).name(), "'")});
     }
-    for (auto& [v, declared] : declared_outputs_) {
-      if (v->dtype == DataType::kUndefined) v->dtype = declared.dtype;
-      if (!v->shape.rank_known) v->shape = declared.shape;
+    // Declared dtypes first: inference checks the dtype each op produces against them.
+    for (Declaration& d : decls) {
+      if (d.value->dtype == DataType::kUndefined) d.value->dtype = d.declared.dtype;
     }
-    return absl::OkStatus();
+    return ApplyDeclaredShapes(decls);
   }
 
   onnx::ModelProto& model_;
@@ -536,7 +802,6 @@ class Importer {
   int opset_ = 0;
   absl::flat_hash_map<std::string, int64_t> other_domains_;
   std::unique_ptr<ir::Graph> graph_;
-  std::vector<std::pair<ir::Value*, ir::Value>> declared_outputs_;
 };
 
 }  // namespace

@@ -11,6 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/common/status.h"
+#include "engine/import/shape_inference_control_flow.h"
+#include "engine/import/shape_inference_recurrent.h"
 
 namespace kiln::import {
 namespace {
@@ -228,6 +230,10 @@ absl::StatusOr<DataType> OutputType(const Node& n, int k) {
       return k == 1 ? DataType::kF32 : DataType::kU8;
     case OpType::kOneHot:
       return InType(n, 2);
+    case OpType::kLSTM:  // checks the node too (shape_inference_recurrent.h)
+    case OpType::kGRU:
+    case OpType::kRNN:
+      return RecurrentOutputType(n, k);
     default:
       return t0;
   }
@@ -357,6 +363,13 @@ Shape InferShape(const Node& n, int k) {
       auto dims = ConstInts(n, 0);
       return dims ? Shape::Of(*dims) : Shape::Unknown();
     }
+    case OpType::kExpand: {
+      // x broadcast against a constant target shape (CheckExpand has checked that they fit).
+      auto target = ConstInts(n, 1);
+      if (!target || !x || !x->shape.rank_known) return Shape::Unknown();
+      Shape t = Shape::Of(*target);
+      return Broadcast({&x->shape, &t});
+    }
     case OpType::kReshape: {
       auto target = ConstInts(n, 1);
       auto in = StaticDimsOf(x);
@@ -386,7 +399,11 @@ Shape InferShape(const Node& n, int k) {
     case OpType::kFlatten: {
       if (!x || !x->shape.rank_known) return RankOnly(2);
       int r = x->shape.rank();
-      auto axis = NormAxis(n.GetInt("axis", 1), r + 1);
+      // axis in [-r, r]; a negative one counts from the end of x's r dims (not of r + 1).
+      int64_t flat = n.GetInt("axis", 1);
+      if (flat < 0) flat += r;
+      auto axis =
+          flat >= 0 && flat <= r ? std::optional<int>(static_cast<int>(flat)) : std::nullopt;
       if (!axis) return RankOnly(2);
       int64_t a = 1, b = 1;
       for (int i = 0; i < r; ++i) {
@@ -582,6 +599,10 @@ Shape InferShape(const Node& n, int k) {
       }
       return s;
     }
+    case OpType::kLSTM:
+    case OpType::kGRU:
+    case OpType::kRNN:
+      return RecurrentOutputShape(n, k);
     default:
       return Shape::Unknown();
   }
@@ -824,6 +845,10 @@ absl::Status InferTypesAndShapes(ir::Graph& graph, const std::vector<ir::Node*>&
     }
   }
   for (Node* n : order) {
+    if (IsControlFlow(n->op)) {
+      RETURN_IF_ERROR(InferControlFlow(*n));  // the subgraphs, then the outputs
+      continue;
+    }
     for (int k = 0; k < n->num_outputs(); ++k) {
       Value* out = n->outputs[k];
       if (!out) continue;

@@ -24,6 +24,8 @@ const char* AttributeTypeName(Attribute::Type t) {
       return "ints";
     case Attribute::Type::kStrings:
       return "strings";
+    case Attribute::Type::kGraph:
+      return "graph";
   }
   return "?";
 }
@@ -142,6 +144,10 @@ std::unique_ptr<Graph> Graph::Clone() const {
   auto map = [&](const Value* v) { return v ? g->values_[v->id].get() : nullptr; };
   for (const auto& n : nodes_) {
     auto c = std::make_unique<Node>(*n);
+    // Passes rewrite subgraphs in place, as they do the graph: each copy has its own.
+    for (auto& [key, a] : c->attrs) {
+      if (a.g) a.g = a.g->Clone();
+    }
     for (Value*& v : c->inputs) v = map(v);
     for (Value*& v : c->outputs) v = map(v);
     g->nodes_.push_back(std::move(c));
@@ -151,6 +157,7 @@ std::unique_ptr<Graph> Graph::Clone() const {
   g->opset_ = opset_;
   g->ir_version_ = ir_version_;
   g->name_ = name_;
+  g->import_warnings_ = import_warnings_;
   g->RebuildEdges();
   return g;
 }

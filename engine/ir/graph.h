@@ -136,6 +136,10 @@ class Graph {
   void set_ir_version(int64_t v) { ir_version_ = v; }
   const std::string& name() const { return name_; }
   void set_name(std::string n) { name_ = std::move(n); }
+  /// What the import accepted but a user should hear about (a declared shape that inference
+  /// overrides, ...): build warnings, carried with the graph to the build.
+  std::vector<std::string>& import_warnings() { return import_warnings_; }
+  const std::vector<std::string>& import_warnings() const { return import_warnings_; }
 
  private:
   std::vector<std::unique_ptr<Node>> nodes_;
@@ -146,6 +150,7 @@ class Graph {
   int64_t opset_ = 0;
   int64_t ir_version_ = 0;
   std::string name_;
+  std::vector<std::string> import_warnings_;
 };
 
 }  // namespace kiln::ir

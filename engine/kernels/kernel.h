@@ -14,6 +14,18 @@
 
 namespace kiln::kernels {
 
+/// A compiled subgraph of the node (If's branches, Loop's and Scan's body), ready to run; the
+/// runtime makes one per subgraph attribute of each node and keeps it between runs.
+class SubgraphRunner {
+ public:
+  virtual ~SubgraphRunner() = default;
+  /// Runs the subgraph on `inputs` (its graph inputs in order: formal ones, then captured
+  /// ones); returns its outputs in order. The tensors returned own (share) their buffers and
+  /// stay valid when the subgraph runs again, so a loop may feed them to its next iteration.
+  virtual absl::StatusOr<std::vector<ir::Tensor>> Run(
+      const std::vector<const ir::Tensor*>& inputs) = 0;
+};
+
 /// What a kernel run sees: its input tensors and a way to get its output tensors.
 class KernelContext {
  public:
@@ -37,6 +49,12 @@ class KernelContext {
   virtual float* interior(int member, int64_t n) {
     (void)member;
     (void)n;
+    return nullptr;
+  }
+  /// The runner of the node's subgraph attribute `attr`, or nullptr where subgraphs cannot run
+  /// (constant folding).
+  virtual SubgraphRunner* subgraph(const std::string& attr) {
+    (void)attr;
     return nullptr;
   }
 };

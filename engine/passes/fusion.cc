@@ -1,5 +1,6 @@
 #include "engine/passes/fusion.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -141,6 +142,58 @@ class Fuser {
     result_.applied.push_back(absl::StrCat(label, ": ", members.size(), " nodes (", Names(members),
                                            ") -> one ", ir::OpName(fused->op), " at ",
                                            precision::PrecisionName(t)));
+  }
+
+  // Settles which `members` of a pattern instance the fused node replaces, the node reading
+  // `inputs` and computing `output`. A member computing one of `inputs` stays a node of its own
+  // when it is a Constant (the pattern matcher counts a Constant only the instance reads as a
+  // member, so that a `pattern:` rule covers it: gamma, beta or a mask as a Constant node, as
+  // Paddle2ONNX writes them); removing it would leave the fused node reading a value nothing
+  // computes. Computing members (Constants are moved after them, so the fused node's first
+  // source, which names its kernel in an engine blob, is an op of the instance) must have every
+  // output but `output` read only by other members; otherwise the fusion would drop a value
+  // that is needed, and it is refused (false, logged).
+  bool Absorbable(const char* fusion, std::vector<ir::Node*>& members,
+                  const std::vector<ir::Value*>& inputs, const ir::Value* output) {
+    std::vector<ir::Node*> kept, computing, constants;
+    for (ir::Node* m : members) {
+      bool feeds = false;
+      for (const ir::Value* v : m->outputs) {
+        feeds = feeds || (v && std::find(inputs.begin(), inputs.end(), v) != inputs.end());
+      }
+      if (feeds && m->op == ir::OpType::kConstant) {
+        kept.push_back(m);
+      } else {
+        (m->op == ir::OpType::kConstant ? constants : computing).push_back(m);
+      }
+    }
+    std::vector<ir::Node*> absorbed = computing;
+    absorbed.insert(absorbed.end(), constants.begin(), constants.end());
+    auto member = [&](const ir::Node* c) {
+      return std::find(absorbed.begin(), absorbed.end(), c) != absorbed.end();
+    };
+    for (const ir::Node* m : absorbed) {
+      for (const ir::Value* v : m->outputs) {
+        if (!v || v == output) continue;
+        // A removed reader was absorbed by an earlier fusion, whose node may read `v` now.
+        const bool outside = v->is_graph_output ||
+                             std::find(inputs.begin(), inputs.end(), v) != inputs.end() ||
+                             std::any_of(v->consumers.begin(), v->consumers.end(),
+                                         [&](const ir::Node* c) { return !member(c); });
+        if (outside) {
+          Refuse(absl::StrCat(fusion, " of ", Names(members), ": ", m->Label(), " output '",
+                              v->name, "' is read outside the instance"));
+          return false;
+        }
+      }
+    }
+    if (computing.empty()) return false;
+    if (!kept.empty() && logger_) {
+      logger_->debug("{} of {}: {} kept as node(s) of their own (the fused node reads them)",
+                     fusion, Names(members), Names(kept));
+    }
+    members = std::move(absorbed);
+    return true;
   }
 
   absl::Status FuseLinear() {
@@ -357,7 +410,11 @@ class Fuser {
   }
 
   absl::Status FusePattern(const PatternInstance& p) {
-    if (p.is_op || p.kind == PatternKind::kAttention || !o_.enabled) return absl::OkStatus();
+    // An instance whose fields the matcher could not pin down (a Reshape target known only at
+    // run time) stays for the policy and is not rewritten.
+    if (p.is_op || p.kind == PatternKind::kAttention || !o_.enabled || !p.fusable) {
+      return absl::OkStatus();
+    }
     std::vector<ir::Node*> members;
     for (int id : p.nodes) {
       if (removed_[id]) return absl::OkStatus();  // already absorbed by another fusion
@@ -417,9 +474,12 @@ class Fuser {
         inputs.push_back(const_cast<ir::Value*>(p.bias));
       }
     }
+    // Named after the last member (in execution order: the one computing the output).
+    const std::string name = absl::StrCat(members.back()->name, "/fused_", pattern);
+    if (!Absorbable(pattern, members, inputs, p.output)) return absl::OkStatus();
     // The fused kernel's precision: the join of its members', so none is computed lower.
     Precision t = JoinOf(members);
-    ir::Node* fused = g_.AddNode(op, absl::StrCat(members.back()->name, "/fused_", pattern));
+    ir::Node* fused = g_.AddNode(op, name);
     removed_.push_back(false);
     fused->since_version = since;
     fused->inputs = inputs;
@@ -461,7 +521,7 @@ class Fuser {
   // MatMul(Q, Transpose(K)) [-> scale] [-> Add mask] -> Softmax -> MatMul(., V), all 4-D
   // [batch, heads, seq, head_size] => one Attention (opset 23) with its scale and additive mask.
   absl::Status FuseAttention(const PatternInstance& p) {
-    if (p.is_op || !o_.enabled || !p.input || !p.key || !p.value || !p.output) {
+    if (p.is_op || !o_.enabled || !p.fusable || !p.input || !p.key || !p.value || !p.output) {
       return absl::OkStatus();
     }
     std::vector<ir::Node*> members;
@@ -488,13 +548,15 @@ class Fuser {
     }
     members.insert(members.begin(), tr);
     if (Excluded(members, ir::OpType::kAttention, "attention")) return absl::OkStatus();
+    std::vector<ir::Value*> inputs = {const_cast<ir::Value*>(p.input), tr->inputs[0],
+                                      const_cast<ir::Value*>(p.value)};
+    if (p.mask) inputs.push_back(const_cast<ir::Value*>(p.mask));
+    const std::string name = absl::StrCat(members.back()->name, "/fused_attention");
+    if (!Absorbable("attention", members, inputs, p.output)) return absl::OkStatus();
     Precision t = JoinOf(members);
-    ir::Node* fused =
-        g_.AddNode(ir::OpType::kAttention, absl::StrCat(members.back()->name, "/fused_attention"));
+    ir::Node* fused = g_.AddNode(ir::OpType::kAttention, name);
     fused->since_version = 23;
-    fused->inputs = {const_cast<ir::Value*>(p.input), tr->inputs[0],
-                     const_cast<ir::Value*>(p.value)};
-    if (p.mask) fused->inputs.push_back(const_cast<ir::Value*>(p.mask));
+    fused->inputs = std::move(inputs);
     fused->outputs = {const_cast<ir::Value*>(p.output)};
     fused->attrs["scale"] = Attribute::Float(p.attention_scale);
     Commit(fused, members, t, "attention");

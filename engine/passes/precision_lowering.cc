@@ -1,10 +1,13 @@
 #include "engine/passes/precision_lowering.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <map>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "engine/common/half.h"
 #include "engine/common/status.h"
 
@@ -136,13 +139,38 @@ class Lowering {
       p = Precision::kFp32;
       pdt = DataType::kF32;
     }
+    if (p != Precision::kFp32) {
+      ASSIGN_OR_RETURN(const std::string overflow, WeightOverflow(n, pdt));
+      if (!overflow.empty()) {
+        const std::string why =
+            absl::StrCat(n.Label(), n.op == ir::OpType::kConstant ? " holds " : " reads ", overflow,
+                         " beyond the ", precision::PrecisionName(p), " range");
+        const bool pinned = n.sources.size() == 1 && !a_.nodes[n.sources[0]].matched.empty();
+        if (pinned && constraints_ == precision::Constraints::kObey) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              why, " (assigned by ", rule, "; use --constraints prefer to run it in fp32)"));
+        }
+        result_.warnings.push_back(absl::StrCat(why, ": it runs in fp32"));
+        if (logger_) logger_->warn("{}", result_.warnings.back());
+        for (int s : n.sources) {
+          result_.fallback_reason[s] = why;
+          result_.effective[s] = Precision::kFp32;
+        }
+        p = Precision::kFp32;
+        pdt = DataType::kF32;
+      }
+    }
     for (int i = 0; i < n.num_inputs(); ++i) {
       ir::Value* v = n.inputs[i];
       if (!v || !IsFloating(v->dtype)) continue;
       // The dtype this node reads the slot at: T-typed slots follow the node's precision, fixed
       // ones and authored non-fp32 ones (double) keep their authored dtype.
       DataType want = authored_[v->id];
-      if (!FixedInput(n, i) && Retypable(want)) want = pdt;
+      // If / Loop / Scan feed their subgraphs the authored types: the subgraphs' interfaces
+      // keep them, as an engine's do (their nodes are lowered inside).
+      const bool control_flow =
+          n.op == ir::OpType::kIf || n.op == ir::OpType::kLoop || n.op == ir::OpType::kScan;
+      if (!FixedInput(n, i) && Retypable(want) && !control_flow) want = pdt;
       if (v->dtype != want) {
         ASSIGN_OR_RETURN(n.inputs[i], Convert(v, want, n));
       }
@@ -159,6 +187,55 @@ class Lowering {
     }
     if (changed_output) RETURN_IF_ERROR(RetypeAttributes(n, pdt));
     return absl::OkStatus();
+  }
+
+  // The first constant of `n` that `pdt` would retype and whose finite values do not fit it
+  // ("weight 'w' (max |x| 9.8e+07)"), or "" when all fit: a Constant node's own value, and each
+  // input that is a weight or the output of a Constant node (exporters such as Paddle2ONNX write
+  // weights so). bf16 holds every finite fp32 but the largest; fp16 stops at 65504.
+  absl::StatusOr<std::string> WeightOverflow(const ir::Node& n, DataType pdt) const {
+    const double limit = pdt == DataType::kF16 ? 65504.0 : 3.3895313892515355e38;
+    auto too_large = [&](const ir::Tensor& t) {
+      if (!IsFloating(t.dtype()) || t.dtype() == pdt) return 0.0;
+      double max_abs = 0;
+      if (t.dtype() == DataType::kF32) {  // the common case, without a per-element switch
+        float m = 0;
+        const float* d = t.data<float>();
+        for (int64_t e = 0; e < t.num_elements(); ++e) {
+          const float x = std::fabs(d[e]);
+          if (x > m && x <= std::numeric_limits<float>::max()) m = x;
+        }
+        max_abs = m;
+      } else {
+        for (int64_t e = 0; e < t.num_elements(); ++e) {
+          const double x = std::fabs(ir::ElementAsDouble(t, e));
+          if (std::isfinite(x)) max_abs = std::max(max_abs, x);
+        }
+      }
+      return max_abs > limit ? max_abs : 0.0;
+    };
+    auto describe = [](const std::string& name, double max_abs) {
+      return absl::StrCat("weight '", name, "' (max |x| ", absl::StrFormat("%.3g", max_abs), ")");
+    };
+    if (n.op == ir::OpType::kConstant) {
+      const ir::Attribute* a = n.attr("value");
+      if (a && a->type == ir::Attribute::Type::kTensor && n.outputs[0]) {
+        if (double m = too_large(a->t); m > 0) return describe(n.outputs[0]->name, m);
+      }
+    }
+    for (int i = 0; i < n.num_inputs(); ++i) {
+      const ir::Value* v = n.inputs[i];
+      if (!v || !IsFloating(v->dtype) || FixedInput(n, i)) continue;
+      if (v->id >= static_cast<int>(authored_.size()) || !Retypable(authored_[v->id])) continue;
+      const ir::Tensor* t = v->constant ? &*v->constant : nullptr;
+      if (t == nullptr && v->producer && v->producer->op == ir::OpType::kConstant) {
+        const ir::Attribute* a = v->producer->attr("value");
+        if (a && a->type == ir::Attribute::Type::kTensor) t = &a->t;
+      }
+      if (t == nullptr) continue;
+      if (double m = too_large(*t); m > 0) return describe(v->name, m);
+    }
+    return std::string();
   }
 
   // Floating slots the assignment may retype: fp32 always, fp16/bf16 too (they are authored only

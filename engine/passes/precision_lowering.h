@@ -41,11 +41,16 @@ struct LoweringResult {
   std::vector<std::string> fallback_reason;
   int inserted_conversions = 0;
   int converted_weights = 0;
+  /// Nodes run higher than assigned because a weight they read does not fit the assigned format
+  /// (an fp16 weight beyond 65504 would be stored as Inf): one line each, also logged.
+  std::vector<std::string> warnings;
 };
 
 /// Applies `assignment` to `graph` (after `fusion`: fused nodes take their fused precision).
 /// Under obey, a node whose op has no kernel at its assigned precision fails the build naming
-/// the node; under prefer it runs at fp32 and the reason is recorded.
+/// the node; under prefer it runs at fp32 and the reason is recorded. A node reading a constant
+/// that its precision cannot hold (finite values beyond fp16's 65504) runs at fp32 with a warning
+/// when the policy's base assigned it, and fails under obey when a rule of the user pinned it.
 absl::StatusOr<LoweringResult> LowerPrecision(
     ir::Graph& graph, const precision::Assignment& assignment, const FusionResult& fusion,
     precision::Constraints constraints, const kernels::Registry& registry, spdlog::logger* logger);

@@ -106,6 +106,11 @@ void ToAttr(const std::string& name, const ir::Attribute& a, v1::AttributeValue*
       out->set_type(v1::AttributeValue::STRINGS);
       for (const auto& s : a.strings) out->add_strings(s);
       break;
+    case ir::Attribute::Type::kGraph:
+      // The builder has compiled the subgraph: its engine blob is all a loaded engine needs.
+      out->set_type(v1::AttributeValue::GRAPH);
+      out->set_s(a.s);
+      break;
   }
 }
 
@@ -150,6 +155,11 @@ absl::StatusOr<ir::Attribute> FromAttr(const v1::AttributeValue& a) {
     case v1::AttributeValue::STRINGS:
       out.type = ir::Attribute::Type::kStrings;
       out.strings.assign(a.strings().begin(), a.strings().end());
+      break;
+    case v1::AttributeValue::GRAPH:
+      // The subgraph's engine, checked as any blob when the runtime loads it.
+      out.type = ir::Attribute::Type::kGraph;
+      out.s = a.s();
       break;
     default:
       return Corrupt(absl::StrCat("attribute '", a.name(), "' has unknown type"));

@@ -1,5 +1,8 @@
 #include "engine/precision/assign.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -38,6 +41,10 @@ std::vector<bool> ShapeDerivedValues(const ir::Graph& g, const std::vector<ir::N
 // IsNaN, ArgMax, ...) it reads a floating input; Shape and Size only read dims.
 bool ComputesFloating(const ir::Node& n) {
   if (n.op == ir::OpType::kShape || n.op == ir::OpType::kSize) return false;
+  // If / Loop / Scan pass values to their subgraphs, whose nodes carry their own precision.
+  if (n.op == ir::OpType::kIf || n.op == ir::OpType::kLoop || n.op == ir::OpType::kScan) {
+    return false;
+  }
   for (const ir::Value* v : n.outputs) {
     if (IsFloat(v)) return true;
   }
@@ -60,6 +67,136 @@ std::optional<Precision> AuthoredPrecision(const ir::Node& n) {
 }
 
 std::string Describe(const Rule& r) { return absl::StrCat(r.text, " (", r.origin, ")"); }
+
+// A scalar constant operand (initializer or Constant node output), for the checks below.
+std::optional<double> ScalarOf(const ir::Value* v) {
+  const ir::Tensor* t = nullptr;
+  if (v == nullptr) return std::nullopt;
+  if (v->constant) {
+    t = &*v->constant;
+  } else if (v->producer && v->producer->op == ir::OpType::kConstant) {
+    const ir::Attribute* a = v->producer->attr("value");
+    if (a && a->type == ir::Attribute::Type::kTensor) t = &a->t;
+  }
+  if (t == nullptr || !t->defined() || t->num_elements() != 1 || t->raw_data() == nullptr ||
+      t->dtype() == DataType::kString) {
+    return std::nullopt;
+  }
+  return ir::ElementAsDouble(*t, 0);
+}
+
+// A normalisation-like reduction outside every recognised LayerNorm/RMSNorm instance: a
+// ReduceMean/ReduceSum/GlobalAveragePool of a square (Pow(d, 2) or d * d, d = x - mean or any
+// value) or a ReduceSumSquare, whose result reaches (through at most 6 elementwise or shape-only
+// nodes) a Sqrt, a Reciprocal, the divisor of a Div, or Pow(., +-0.5). `why` says which.
+struct SuspectReduction {
+  const ir::Node* node;
+  std::string why;
+};
+
+std::vector<SuspectReduction> UnrecognisedNormReductions(
+    const ir::Graph& g, const std::vector<PatternInstance>& patterns) {
+  std::vector<bool> in_norm(g.nodes().size(), false);
+  for (const PatternInstance& p : patterns) {
+    if (p.kind != PatternKind::kLayerNorm && p.kind != PatternKind::kRmsNorm) continue;
+    for (int id : p.nodes) in_norm[id] = true;
+  }
+  auto is_square = [](const ir::Value* v) {
+    const ir::Node* p = v ? v->producer : nullptr;
+    if (p == nullptr || p->num_inputs() != 2) return false;
+    if (p->op == ir::OpType::kMul) return p->inputs[0] == p->inputs[1];
+    auto e = ScalarOf(p->inputs[1]);
+    return p->op == ir::OpType::kPow && e && *e == 2;
+  };
+  std::vector<SuspectReduction> out;
+  for (const auto& n : g.nodes()) {
+    if (in_norm[n->id] || n->outputs.empty()) continue;
+    bool squares = n->op == ir::OpType::kReduceSumSquare;
+    if (!squares && n->op != ir::OpType::kReduceMean && n->op != ir::OpType::kReduceSum &&
+        n->op != ir::OpType::kGlobalAveragePool) {
+      continue;
+    }
+    if (!squares && !is_square(n->input(0))) continue;
+    // Breadth-first over a bounded number of readers (a reduction's result feeds few nodes).
+    std::vector<std::pair<const ir::Value*, int>> todo = {{n->outputs[0], 0}};
+    std::string why;
+    for (size_t i = 0; i < todo.size() && i < 64 && why.empty(); ++i) {
+      auto [v, depth] = todo[i];
+      if (v == nullptr) continue;
+      for (const ir::Node* c : v->consumers) {
+        std::optional<double> e;
+        if (c->op == ir::OpType::kPow) e = ScalarOf(c->input(1));
+        if (c->op == ir::OpType::kSqrt || c->op == ir::OpType::kReciprocal ||
+            (c->op == ir::OpType::kDiv && c->input(1) == v) ||
+            (c->op == ir::OpType::kPow && c->input(0) == v && e && std::abs(*e) == 0.5)) {
+          why = absl::StrCat(squares ? "a sum of squares" : "a reduction of a square", " feeding ",
+                             c->Label());
+          break;
+        }
+        switch (c->op) {
+          case ir::OpType::kMul:
+          case ir::OpType::kDiv:
+          case ir::OpType::kAdd:
+          case ir::OpType::kSub:
+          case ir::OpType::kMax:
+          case ir::OpType::kRelu:
+          case ir::OpType::kReshape:
+          case ir::OpType::kExpand:
+          case ir::OpType::kUnsqueeze:
+          case ir::OpType::kSqueeze:
+          case ir::OpType::kCast:
+          case ir::OpType::kIdentity:
+            if (depth < 6 && !c->outputs.empty()) todo.push_back({c->outputs[0], depth + 1});
+            break;
+          default:
+            break;
+        }
+      }
+    }
+    if (!why.empty()) out.push_back({n.get(), std::move(why)});
+  }
+  return out;
+}
+
+// "[node 'a' (ReduceSum) #3] (a reduction of a square feeding ...)", at most 8, then a count.
+std::string ListSuspects(const std::vector<SuspectReduction>& s) {
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < s.size() && i < 8; ++i) {
+    parts.push_back(absl::StrCat(s[i].node->Label(), " (", s[i].why, ")"));
+  }
+  if (s.size() > 8) parts.push_back(absl::StrCat("and ", s.size() - 8, " more"));
+  return absl::StrJoin(parts, "; ");
+}
+
+bool IsNormPatternRule(const Rule& r) {
+  return r.kind == SelectorKind::kPattern && (r.pattern == "layernorm" || r.pattern == "rmsnorm");
+}
+
+// Whether `rule` selects a node of a subgraph of `g` (at any depth): a rule that only subgraph
+// nodes match has matched (the subgraphs' builds apply it).
+bool MatchesInSubgraphs(const ir::Graph& g, const Rule& rule) {
+  for (const auto& n : g.nodes()) {
+    for (const auto& [key, a] : n->attrs) {
+      if (a.type != ir::Attribute::Type::kGraph || a.g == nullptr) continue;
+      const ir::Graph& sub = *a.g;
+      if (rule.kind == SelectorKind::kPattern) {
+        auto kind = PatternFromName(rule.pattern);
+        for (const PatternInstance& p : FindPatterns(sub)) {
+          if (kind && p.kind == *kind) return true;
+        }
+      } else {
+        for (const auto& m : sub.nodes()) {
+          if (rule.kind == SelectorKind::kOp ? rule.pattern == ir::OpName(m->op)
+                                             : RuleMatchesName(rule, m->name)) {
+            return true;
+          }
+        }
+      }
+      if (MatchesInSubgraphs(sub, rule)) return true;
+    }
+  }
+  return false;
+}
 
 // The node ids each rule selects.
 absl::StatusOr<std::vector<std::vector<int>>> MatchRules(
@@ -130,6 +267,13 @@ absl::StatusOr<Assignment> AssignPrecision(const ir::Graph& g, const Policy& pol
                                            Constraints constraints, Typing typing,
                                            spdlog::logger* logger) {
   Assignment out;
+  // The import's warnings (a declared shape inference overrides, ...) travel with the graph;
+  // the assignment's warnings are the build's (BuildSummary::warnings, the engine metadata), so
+  // they join them here. (The builder is their natural home; see issue 28's note.)
+  for (const std::string& w : g.import_warnings()) {
+    out.warnings.push_back(w);
+    if (logger) logger->warn("{}", w);
+  }
   out.strong_typing =
       typing == Typing::kStrong || (typing == Typing::kAuto && IsAuthoredMixedPrecision(g));
   out.nodes.resize(g.nodes().size());
@@ -144,11 +288,23 @@ absl::StatusOr<Assignment> AssignPrecision(const ir::Graph& g, const Policy& pol
     return absl::OkStatus();
   };
 
+  // A decomposed normalisation the matcher does not know leaves a `pattern:layernorm` rule
+  // without its nodes, and those nodes in reduced precision: name them (issue 28).
+  std::vector<SuspectReduction> suspects;
+  if (std::any_of(policy.rules.begin(), policy.rules.end(), IsNormPatternRule)) {
+    suspects = UnrecognisedNormReductions(g, patterns);
+  }
+  std::vector<bool> reported(policy.rules.size(), false);
   for (size_t r = 0; r < policy.rules.size(); ++r) {
     const Rule& rule = policy.rules[r];
-    if (matches[r].empty() && rule.must_match) {
-      RETURN_IF_ERROR(warn_or_fail(
-          absl::StrCat("rule '", rule.text, "' at ", rule.origin, " matches no node")));
+    if (matches[r].empty() && rule.must_match && !MatchesInSubgraphs(g, rule)) {
+      std::string msg = absl::StrCat("rule '", rule.text, "' at ", rule.origin, " matches no node");
+      if (IsNormPatternRule(rule) && !suspects.empty()) {
+        absl::StrAppend(&msg, "; the pattern matcher did not recognise these normalisation-like ",
+                        "reductions: ", ListSuspects(suspects));
+        reported[r] = true;
+      }
+      RETURN_IF_ERROR(warn_or_fail(msg));
     }
   }
 
@@ -165,6 +321,41 @@ absl::StatusOr<Assignment> AssignPrecision(const ir::Graph& g, const Policy& pol
       a.assigned = policy.rules[r].precision;
       a.rule = Describe(policy.rules[r]);
       a.matched.push_back(a.rule);
+    }
+  }
+
+  // Preset rules need not match, so nothing above names what a preset's norm pattern rule
+  // missed: a warning does, for each suspect left in reduced precision, with that precision.
+  if (!suspects.empty() && std::find(reported.begin(), reported.end(), true) == reported.end()) {
+    std::vector<std::string> named;
+    int reduced = 0;
+    for (const SuspectReduction& sr : suspects) {
+      const ir::Node& n = *sr.node;
+      Precision p = out.strong_typing ? AuthoredPrecision(n).value_or(Precision::kFp32)
+                                      : out.nodes[n.id].assigned;
+      if (!ComputesFloating(n) || p == Precision::kFp32) continue;
+      if (++reduced <= 8) {
+        named.push_back(absl::StrCat(n.Label(), " assigned ", PrecisionName(p), " (", sr.why, ")"));
+      }
+    }
+    if (reduced > 8) named.push_back(absl::StrCat("and ", reduced - 8, " more"));
+    std::vector<std::string> rules;
+    for (size_t r = 0; r < policy.rules.size(); ++r) {
+      if (!IsNormPatternRule(policy.rules[r])) continue;
+      rules.push_back(absl::StrCat("'", Describe(policy.rules[r]), "' ",
+                                   matches[r].empty()
+                                       ? std::string("matches no node")
+                                       : absl::StrCat("matches ", matches[r].size(), " node(s)")));
+    }
+    if (reduced > 0) {
+      std::string msg = absl::StrCat(
+          absl::StrJoin(rules, ", "), ", but ", reduced,
+          " normalisation-like reduction(s) are in no recognised LayerNorm/RMSNorm instance "
+          "and stay in reduced precision, where a sum of squares overflows easily: ",
+          absl::StrJoin(named, "; "),
+          ". If they belong to a normalisation, pin them with a rule (name:NODE = fp32)");
+      out.warnings.push_back(msg);
+      if (logger) logger->warn("{}", msg);
     }
   }
 

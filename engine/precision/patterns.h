@@ -26,6 +26,11 @@ struct PatternInstance {
   std::vector<int> nodes;
   /// True when the instance is the ONNX op itself (LayerNormalization, Gelu, Softmax, ...).
   bool is_op = false;
+  /// False when the instance is recognised for policies only: its nodes are a normalisation
+  /// (so `pattern:` rules cover them), but the matcher could not prove that the fields below
+  /// describe its computation exactly (a Reshape/Expand whose target is computed at run time
+  /// restores the reduced axes), so fusion must leave it alone.
+  bool fusable = true;
   /// The value the instance computes (the output of its last node).
   const ir::Value* output = nullptr;
   /// The instance's data input (x; for attention: q).

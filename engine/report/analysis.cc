@@ -22,16 +22,22 @@
 namespace kiln::report {
 namespace {
 
-// The context of a kernel run outside the engine: inputs given, outputs freshly allocated.
+// The context of a kernel run outside the engine: inputs given, outputs freshly allocated, the
+// subgraphs of an If / Loop / Scan run by the runners `subgraph` gives.
 class AloneContext final : public kernels::KernelContext {
  public:
+  using SubgraphOf = std::function<kernels::SubgraphRunner*(const std::string& attr)>;
   AloneContext(const ir::Node& n, const std::vector<const ir::Tensor*>& inputs,
-               std::vector<ir::Tensor>& outputs, const runtime::InteriorTap& tap)
-      : node_(n), inputs_(inputs), outputs_(outputs), tap_(tap) {
+               std::vector<ir::Tensor>& outputs, const runtime::InteriorTap& tap,
+               const SubgraphOf& subgraph)
+      : node_(n), inputs_(inputs), outputs_(outputs), tap_(tap), subgraph_(subgraph) {
     outputs_.assign(n.num_outputs(), ir::Tensor());
   }
   float* interior(int member, int64_t n) override {
     return tap_ ? tap_(node_, member, n) : nullptr;
+  }
+  kernels::SubgraphRunner* subgraph(const std::string& attr) override {
+    return subgraph_ ? subgraph_(attr) : nullptr;
   }
   int num_inputs() const override { return static_cast<int>(inputs_.size()); }
   const ir::Tensor* input(int i) const override {
@@ -55,6 +61,7 @@ class AloneContext final : public kernels::KernelContext {
   const std::vector<const ir::Tensor*>& inputs_;
   std::vector<ir::Tensor>& outputs_;
   const runtime::InteriorTap& tap_;
+  const SubgraphOf& subgraph_;
 };
 
 DataType DataTypeOfPrecision(const std::string& p) {
@@ -151,6 +158,14 @@ std::string SourceTensorName(const std::string& value_name) {
   return StripPassSuffixes(value_name, [](const std::string&) {});
 }
 
+absl::StatusOr<const ir::Tensor*> EngineAnalysis::SourceLayout(const ir::Value* v,
+                                                               const ir::Tensor* t,
+                                                               std::deque<ir::Tensor>& keep) {
+  return InSourceLayout(v, t, keep);
+}
+
+absl::StatusOr<ir::Tensor> EngineAnalysis::OwnedCopy(const ir::Tensor& t) { return OwnedF32(t); }
+
 absl::StatusOr<std::unique_ptr<EngineAnalysis>> EngineAnalysis::Create(
     std::shared_ptr<const plan::Engine> engine, std::shared_ptr<const plan::Engine> reference,
     Tolerance tolerance) {
@@ -171,6 +186,11 @@ absl::Status EngineAnalysis::AddRun() {
   ASSIGN_OR_RETURN(run->engine, runtime::Session::Create(engine_, /*use_arena=*/false));
   // No arena for the reference: its tensors are kept for the sample by sharing, not copying.
   ASSIGN_OR_RETURN(run->reference, runtime::Session::Create(reference_, /*use_arena=*/false));
+  // Subgraph sessions follow their parent's (no arena), so the subgraph observers also read
+  // intact inputs; they copy what they keep all the same (nested sessions reuse buffers).
+  run->engine_side = std::make_unique<SubgraphSide>(*this, *run, /*reference=*/false);
+  run->reference_side = std::make_unique<SubgraphSide>(*this, *run, /*reference=*/true);
+  if (!subgraphs_.empty()) MapSubgraphs(*run);  // the first run is mapped by Index
   runs_.push_back(std::move(run));
   return absl::OkStatus();
 }
@@ -321,8 +341,22 @@ absl::Status EngineAnalysis::Index() {
       last_need_[name] = k;
     }
   }
+  // An If / Loop / Scan kernel runs once the reference has run its node, whatever its outputs'
+  // dtypes: the reference's runs of its subgraphs are then in flight for it to compare with.
+  for (int k = 0; k < static_cast<int>(e.order.size()); ++k) {
+    const ir::Node& n = *e.order[k];
+    bool subgraphs = false;
+    for (const auto& [name, a] : n.attrs) subgraphs |= a.type == ir::Attribute::Type::kGraph;
+    if (!subgraphs) continue;
+    for (const ir::Value* v : n.outputs) {
+      auto p = v ? producer.find(SourceTensorName(v->name)) : producer.end();
+      if (p != producer.end()) gate_[k] = std::max(gate_[k], p->second);
+    }
+  }
   release_after_.assign(e.order.size(), {});
   for (const auto& [name, k] : last_need_) release_after_[k].push_back(name);
+  RETURN_IF_ERROR(IndexSubgraphs());
+  if (!subgraphs_.empty()) MapSubgraphs(*runs_[0]);
   return absl::OkStatus();
 }
 
@@ -341,6 +375,9 @@ absl::Status EngineAnalysis::AddSample(const std::vector<ir::Tensor>& inputs) {
 
 void EngineAnalysis::MergeRun(Run& run) {
   for (size_t e = 0; e < entries_.size(); ++e) entries_[e].sums.Merge(run.sums[e]);
+  for (size_t e = 0; e < sub_entries_.size(); ++e) sub_sums_[e].Merge(run.sub_sums[e]);
+  for (size_t g = 0; g < subgraphs_.size(); ++g) sub_runs_[g].Merge(run.sub_runs[g]);
+  max_stride_ = std::max(max_stride_, run.stride);
   kernels_without_reference_inputs_ += run.kernels_without_reference_inputs;
   last_outputs_ = std::move(run.outputs);
   ++samples_;
@@ -383,6 +420,18 @@ absl::Status EngineAnalysis::RunSample(Run& r, const std::vector<ir::Tensor>& in
   r.sums.assign(entries_.size(), Sums());
   r.kernels_without_reference_inputs = 0;
   r.stats = SampleStats();
+  // Subgraphs: nothing in flight, every tensor's occurrences counted from 0, all kept again.
+  r.in_flight.clear();
+  r.kept_bytes = 0;
+  r.stride = 1;
+  r.ordinal.assign(sub_entries_.size(), 0);
+  r.sub_sums.assign(sub_entries_.size(), SubSums());
+  r.sub_runs.assign(subgraphs_.size(), SubRuns());
+  r.sub_failed = absl::OkStatus();
+  r.engine_side->Reset();
+  r.reference_side->Reset();
+  runtime::SubgraphObserver* engine_side = subgraphs_.empty() ? nullptr : r.engine_side.get();
+  runtime::SubgraphObserver* reference_side = subgraphs_.empty() ? nullptr : r.reference_side.get();
   ASSIGN_OR_RETURN(std::unique_ptr<runtime::Execution> run, r.engine->Start(inputs));
   const plan::Engine& ref = *reference_;
   for (size_t i = 0; i < inputs.size() && i < ref.graph->inputs().size(); ++i) {
@@ -409,8 +458,10 @@ absl::Status EngineAnalysis::RunSample(Run& r, const std::vector<ir::Tensor>& in
     auto s0 = Clock::now();
     while (failed.ok() && !run->done() && gate_[run->next()] <= reference_done) {
       const size_t k = run->next();
-      absl::Status st = run->Step(observe, tap);
+      absl::Status st = run->Step(observe, tap, engine_side);
       if (!st.ok()) failed = st;
+      if (failed.ok() && !r.sub_failed.ok()) failed = r.sub_failed;
+      if (has_subgraphs_[k]) EndSubgraphs(r, engine_->order[k]->name);
       for (const std::string& name : release_after_[k]) r.reference_values.erase(name);
     }
     engine_ms += ms(s0, Clock::now());
@@ -453,7 +504,7 @@ absl::Status EngineAnalysis::RunSample(Run& r, const std::vector<ir::Tensor>& in
     }
     advance(i);
   };
-  auto out = r.reference->Run(inputs, observer);
+  auto out = r.reference->Run(inputs, observer, nullptr, reference_side);
   if (!out.ok()) {
     return absl::Status(out.status().code(),
                         absl::StrCat("reference run: ", out.status().message()));
@@ -461,6 +512,10 @@ absl::Status EngineAnalysis::RunSample(Run& r, const std::vector<ir::Tensor>& in
   advance(std::numeric_limits<int>::max());
   r.reference_values.clear();
   RETURN_IF_ERROR(failed);
+  RETURN_IF_ERROR(r.sub_failed);
+  // Subgraph runs of nodes the engine does not have (folded): the reference's alone.
+  while (!r.in_flight.empty()) EndSubgraphs(r, r.in_flight.begin()->first);
+  for (SubRuns& g : r.sub_runs) g.samples_differing = g.engine_only + g.reference_only > 0 ? 1 : 0;
   ASSIGN_OR_RETURN(r.outputs, run->Outputs());
   const double total = ms(t0, Clock::now());
   r.stats.reference_ms = total - engine_ms;
@@ -515,8 +570,8 @@ float* EngineAnalysis::Tap(Run& run, const ir::Node& n, int member, int64_t coun
 }
 
 absl::Status EngineAnalysis::RunAlone(kernels::Kernel& kernel, const ir::Node& node, Io& io,
-                                      const runtime::InteriorTap& tap) {
-  AloneContext ctx(node, io.inputs, io.outputs, tap);
+                                      const runtime::InteriorTap& tap, const SubgraphOf& subgraph) {
+  AloneContext ctx(node, io.inputs, io.outputs, tap, subgraph);
   absl::Status st = kernel.Run(ctx);
   if (!st.ok()) {
     std::string msg(st.message());
@@ -726,7 +781,10 @@ absl::Status EngineAnalysis::RunIntroduced(Run& run, int k,
   auto tap = [this, &run](const ir::Node& node, int member, int64_t count) {
     return Tap(run, node, member, count);
   };
-  RETURN_IF_ERROR(RunAlone(run.engine->kernel(k), n, io, tap));
+  // An If / Loop / Scan runs its subgraphs' sessions, unobserved: only its outputs are compared.
+  RETURN_IF_ERROR(RunAlone(run.engine->kernel(k), n, io, tap, [&run, k](const std::string& a) {
+    return run.engine->subgraph_runner(k, a);
+  }));
   ++run.stats.kernels_alone;
   for (auto [j, ent] : outputs_of_[k]) {
     ASSIGN_OR_RETURN(const ir::Tensor* alone_out,
@@ -785,8 +843,11 @@ v1::AccuracyReport EngineAnalysis::Report(int max_offenders,
   rep.set_atol(tol_.atol);
   rep.set_rtol(tol_.rtol);
   absl::flat_hash_map<int, int> tensor_of_entry;
+  // The tensors inside a top-level node's subgraphs, before its outputs (computed first).
+  SubReport subs = StartSubReport();
   for (int i = 0; i < static_cast<int>(entries_.size()); ++i) {
     const Entry& en = entries_[i];
+    AddSubgraphTensors(en.kernel, subs, rep);
     if (!en.sums.seen) continue;
     const auto& kd = e.metadata.kernels(en.kernel);
     const auto& p = kd.nodes(en.provenance);
@@ -812,6 +873,7 @@ v1::AccuracyReport EngineAnalysis::Report(int max_offenders,
       t->set_pattern(pattern_of_source[en.source]);
     }
   }
+  for (int k = 0; k < static_cast<int>(e.order.size()); ++k) AddSubgraphTensors(k, subs, rep);
   bool pass = true;
   for (const ir::Value* v : e.graph->outputs()) {
     auto it = entry_of_.find(SourceTensorName(v->name));
@@ -872,6 +934,7 @@ v1::AccuracyReport EngineAnalysis::Report(int max_offenders,
   if (not_computed > 0) {
     rep.add_notes(absl::StrCat(not_computed, " tensor(s) had no reference to compare with"));
   }
+  AddSubgraphNotes(subs, rep);
   return rep;
 }
 

@@ -21,6 +21,21 @@
 //      much of an fp32 engine), the standalone run would repeat the tapped one (kernels are
 //      deterministic, and both runs have the same threads): its results are the tapped run's.
 // Errors accumulate over samples element by element (ErrorAccumulator).
+//
+// Inside If / Loop / Scan subgraphs (every depth), each floating tensor a subgraph kernel
+// materialises is compared too (runtime::SubgraphObserver), occurrence by occurrence: the
+// engine's run of a branch or body at a place (which node, which attribute, which iteration at
+// every level) against the reference's run at the same place. The reference's top-level If /
+// Loop / Scan node runs before the engine's (its gate), keeping an f32 copy of each occurrence;
+// the engine's node then compares its occurrences as they come and drops the copies, and what is
+// left (runs only the reference made) is dropped after it. At most `subgraph_budget_bytes` of
+// such copies are held per sample in flight: past it, only every 2nd, then 4th, ... occurrence
+// of each tensor is kept (the others dropped), so a long loop is compared at evenly spread
+// iterations (besides the copies, a short key per subgraph run is held: a loop of millions of
+// iterations holds megabytes of them). Runs one side made and the other did not (a condition or
+// trip count that came out different) are compared nowhere and counted per subgraph. Subgraph
+// tensors have no introduced error (not measured), and tensors kept inside fused subgraph kernels
+// are not compared.
 #pragma once
 
 #include <deque>
@@ -44,6 +59,9 @@ namespace kiln::report {
 /// precision lowering gives retyped and converted values, and the `::nhwc` of a value the layout
 /// pass keeps channels-last (the report compares such a value transposed back to NCHW).
 std::string SourceTensorName(const std::string& value_name);
+
+/// The default bound on the reference occurrences of subgraph tensors held per sample in flight.
+inline constexpr int64_t kSubgraphBudgetBytes = int64_t{256} << 20;
 
 /// Compares one engine with the fp32 reference engine of the same model, sample by sample.
 class EngineAnalysis {
@@ -89,6 +107,10 @@ class EngineAnalysis {
   /// reference inputs (default). Off, every kernel runs alone: the same report, slower (tests).
   void set_reuse_tapped_runs(bool reuse) { reuse_tapped_runs_ = reuse; }
 
+  /// The most bytes of reference occurrences of subgraph tensors held per sample in flight
+  /// (kSubgraphBudgetBytes by default); set before adding samples.
+  void set_subgraph_budget_bytes(int64_t bytes) { subgraph_budget_bytes_ = bytes; }
+
  private:
   // What the comparisons of one tensor gathered: over one sample (Run::sums) or all (Entry).
   struct Sums {
@@ -107,6 +129,71 @@ class EngineAnalysis {
     bool is_output = false;
     Sums sums;
   };
+  // One floating ONNX tensor a kernel of a subgraph (any depth) materialises.
+  struct SubEntry {
+    std::string name;
+    int subgraph = -1;  // innermost subgraph (index in subgraphs_)
+    int top = -1;       // top-level engine kernel (order index) whose subgraphs compute it
+    v1::NodeProvenance node;
+    std::string kernel_id, kernel_op;
+  };
+  // What the comparisons of one subgraph tensor gathered (one sample or all).
+  struct SubSums {
+    ErrorAccumulator accumulated;
+    double ref_max = 0;
+    int64_t compared = 0, not_compared = 0;
+    void Merge(const SubSums& other);
+  };
+  // One subgraph (If branch, Loop / Scan body) at any depth.
+  struct Subgraph {
+    std::string label;  // "If_0/then_branch"
+    std::string node_name, op_type, attr;
+  };
+  // How a subgraph's runs compared (one sample or all).
+  struct SubRuns {
+    int64_t engine = 0, reference = 0, engine_only = 0, reference_only = 0;
+    int samples_differing = 0;
+    void Merge(const SubRuns& other);
+  };
+  // One reference run of a subgraph, at one place: the f32 copies kept of its tensors'
+  // occurrences (by sub entry, with the occurrence's ordinal), until the engine's run at that
+  // place compares them.
+  struct Kept {
+    ir::Tensor value;
+    int64_t ordinal = 0;
+  };
+  struct RefRun {
+    int subgraph = -1;
+    bool met = false;  // the engine ran it at the same place
+    absl::flat_hash_map<int, Kept> values;
+  };
+  struct Run;
+  // Sees the subgraph runs of one side (engine or reference) of a sample in flight.
+  class SubgraphSide final : public runtime::SubgraphObserver {
+   public:
+    SubgraphSide(EngineAnalysis& a, Run& run, bool reference)
+        : a_(a), run_(run), reference_(reference) {}
+    void RunStarts(const runtime::SubgraphPath& path) override;
+    void NodeRan(const runtime::SubgraphPath& path, const ir::Node& node,
+                 const std::vector<const ir::Tensor*>& inputs,
+                 const std::vector<const ir::Tensor*>& outputs) override;
+    // Forgets the runs in flight (a new sample).
+    void Reset() {
+      keys_.assign(1, std::string());
+      current_.assign(1, nullptr);
+    }
+
+   private:
+    absl::Status Ran(const runtime::SubgraphPath& path, const ir::Node& node,
+                     const std::vector<const ir::Tensor*>& outputs);
+    EngineAnalysis& a_;
+    Run& run_;
+    const bool reference_;
+    // Per depth: the key of the place of the run in progress ("|If_0.then_branch#0|..."), and
+    // its reference run (null: none there).
+    std::vector<std::string> keys_ = {std::string()};
+    std::vector<RefRun*> current_ = {nullptr};
+  };
   // One sample in flight: its own sessions (kernels keep state between runs), the reference
   // values it holds, the taps of its running kernel, and what its comparisons gathered.
   struct Run {
@@ -118,6 +205,19 @@ class EngineAnalysis {
     std::vector<ir::Tensor> outputs;
     int kernels_without_reference_inputs = 0;
     SampleStats stats;
+    // Subgraphs: per nested node of this run's sessions, the (output slot, sub entry) pairs it
+    // computes; the observers of both sides; the reference runs in flight by place key, per
+    // top-level node name (node-based: RefRun pointers stay valid); the bytes they keep, the
+    // keeping stride, and per sub entry the reference occurrences so far; what was gathered.
+    absl::flat_hash_map<const ir::Node*, std::vector<std::pair<int, int>>> sub_engine_outputs,
+        sub_reference_outputs;
+    std::unique_ptr<SubgraphSide> engine_side, reference_side;
+    absl::flat_hash_map<std::string, absl::node_hash_map<std::string, RefRun>> in_flight;
+    int64_t kept_bytes = 0, stride = 1;
+    std::vector<int64_t> ordinal;
+    std::vector<SubSums> sub_sums;
+    std::vector<SubRuns> sub_runs;
+    absl::Status sub_failed;  // the first error of a subgraph observer (observers return none)
   };
   // Inputs and outputs of one standalone kernel run.
   struct Io {
@@ -159,12 +259,41 @@ class EngineAnalysis {
   // reference kernels of its members, in the terms of either run (either may be null), each
   // rounded to its node's effective precision and compared with the reference, both together.
   absl::Status CompareInside(Run& run, int k, Inside* tapped, Inside* alone);
-  // Runs `kernel` for `node` alone.
+  // Runs `kernel` for `node` alone; `subgraph` gives an If / Loop / Scan kernel the runners of
+  // its subgraphs (unobserved), by attribute.
+  using SubgraphOf = std::function<kernels::SubgraphRunner*(const std::string& attr)>;
   static absl::Status RunAlone(kernels::Kernel& kernel, const ir::Node& node, Io& io,
-                               const runtime::InteriorTap& tap);
+                               const runtime::InteriorTap& tap,
+                               const SubgraphOf& subgraph = nullptr);
   // The interior tap of both engine runs: a buffer for a tensor kernel `n` keeps inside, when
   // it is one the report compares (kept in Run::taps until CompareInside takes it).
   float* Tap(Run& run, const ir::Node& n, int member, int64_t count);
+  // `t`, the tensor of engine value `v`, in its ONNX tensor's layout (an NCHW copy of a
+  // channels-last value, kept in `keep`); an owned f32 copy of a floating tensor.
+  static absl::StatusOr<const ir::Tensor*> SourceLayout(const ir::Value* v, const ir::Tensor* t,
+                                                        std::deque<ir::Tensor>& keep);
+  static absl::StatusOr<ir::Tensor> OwnedCopy(const ir::Tensor& t);
+  // Subgraphs (analysis_subgraphs.cc): their tensors and the subgraphs themselves, from the
+  // first run's sessions;
+  // then, per run, which nested node computes which of them.
+  absl::Status IndexSubgraphs();
+  void MapSubgraphs(Run& run) const;
+  int SubgraphIndex(const ir::Node& node, const std::string& attr) const;
+  // Keeps every 2nd, 4th, ... reference occurrence until the kept copies fit the budget.
+  void Thin(Run& run) const;
+  // After the engine's top-level node `name` ran: the reference runs of its subgraphs the
+  // engine did not make, counted, and their copies dropped.
+  void EndSubgraphs(Run& run, const std::string& name) const;
+  // Report's subgraph part: the tensors of each top-level kernel's subgraphs still to add
+  // (those never compared are left out, and counted), added before that kernel's own; then the
+  // subgraphs' runs, with notes on what was not compared.
+  struct SubReport {
+    std::vector<std::vector<int>> pending;  // per top-level kernel: sub entries
+    int reported = 0, never_compared = 0;
+  };
+  SubReport StartSubReport() const;
+  void AddSubgraphTensors(int kernel, SubReport& s, v1::AccuracyReport& rep) const;
+  void AddSubgraphNotes(const SubReport& s, v1::AccuracyReport& rep) const;
 
   std::shared_ptr<const plan::Engine> engine_, reference_;
   Tolerance tol_;
@@ -191,6 +320,17 @@ class EngineAnalysis {
   int samples_ = 0;
   int kernels_without_reference_inputs_ = 0;
   bool reuse_tapped_runs_ = true;
+  // Subgraphs (empty for a model without If / Loop / Scan).
+  std::vector<SubEntry> sub_entries_;
+  absl::flat_hash_map<std::string, int> sub_entry_of_;  // ONNX tensor -> sub entry
+  std::vector<SubSums> sub_sums_;
+  std::vector<Subgraph> subgraphs_;
+  absl::flat_hash_map<std::string, int> subgraph_of_;  // label -> subgraph
+  std::vector<SubRuns> sub_runs_;
+  std::vector<bool> has_subgraphs_;  // per top-level engine kernel
+  int sub_inside_fused_ = 0;         // floating subgraph tensors kept inside fused kernels
+  int64_t subgraph_budget_bytes_ = kSubgraphBudgetBytes;
+  int64_t max_stride_ = 1;  // the largest keeping stride a sample needed
 };
 
 }  // namespace kiln::report

@@ -168,6 +168,32 @@ void AppendVerdicts(const v1::AccuracyReport& r, std::string* out) {
   absl::StrAppend(out, "</tbody></table>\n");
 }
 
+// The If / Loop / Scan subgraphs and how their runs compared; nothing for a model without.
+void AppendSubgraphs(const v1::AccuracyReport& r, std::string* out) {
+  if (r.subgraphs().runs_size() == 0) return;
+  absl::StrAppend(out,
+                  "<h2>Subgraphs</h2>\n<p class=\"muted\">If branches, Loop and Scan bodies. "
+                  "Their tensors are compared occurrence by occurrence (the engine's run of a "
+                  "branch or an iteration against the reference's at the same place); runs one "
+                  "side made and the other did not are compared nowhere. Introduced error is not "
+                  "measured inside subgraphs.</p>\n<table class=\"data\" id=\"subgraphs\">"
+                  "<thead><tr><th>subgraph</th><th>op</th><th>engine runs</th>"
+                  "<th>reference runs</th><th>engine only</th><th>reference only</th>"
+                  "<th>samples differing</th></tr></thead><tbody>\n");
+  for (const v1::SubgraphRuns& g : r.subgraphs().runs()) {
+    const bool differs = g.samples_differing() > 0;
+    absl::StrAppendFormat(
+        out,
+        "<tr><td class=\"name\">%s</td><td>%s</td><td class=\"n\">%d</td>"
+        "<td class=\"n\">%d</td><td class=\"n\">%d</td><td class=\"n\">%d"
+        "</td><td class=\"n%s\">%d%s</td></tr>\n",
+        Esc(g.subgraph()), Esc(g.op_type()), g.engine_runs(), g.reference_runs(),
+        g.engine_only_runs(), g.reference_only_runs(), differs ? " bad" : "", g.samples_differing(),
+        differs ? (g.op_type() == "If" ? " (branch differs)" : " (iterations differ)") : "");
+  }
+  absl::StrAppend(out, "</tbody></table>\n");
+}
+
 void AppendChart(const v1::AccuracyReport& r, std::string* out) {
   absl::StrAppend(out,
                   "<h2>Per-layer error</h2>\n<p class=\"muted\">Bars: accumulated max_abs (engine "
@@ -293,16 +319,29 @@ void AppendTensorTable(const v1::AccuracyReport& r, std::string* out) {
     const bool bad = HasNonFinite(t) || !(t.accumulated().fraction_outside() <= 0);
     absl::StrAppendFormat(out, "<tr id=\"t%d\" data-bad=\"%d\"><td class=\"n\">%d</td>", i,
                           bad ? 1 : 0, i);
-    absl::StrAppend(out, "<td class=\"name\">", Esc(t.tensor()),
-                    t.is_graph_output() ? "<span class=\"out\">output</span>" : "",
-                    "</td><td class=\"name\">", Esc(t.node_name()), "</td><td>", Esc(t.op_type()),
-                    "</td>", PrecisionCell(t.assigned_precision(), t.effective_precision()), "<td>",
-                    Esc(t.kernel_id()), t.kernel_op().empty() ? "" : " ", Esc(t.kernel_op()),
-                    "</td><td>", Esc(t.fusion()), "</td><td>", Esc(t.rule()),
-                    "</td><td class=\"name\">", Esc(t.pattern()), "</td><td>",
-                    t.inside_fused_kernel() ? "yes" : "", "</td>");
+    // A tensor inside a subgraph: which one, and over how many occurrences.
+    std::string inside;
+    if (t.has_in_subgraph()) {
+      const v1::SubgraphTensor& in = t.in_subgraph();
+      inside = absl::StrFormat(
+          "<span class=\"out\" title=\"in subgraph %s: %d occurrence(s) compared, %d not\">"
+          "&#215;%d</span>",
+          Esc(in.subgraph()), in.occurrences(), in.occurrences_not_compared(), in.occurrences());
+    }
+    absl::StrAppend(
+        out, "<td class=\"name\">", Esc(t.tensor()),
+        t.is_graph_output() ? "<span class=\"out\">output</span>" : "", "</td><td class=\"name\">",
+        Esc(t.node_name()), inside, "</td><td>", Esc(t.op_type()), "</td>",
+        PrecisionCell(t.assigned_precision(), t.effective_precision()), "<td>", Esc(t.kernel_id()),
+        t.kernel_op().empty() ? "" : " ", Esc(t.kernel_op()), "</td><td>", Esc(t.fusion()),
+        "</td><td>", Esc(t.rule()), "</td><td class=\"name\">", Esc(t.pattern()), "</td><td>",
+        t.inside_fused_kernel() ? "yes" : "", "</td>");
     AppendErrorCells(t.accumulated(), out);
-    AppendErrorCells(t.introduced(), out);
+    if (t.in_subgraph().introduced_not_measured()) {
+      absl::StrAppend(out, "<td colspan=\"6\" class=\"muted\">not measured</td>");
+    } else {
+      AppendErrorCells(t.introduced(), out);
+    }
     const bool over = t.ref_exceeds_fp16() || !(t.ref_max_abs() <= 65504.0);
     absl::StrAppend(out, "<td class=\"n\">", Esc(FormatNumber(t.ref_max_abs())),
                     over ? "<span class=\"flag\" title=\"above the fp16 limit 65504\">"
@@ -330,6 +369,7 @@ std::string RenderHtml(const v1::AccuracyReport& report) {
                   "</style>\n</head>\n<body>\n");
   AppendHeader(report, &out);
   AppendVerdicts(report, &out);
+  AppendSubgraphs(report, &out);
   AppendChart(report, &out);
   AppendOffenders(report, row_of, &out);
   AppendSuggestion(report, &out);

@@ -125,8 +125,15 @@ std::string DescribeTensor(const v1::AccuracyReport& report, int i) {
                       t.op_type(), PrecisionLabel(t.effective_precision()));
   if (!t.kernel_id().empty()) absl::StrAppend(&s, ", kernel ", t.kernel_id(), " ", t.kernel_op());
   if (t.inside_fused_kernel()) absl::StrAppend(&s, " (inside fused kernel)");
+  if (t.has_in_subgraph()) {
+    absl::StrAppend(&s, "\nin subgraph ", t.in_subgraph().subgraph(), ", ",
+                    t.in_subgraph().occurrences(), " occurrence(s)");
+  }
   absl::StrAppend(&s, "\naccumulated max_abs ", FormatNumber(t.accumulated().max_abs()),
-                  ", introduced max_abs ", FormatNumber(t.introduced().max_abs()));
+                  ", introduced max_abs ",
+                  t.in_subgraph().introduced_not_measured()
+                      ? std::string("not measured")
+                      : FormatNumber(t.introduced().max_abs()));
   const int64_t nan = t.accumulated().nan_count(), inf = t.accumulated().inf_count();
   if (nan > 0 || inf > 0) absl::StrAppend(&s, absl::StrFormat("\nNaN %d, Inf %d", nan, inf));
   const v1::ErrorStats& acc = t.accumulated();

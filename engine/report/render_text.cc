@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -81,6 +82,60 @@ void AppendOffenders(const v1::AccuracyReport& r, int max_rows, std::string* out
   if (shown < total) absl::StrAppendFormat(out, "  ... %d more\n", total - shown);
 }
 
+// The If / Loop / Scan subgraphs: their runs in the engine and the reference, and the subgraph
+// tensors with the largest accumulated error (at most `max_rows`). Nothing for a model without
+// subgraphs.
+void AppendSubgraphs(const v1::AccuracyReport& r, int max_rows, std::string* out) {
+  if (r.subgraphs().runs_size() == 0) return;
+  absl::StrAppendFormat(out, "\nSubgraphs (%d ran)\n", r.subgraphs().runs_size());
+  std::vector<std::vector<std::string>> rows = {
+      {"subgraph", "op", "engine runs", "reference runs", "not alike"}};
+  for (const v1::SubgraphRuns& g : r.subgraphs().runs()) {
+    std::string alike = "-";
+    if (g.samples_differing() > 0) {
+      alike = absl::StrFormat("%s in %d sample(s): %d engine-only, %d reference-only run(s)",
+                              g.op_type() == "If" ? "BRANCH DIFFERS" : "ITERATIONS DIFFER",
+                              g.samples_differing(), g.engine_only_runs(), g.reference_only_runs());
+    }
+    rows.push_back({Shorten(g.subgraph()), g.op_type(), absl::StrCat(g.engine_runs()),
+                    absl::StrCat(g.reference_runs()), alike});
+  }
+  absl::StrAppend(out, FormatTable(rows, {false, false, true, true, false}));
+  std::vector<int> inside;
+  for (int i = 0; i < r.tensors_size(); ++i) {
+    if (r.tensors(i).has_in_subgraph()) inside.push_back(i);
+  }
+  if (inside.empty()) return;
+  // Worst first: non-finite errors, then max_abs (NaN counts as worst).
+  auto key = [&](int i) {
+    const v1::ErrorStats& e = r.tensors(i).accumulated();
+    const double m = std::isnan(e.max_abs()) ? INFINITY : e.max_abs();
+    return std::make_pair(e.nan_count() + e.inf_count() + e.nonfinite_mismatch_count(), m);
+  };
+  std::stable_sort(inside.begin(), inside.end(), [&](int a, int b) { return key(a) > key(b); });
+  const int total = static_cast<int>(inside.size());
+  const int shown = std::clamp(max_rows, 0, total);
+  absl::StrAppendFormat(out,
+                        "\nTensors inside subgraphs (%d of %d, largest accumulated error first; "
+                        "introduced error not measured)\n",
+                        shown, total);
+  rows = {{"node", "op", "precision", "occurrences", "max_abs", "max_rel", "outside", "NaN/Inf"}};
+  for (int j = 0; j < shown; ++j) {
+    const v1::TensorReport& t = r.tensors(inside[j]);
+    const v1::ErrorStats& e = t.accumulated();
+    const v1::SubgraphTensor& in = t.in_subgraph();
+    std::string occurrences = absl::StrCat(in.occurrences());
+    if (in.occurrences_not_compared() > 0) {
+      absl::StrAppend(&occurrences, " (+", in.occurrences_not_compared(), " not compared)");
+    }
+    rows.push_back({Shorten(t.node_name()), t.op_type(), PrecisionLabel(t.effective_precision()),
+                    occurrences, FormatNumber(e.max_abs()), FormatNumber(e.max_rel()),
+                    FormatPercent(e.fraction_outside()), FormatNonFinite(e)});
+  }
+  absl::StrAppend(out, FormatTable(rows, {false, false, false, true, true, true, true, true}));
+  if (shown < total) absl::StrAppendFormat(out, "  ... %d more\n", total - shown);
+}
+
 void AppendSuggestion(const v1::AccuracyReport& r, std::string* out) {
   const v1::Suggestion& s = r.suggestion();
   if (!s.searched()) return;
@@ -126,6 +181,7 @@ std::string RenderTable(const v1::AccuracyReport& report, int max_rows) {
       FormatNumber(report.atol()), FormatNumber(report.rtol()));
   AppendVerdicts(report, &out);
   AppendOffenders(report, max_rows, &out);
+  AppendSubgraphs(report, max_rows, &out);
   AppendSuggestion(report, &out);
   return out;
 }

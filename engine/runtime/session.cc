@@ -13,6 +13,53 @@
 #include "engine/kernels/registry.h"
 
 namespace kiln::runtime {
+
+// A subgraph's engine run by a session of its own, kept from run to run (a Loop's body runs
+// once per iteration with the same buffers). Before each run of its node, the node's step tells
+// it who observes (Begin); an observed run tells the observer where it happens and runs its
+// nodes one by one under that path, so deeper subgraphs extend it.
+class SessionRunner final : public kernels::SubgraphRunner {
+ public:
+  explicit SessionRunner(std::unique_ptr<Session> session) : session_(std::move(session)) {}
+
+  // The runs that follow belong to one run of `node` (its attribute `attr`) at `parent`,
+  // observed by `observer` (null: unobserved); their occurrences count from 0.
+  void Begin(SubgraphObserver* observer, const SubgraphPath& parent, const ir::Node* node,
+             const std::string* attr) {
+    observer_ = observer;
+    occurrence_ = 0;
+    if (observer_ == nullptr) return;
+    path_ = parent;
+    path_.push_back({node, attr, 0});
+  }
+
+  absl::StatusOr<std::vector<ir::Tensor>> Run(
+      const std::vector<const ir::Tensor*>& inputs) override {
+    std::vector<ir::Tensor> in;
+    in.reserve(inputs.size());
+    for (const ir::Tensor* t : inputs) {
+      if (t == nullptr) return absl::InternalError("a subgraph input is missing");
+      in.push_back(*t);  // shares the buffer
+    }
+    const int64_t occurrence = occurrence_++;
+    if (observer_ == nullptr) return session_->Run(in);
+    path_.back().occurrence = occurrence;
+    observer_->RunStarts(path_);
+    ASSIGN_OR_RETURN(std::unique_ptr<Execution> x, session_->Start(in));
+    x->path_ = path_;
+    while (!x->done()) RETURN_IF_ERROR(x->Step(nullptr, nullptr, observer_));
+    return x->Outputs();
+  }
+
+  const Session& session() const { return *session_; }
+
+ private:
+  std::unique_ptr<Session> session_;
+  SubgraphObserver* observer_ = nullptr;
+  SubgraphPath path_;
+  int64_t occurrence_ = 0;
+};
+
 namespace {
 
 // The context a kernel sees for one node in one run.
@@ -20,8 +67,10 @@ class NodeContext final : public kernels::KernelContext {
  public:
   NodeContext(const ir::Node& node, std::vector<ir::Tensor>& values, char* arena,
               const std::vector<int64_t>& slot_offset, const std::vector<uint64_t>& slot_bytes,
-              BufferPool& pool, const InteriorTap& tap)
-      : node_(node),
+              BufferPool& pool, const InteriorTap& tap,
+              const std::vector<std::pair<std::string, std::unique_ptr<SessionRunner>>>& subgraphs)
+      : subgraphs_(subgraphs),
+        node_(node),
         values_(values),
         arena_(arena),
         slot_offset_(slot_offset),
@@ -31,6 +80,12 @@ class NodeContext final : public kernels::KernelContext {
 
   float* interior(int member, int64_t n) override {
     return tap_ ? tap_(node_, member, n) : nullptr;
+  }
+  kernels::SubgraphRunner* subgraph(const std::string& attr) override {
+    for (const auto& [name, runner] : subgraphs_) {
+      if (name == attr) return runner.get();
+    }
+    return nullptr;
   }
 
   int num_inputs() const override { return node_.num_inputs(); }
@@ -92,6 +147,7 @@ class NodeContext final : public kernels::KernelContext {
     return ir::Tensor::Borrow(dtype, std::move(dims), data, std::move(p));
   }
 
+  const std::vector<std::pair<std::string, std::unique_ptr<SessionRunner>>>& subgraphs_;
   const ir::Node& node_;
   std::vector<ir::Tensor>& values_;
   char* arena_;
@@ -141,8 +197,29 @@ size_t BufferPool::bytes() const {
   return total;
 }
 
+Session::~Session() = default;
+
+std::vector<std::pair<std::string, const Session*>> Session::subgraph_sessions(size_t index) const {
+  std::vector<std::pair<std::string, const Session*>> out;
+  if (index >= subgraphs_.size()) return out;
+  for (const auto& [name, runner] : subgraphs_[index]) out.emplace_back(name, &runner->session());
+  // By name: the same order in every process (attributes are a hash map).
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+kernels::SubgraphRunner* Session::subgraph_runner(size_t index, const std::string& attr) {
+  if (index >= subgraphs_.size()) return nullptr;
+  for (const auto& [name, runner] : subgraphs_[index]) {
+    if (name != attr) continue;
+    runner->Begin(nullptr, {}, engine_->order[index], &name);
+    return runner.get();
+  }
+  return nullptr;
+}
+
 absl::StatusOr<std::unique_ptr<Session>> Session::Create(std::shared_ptr<const plan::Engine> engine,
-                                                         bool use_arena) {
+                                                         bool use_arena, int depth) {
   auto s = std::unique_ptr<Session>(new Session());
   s->engine_ = std::move(engine);
   const plan::Engine& e = *s->engine_;
@@ -151,6 +228,26 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Create(std::shared_ptr<const p
     ASSIGN_OR_RETURN(const kernels::KernelDef* def, reg.Find(*n));
     ASSIGN_OR_RETURN(auto k, def->factory(*n));
     s->kernels_.push_back(std::move(k));
+    auto& runners = s->subgraphs_.emplace_back();
+    for (const auto& [name, a] : n->attrs) {
+      if (a.type != ir::Attribute::Type::kGraph) continue;
+      const std::string where = absl::StrCat(n->Label(), " subgraph '", name, "'");
+      if (depth + 1 > ir::kMaxSubgraphDepth) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, " nests subgraphs deeper than ", ir::kMaxSubgraphDepth, " levels"));
+      }
+      auto sub = plan::LoadEngineFromBytes(std::make_shared<const std::string>(a.s));
+      if (!sub.ok()) {
+        return absl::Status(sub.status().code(), absl::StrCat(where, ": ", sub.status().message()));
+      }
+      auto session =
+          Create(std::shared_ptr<const plan::Engine>(*std::move(sub)), use_arena, depth + 1);
+      if (!session.ok()) {
+        return absl::Status(session.status().code(),
+                            absl::StrCat(where, ": ", session.status().message()));
+      }
+      runners.emplace_back(name, std::make_unique<SessionRunner>(*std::move(session)));
+    }
   }
   size_t nv = e.graph->values().size();
   s->last_use_.assign(nv, -1);
@@ -208,7 +305,8 @@ absl::Status Session::CheckInputs(const std::vector<ir::Tensor>& inputs) const {
                                                        ", got ", t.dim(d), " (shape ",
                                                        ir::DimsToString(t.dims()), ")"));
       }
-      if (!dim.is_static() && !dim.symbol.empty()) {
+      // "?" (engines built before each "?" became its own unknown) binds nothing.
+      if (!dim.is_static() && !dim.symbol.empty() && dim.symbol != "?") {
         auto [it, inserted] = bound.emplace(dim.symbol, t.dim(d));
         if (!inserted && it->second != t.dim(d)) {
           return absl::InvalidArgumentError(
@@ -236,13 +334,16 @@ absl::StatusOr<std::unique_ptr<Execution>> Session::Start(const std::vector<ir::
 
 bool Execution::done() const { return next_ >= session_.engine_->order.size(); }
 
-absl::Status Execution::Step(const NodeObserver& observer, const InteriorTap& tap) {
+absl::Status Execution::Step(const NodeObserver& observer, const InteriorTap& tap,
+                             SubgraphObserver* subgraphs) {
   const Session& s = session_;
   if (done()) return absl::FailedPreconditionError("the run has no kernel left to run");
   const size_t i = next_++;
   const ir::Node& n = *s.engine_->order[i];
+  // Every run of the node's subgraphs in this step is observed (or not) as this step.
+  for (const auto& [name, runner] : s.subgraphs_[i]) runner->Begin(subgraphs, path_, &n, &name);
   NodeContext ctx(n, values_, static_cast<char*>(s.arena_.get()), s.slot_offset_, s.slot_bytes_,
-                  session_.pool_, tap);
+                  session_.pool_, tap, s.subgraphs_[i]);
   absl::Status st;
   // Kernels return statuses, but their scratch (std::vector) reports running out of memory by
   // throwing: an address-space limit or a huge output becomes this node's error, not an abort.
@@ -265,14 +366,16 @@ absl::Status Execution::Step(const NodeObserver& observer, const InteriorTap& ta
           absl::StrCat(n.Label(), " did not produce output ", k, " '", v->name, "'"));
     }
   }
-  if (observer) {
+  const bool nested = subgraphs != nullptr && !path_.empty();
+  if (observer || nested) {
     ins_.clear();
     outs_.clear();
     for (const ir::Value* v : n.inputs) {
       ins_.push_back(v && values_[v->id].defined() ? &values_[v->id] : nullptr);
     }
     for (const ir::Value* v : n.outputs) outs_.push_back(v ? &values_[v->id] : nullptr);
-    observer(n, ins_, outs_);
+    if (observer) observer(n, ins_, outs_);
+    if (nested) subgraphs->NodeRan(path_, n, ins_, outs_);
   }
   // Release activations after their last use (arena slots are simply forgotten).
   for (const ir::Value* v : n.inputs) {
@@ -302,9 +405,10 @@ absl::StatusOr<std::vector<ir::Tensor>> Execution::Outputs() const {
 
 absl::StatusOr<std::vector<ir::Tensor>> Session::Run(const std::vector<ir::Tensor>& inputs,
                                                      const NodeObserver& observer,
-                                                     const InteriorTap& tap) {
+                                                     const InteriorTap& tap,
+                                                     SubgraphObserver* subgraphs) {
   ASSIGN_OR_RETURN(std::unique_ptr<Execution> x, Start(inputs));
-  while (!x->done()) RETURN_IF_ERROR(x->Step(observer, tap));
+  while (!x->done()) RETURN_IF_ERROR(x->Step(observer, tap, subgraphs));
   return x->Outputs();
 }
 

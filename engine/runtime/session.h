@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -31,7 +33,39 @@ using NodeObserver =
 /// stay valid until the observer has seen the node.
 using InteriorTap = std::function<float*(const ir::Node&, int member, int64_t n)>;
 
+/// One level of subgraph nesting: the If / Loop / Scan `node` (of the enclosing session's
+/// engine) whose subgraph attribute `attr` runs, and `occurrence`, how many runs of that
+/// subgraph this run of the node made before (0 for an If's branch; the iteration of a Loop;
+/// the step of a Scan, counted on over a Scan-8's batch elements).
+struct SubgraphFrame {
+  const ir::Node* node = nullptr;
+  const std::string* attr = nullptr;
+  int64_t occurrence = 0;
+};
+
+/// Where a subgraph run happens: its frames from the outermost (a node of the top-level engine)
+/// to its own (the last).
+using SubgraphPath = std::vector<SubgraphFrame>;
+
+/// Sees what runs inside subgraphs (If branches, Loop and Scan bodies), at every depth, for
+/// tools that compare runs (the accuracy report pairs an engine's k-th run of a body with its
+/// reference's). Like NodeObserver it only reads: an observed run computes the same numbers as
+/// an unobserved one. Tensors are valid only during the call (nested sessions reuse their
+/// buffers from run to run): copy what is kept.
+class SubgraphObserver {
+ public:
+  virtual ~SubgraphObserver() = default;
+  /// A run of the subgraph at `path` starts (before its first node; also for a subgraph with
+  /// no node).
+  virtual void RunStarts(const SubgraphPath& path) = 0;
+  /// After each node of the run at `path`, as NodeObserver.
+  virtual void NodeRan(const SubgraphPath& path, const ir::Node& node,
+                       const std::vector<const ir::Tensor*>& inputs,
+                       const std::vector<const ir::Tensor*>& outputs) = 0;
+};
+
 class Session;
+class SessionRunner;
 
 /// The buffers of a session's tensors outside the arena, kept from run to run. A buffer is free
 /// again when no tensor holds it (a graph output the caller keeps stays taken); a run takes the
@@ -65,15 +99,19 @@ class Execution {
   /// Index in execution order of the next kernel to run; engine().order.size() when done.
   size_t next() const { return next_; }
   bool done() const;
-  /// Runs the next kernel, then calls `observer` (may be empty) as Session::Run does.
-  absl::Status Step(const NodeObserver& observer = nullptr, const InteriorTap& tap = nullptr);
+  /// Runs the next kernel, then calls `observer` (may be empty) as Session::Run does; the
+  /// subgraphs it runs are observed by `subgraphs` (may be null).
+  absl::Status Step(const NodeObserver& observer = nullptr, const InteriorTap& tap = nullptr,
+                    SubgraphObserver* subgraphs = nullptr);
   /// The outputs in graph-output order, once done.
   absl::StatusOr<std::vector<ir::Tensor>> Outputs() const;
 
  private:
   friend class Session;
+  friend class SessionRunner;
   explicit Execution(Session& session) : session_(session) {}
   Session& session_;
+  SubgraphPath path_;               // where this run happens: empty at the top level
   std::vector<ir::Tensor> values_;  // per value id
   size_t next_ = 0;
   std::vector<const ir::Tensor*> ins_, outs_;
@@ -86,13 +124,19 @@ class Session {
   /// `use_arena` false every activation gets its own buffer instead of a planned arena slot, so
   /// an observer may keep (share) any tensor it sees beyond the call, and the inputs it sees are
   /// intact (in the arena an output may lie over an input that died at its node).
+  /// Subgraphs (If, Loop, Scan) run in sessions of their own, loaded from their engine blobs
+  /// and nested at most ir::kMaxSubgraphDepth deep (`depth`: this session's).
   static absl::StatusOr<std::unique_ptr<Session>> Create(std::shared_ptr<const plan::Engine> engine,
-                                                         bool use_arena = true);
+                                                         bool use_arena = true, int depth = 0);
+  ~Session();
 
   /// Runs with `inputs` in graph-input order; returns outputs in graph-output order.
+  /// `observer` sees this session's nodes, `subgraphs` (may be null) the nodes of the
+  /// subgraphs they run, at every depth.
   absl::StatusOr<std::vector<ir::Tensor>> Run(const std::vector<ir::Tensor>& inputs,
                                               const NodeObserver& observer = nullptr,
-                                              const InteriorTap& tap = nullptr);
+                                              const InteriorTap& tap = nullptr,
+                                              SubgraphObserver* subgraphs = nullptr);
   /// Starts a run with `inputs` (checked as Run checks them), to be advanced kernel by kernel.
   absl::StatusOr<std::unique_ptr<Execution>> Start(const std::vector<ir::Tensor>& inputs);
 
@@ -101,6 +145,12 @@ class Session {
   /// runs, or from an observer once Run has passed that node (never while it runs).
   kernels::Kernel& kernel(size_t index) { return *kernels_[index]; }
   uint64_t arena_bytes() const { return arena_bytes_; }
+  /// The sessions that run the subgraphs of the node at `index` in execution order, with their
+  /// attribute names, by name (empty for a node without subgraphs): to look inside them.
+  std::vector<std::pair<std::string, const Session*>> subgraph_sessions(size_t index) const;
+  /// The runner of subgraph attribute `attr` of the node at `index`, unobserved, or nullptr:
+  /// for running that node alone (as kernel(index)), between runs or from an observer.
+  kernels::SubgraphRunner* subgraph_runner(size_t index, const std::string& attr);
   /// The buffers kept for tensors outside the arena.
   const BufferPool& pool() const { return pool_; }
 
@@ -111,6 +161,8 @@ class Session {
 
   std::shared_ptr<const plan::Engine> engine_;
   std::vector<std::unique_ptr<kernels::Kernel>> kernels_;
+  /// Per kernel (execution order): the runners of its subgraph attributes, by attribute name.
+  std::vector<std::vector<std::pair<std::string, std::unique_ptr<SessionRunner>>>> subgraphs_;
   std::vector<int> last_use_;         // per value id: index in order of its last consumer
   std::vector<int64_t> slot_offset_;  // per value id: arena offset or -1
   std::vector<uint64_t> slot_bytes_;

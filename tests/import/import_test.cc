@@ -369,21 +369,22 @@ TEST(ImportOps, UnknownOpsAreAllListed) {
   EXPECT_THAT(Import(m).message(), ::testing::Not(HasSubstr("'fine'")));
 }
 
-TEST(ImportOps, ControlFlowAndRnnAreUnimplemented) {
+TEST(ImportOps, UnimplementedOpsAreListedTogether) {
   onnx::ModelProto m = AddReluMulModel();
   onnx::GraphProto* g = m.mutable_graph();
-  AddOnnxNode(g, "If", {"cond"}, {"if_out"}, "my_if");
-  AddOnnxNode(g, "Loop", {"", ""}, {"loop_out"}, "my_loop");
-  AddOnnxNode(g, "LSTM", {"x", "w", "w"}, {"lstm_y"}, "my_lstm");
-  ExpectError(Import(m), absl::StatusCode::kUnimplemented,
-              {"3 node(s)", "'my_if' (If)", "'my_loop' (Loop)", "'my_lstm' (LSTM)"});
+  AddOnnxNode(g, "STFT", {"x", "x"}, {"stft_out"}, "my_stft");
+  AddOnnxNode(g, "Bernoulli", {"x"}, {"b_out"}, "my_bernoulli");
+  AddOnnxNode(g, "SequenceEmpty", {}, {"seq_out"}, "my_seq");
+  ExpectError(
+      Import(m), absl::StatusCode::kUnimplemented,
+      {"3 node(s)", "'my_stft' (STFT)", "'my_bernoulli' (Bernoulli)", "'my_seq' (SequenceEmpty)"});
 }
 
 TEST(ImportOps, UnknownAndUnimplementedTogetherAreInvalidAndListAll) {
   onnx::ModelProto m = AddReluMulModel();
-  AddOnnxNode(m.mutable_graph(), "If", {"cond"}, {"if_out"}, "my_if");
+  AddOnnxNode(m.mutable_graph(), "STFT", {"x", "x"}, {"stft_out"}, "my_stft");
   AddOnnxNode(m.mutable_graph(), "Frobnicate", {"x"}, {"f1"}, "frob");
-  ExpectError(Import(m), absl::StatusCode::kInvalidArgument, {"'my_if' (If)", "'frob'"});
+  ExpectError(Import(m), absl::StatusCode::kInvalidArgument, {"'my_stft' (STFT)", "'frob'"});
 }
 
 TEST(ImportOps, UnknownDomain) {
@@ -442,14 +443,15 @@ TEST(ImportOps, AttributeGivenTwice) {
               {"[node 'leaky_twice' (LeakyRelu) #3]", "'alpha'", "twice"});
 }
 
-TEST(ImportOps, SubgraphAttributeIsUnimplemented) {
+TEST(ImportOps, SubgraphAttributeOfAnOpWithoutSubgraphsIsInvalid) {
   onnx::ModelProto m = AddReluMulModel();
   onnx::NodeProto* n = AddOnnxNode(m.mutable_graph(), "Relu", {"x"}, {"sg"}, "with_graph");
   auto* a = n->add_attribute();
   a->set_name("body");
   a->set_type(onnx::AttributeProto::GRAPH);
   a->mutable_g()->set_name("inner");
-  ExpectError(Import(m), absl::StatusCode::kUnimplemented, {"'with_graph'", "'body'", "subgraph"});
+  ExpectError(Import(m), absl::StatusCode::kInvalidArgument,
+              {"'with_graph'", "'body'", "subgraph", "Relu does not take"});
 }
 
 // ---- Hostile attributes and shapes: shape inference must not crash --------------------

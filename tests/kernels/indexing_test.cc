@@ -633,6 +633,17 @@ TEST(QuantizeLinear, Int32Input) {
   EXPECT_THAT(Int64sOf(RunNodeOk0(s)), ElementsAre(4, -4, 127));
 }
 
+TEST(DequantizeLinear, SingleScaleAndZeroPointMayDifferInRank) {
+  // Exporters pair a [1] scale with a scalar zero point (and the reverse); both are per-tensor,
+  // as ONNX Runtime reads them: (q - zp) * scale.
+  NodeSpec s{ir::OpType::kDequantizeLinear};
+  s.since_version = 21;
+  s.inputs = {I8({3}, {-4, 0, 10}), MakeFloat({1}, {0.5f}), I8({}, {2})};
+  EXPECT_THAT(ToFloats(RunNodeOk0(s)), ElementsAre(-3.0f, -1.0f, 4.0f));
+  s.inputs = {I8({3}, {-4, 0, 10}), MakeFloat({}, {0.5f}), I8({1}, {2})};
+  EXPECT_THAT(ToFloats(RunNodeOk0(s)), ElementsAre(-3.0f, -1.0f, 4.0f));
+}
+
 TEST(QuantizeLinear, Errors) {
   NodeSpec s{ir::OpType::kQuantizeLinear, {{"block_size", IntAttr(2)}}};
   s.since_version = 19;

@@ -68,6 +68,50 @@ onnx::ModelProto DecomposedLayerNorm() {
   return m;
 }
 
+// A float Constant node (unnamed, as Paddle2ONNX writes them) with output `out`.
+void ConstantNode(onnx::GraphProto* g, const std::string& out, const std::vector<int64_t>& dims,
+                  const std::vector<float>& values) {
+  auto* a = AddOnnxNode(g, "Constant", {}, {out}, "")->add_attribute();
+  a->set_name("value");
+  a->set_type(onnx::AttributeProto::TENSOR);
+  onnx::TensorProto* t = a->mutable_t();
+  t->set_data_type(onnx::TensorProto::FLOAT);
+  for (int64_t d : dims) t->add_dims(d);
+  for (float v : values) t->add_float_data(v);
+}
+
+// The decomposed LayerNorm of Paddle2ONNX's text recognizers (issue 28): gamma, beta, eps and the
+// exponent from unnamed Constant nodes only the instance reads, and x of unknown shape (a Reshape
+// whose target, from a Constant node, holds 0 dims). The fused LayerNormalization reads gamma and
+// beta from their Constant nodes, which must stay in the engine.
+onnx::ModelProto DecomposedLayerNormConstantNodes() {
+  onnx::ModelProto m = NewModel({kRows, kCols}, {kRows, kCols});
+  auto* g = m.mutable_graph();
+  auto* shape = AddOnnxNode(g, "Constant", {}, {"shape"}, "")->add_attribute();
+  shape->set_name("value");
+  shape->set_type(onnx::AttributeProto::TENSOR);
+  shape->mutable_t()->set_data_type(onnx::TensorProto::INT64);
+  shape->mutable_t()->add_dims(2);
+  shape->mutable_t()->add_int64_data(0);
+  shape->mutable_t()->add_int64_data(0);
+  AddOnnxNode(g, "Reshape", {"x", "shape"}, {"xr"}, "");
+  ConstantNode(g, "gamma", {kCols}, Ramp(kCols, 0.2f, 1.0f));
+  ConstantNode(g, "beta", {kCols}, Ramp(kCols, 0.1f, 0.0f));
+  ConstantNode(g, "two", {}, {2.0f});
+  ConstantNode(g, "eps", {}, {1e-5f});
+  auto axes = [](onnx::NodeProto* n) { AddIntsAttribute(n, "axes", {-1}); };
+  axes(AddOnnxNode(g, "ReduceMean", {"xr"}, {"mean"}, ""));
+  AddOnnxNode(g, "Sub", {"xr", "mean"}, {"d"}, "");
+  AddOnnxNode(g, "Pow", {"d", "two"}, {"sq"}, "");
+  axes(AddOnnxNode(g, "ReduceMean", {"sq"}, {"var"}, ""));
+  AddOnnxNode(g, "Add", {"var", "eps"}, {"ve"}, "");
+  AddOnnxNode(g, "Sqrt", {"ve"}, {"std"}, "");
+  AddOnnxNode(g, "Div", {"d", "std"}, {"n"}, "");
+  AddOnnxNode(g, "Mul", {"n", "gamma"}, {"s"}, "");
+  AddOnnxNode(g, "Add", {"s", "beta"}, {"y"}, "");
+  return m;
+}
+
 // y = GELU(x), Erf form.
 onnx::ModelProto DecomposedGelu() {
   onnx::ModelProto m = NewModel({kRows, kCols}, {kRows, kCols});
@@ -327,19 +371,20 @@ TEST_P(FusionAgreementTest, FusedAgreesWithUnfused) {
 
 INSTANTIATE_TEST_SUITE_P(
     Fusions, FusionAgreementTest,
-    ::testing::Values(FusionCase{"layernorm", DecomposedLayerNorm, "layernorm"},
-                      FusionCase{"gelu", DecomposedGelu, "gelu"},
-                      FusionCase{"softmax", DecomposedSoftmax, "softmax"},
-                      FusionCase{"conv_batchnorm", ConvBatchNorm, "conv+batchnorm"},
-                      FusionCase{"conv_scale", ConvScale, "conv+scale"},
-                      FusionCase{"batchnorm_scale", BatchNormScale, "batchnorm+scale"},
-                      FusionCase{"conv_relu", ConvRelu, "conv+Relu"},
-                      FusionCase{"conv_residual_relu", ConvResidualRelu, "conv+residual+Relu"},
-                      FusionCase{"matmul_bias_relu", MatMulBiasRelu, "matmul+bias+Relu"},
-                      FusionCase{"matmul_identity_bias_relu", MatMulIdentityBiasRelu,
-                                 "matmul+bias+Relu"},
-                      FusionCase{"add_layernorm", ResidualAddLayerNorm, "add+layernorm"},
-                      FusionCase{"attention", Attention, "attention"}),
+    ::testing::Values(
+        FusionCase{"layernorm", DecomposedLayerNorm, "layernorm"},
+        FusionCase{"layernorm_constant_nodes", DecomposedLayerNormConstantNodes, "layernorm"},
+        FusionCase{"gelu", DecomposedGelu, "gelu"},
+        FusionCase{"softmax", DecomposedSoftmax, "softmax"},
+        FusionCase{"conv_batchnorm", ConvBatchNorm, "conv+batchnorm"},
+        FusionCase{"conv_scale", ConvScale, "conv+scale"},
+        FusionCase{"batchnorm_scale", BatchNormScale, "batchnorm+scale"},
+        FusionCase{"conv_relu", ConvRelu, "conv+Relu"},
+        FusionCase{"conv_residual_relu", ConvResidualRelu, "conv+residual+Relu"},
+        FusionCase{"matmul_bias_relu", MatMulBiasRelu, "matmul+bias+Relu"},
+        FusionCase{"matmul_identity_bias_relu", MatMulIdentityBiasRelu, "matmul+bias+Relu"},
+        FusionCase{"add_layernorm", ResidualAddLayerNorm, "add+layernorm"},
+        FusionCase{"attention", Attention, "attention"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(FusionTest, PinnedFp32IsNeverComputedLowerInsideAFusedKernel) {

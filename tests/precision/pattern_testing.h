@@ -103,6 +103,12 @@ class ModelBuilder {
     AddTensorValueInfo(g_->mutable_output(), name, dims);
   }
 
+  /// The graph being built, for what the helpers do not cover (symbolic dims, shaped weights).
+  onnx::GraphProto* graph() { return g_; }
+
+  /// The serialized model (for builds).
+  std::string Bytes() const { return ::kiln::testing::SerializeModel(model_); }
+
   std::unique_ptr<ir::Graph> Import() {
     auto g = import::ImportModel(::kiln::testing::SerializeModel(model_), import::ImportOptions{});
     EXPECT_TRUE(g.ok()) << g.status();

@@ -1,4 +1,5 @@
-// Vectorised elementary functions on float arrays (erf by glibc's libmvec, exp our own).
+// Vectorised elementary functions on float arrays (erf by glibc's libmvec; exp, sigmoid and tanh
+// our own).
 // Defined in math_avx512.cc; call only when the CPU has kAvx512 features.
 #pragma once
 
@@ -14,6 +15,16 @@ void ErfF32(const float* x, float* y, int64_t n);
 /// y[i] = exp(x[i]) for i < n (own polynomial, math_avx512.cc): within 1 ulp of the exact value,
 /// subnormal results included; 0 below -104, +Inf past FLT_MAX, NaN stays NaN. `y` may be `x`.
 void ExpF32(const float* x, float* y, int64_t n);
+
+/// y[i] = 1 / (1 + exp(-x[i])) for i < n: exp(-x) as ExpF32, then one addition and one
+/// division: within 3 ulp of the exact value where that is at least 2^-126, within 2^-126 below
+/// (0 for x < -88.7). NaN stays NaN. `y` may be `x`.
+void SigmoidF32(const float* x, float* y, int64_t n);
+
+/// y[i] = tanh(x[i]) for i < n: for |x| < 0.625, x + x^3 p(x^2) with p a degree-5 polynomial
+/// fitted to (tanh(x) - x) / x^3 (under 1 ulp); above, sign(x) (1 - 2 / (exp(2|x|) + 1)) with
+/// exp as ExpF32 (under 3 ulp). +-Inf gives +-1, -0 stays -0, NaN stays NaN. `y` may be `x`.
+void TanhF32(const float* x, float* y, int64_t n);
 
 /// y[i] = GELU(x[i]) for i < n as the reference's GeluOp computes it in fp32: e = x * (1/sqrt 2)
 /// rounded, e = erf(e) by ErfF32, then y = (0.5 * x) * (1 + e), each step rounded to fp32.

@@ -49,6 +49,34 @@ __m512 Exp16(__m512 x) {
   return _mm512_maskz_scalef_ps(live, p, n);
 }
 
+// SigmoidF32 of 16 floats.
+__m512 Sigmoid16(__m512 x) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 e = Exp16(_mm512_sub_ps(_mm512_setzero_ps(), x));
+  return _mm512_div_ps(one, _mm512_add_ps(one, e));
+}
+
+// TanhF32 of 16 floats. The polynomial's coefficients were fitted (weighted least squares at
+// Chebyshev nodes, rounded to fp32) to (tanh(x) - x) / x^3 over x^2 in [0, 0.390625].
+__m512 Tanh16(__m512 x) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 sign = _mm512_and_ps(x, _mm512_set1_ps(-0.0f));
+  const __m512 ax = _mm512_abs_ps(x);
+  const __m512 e = Exp16(_mm512_add_ps(ax, ax));
+  const __m512 big = _mm512_sub_ps(one, _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, one)));
+  const __m512 x2 = _mm512_mul_ps(x, x);
+  __m512 p = _mm512_set1_ps(0.002142803743481636f);
+  p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(-0.008177093230187893f));
+  p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(0.021700501441955566f));
+  p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(-0.05394670367240906f));
+  p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(0.1333320587873459f));
+  p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(-0.3333333134651184f));
+  const __m512 small = _mm512_fmadd_ps(_mm512_mul_ps(x, x2), p, x);
+  const __mmask16 is_small = _mm512_cmp_ps_mask(ax, _mm512_set1_ps(0.625f), _CMP_LT_OQ);
+  // x's sign on both (the small side's is x's but for -0, whose x^3 p term adds +0).
+  return _mm512_or_ps(_mm512_mask_blend_ps(is_small, big, small), sign);
+}
+
 // GeluF32 of 16 floats.
 __m512 Gelu16(__m512 x) {
   const __m512 e = _ZGVeN16v_erff(_mm512_mul_ps(x, _mm512_set1_ps(0.70710678118654752440f)));
@@ -61,6 +89,10 @@ __m512 Gelu16(__m512 x) {
 void ErfF32(const float* x, float* y, int64_t n) { Map16<_ZGVeN16v_erff>(x, y, n); }
 
 void ExpF32(const float* x, float* y, int64_t n) { Map16<Exp16>(x, y, n); }
+
+void SigmoidF32(const float* x, float* y, int64_t n) { Map16<Sigmoid16>(x, y, n); }
+
+void TanhF32(const float* x, float* y, int64_t n) { Map16<Tanh16>(x, y, n); }
 
 void GeluF32(const float* x, float* y, int64_t n) { Map16<Gelu16>(x, y, n); }
 

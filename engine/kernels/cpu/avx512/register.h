@@ -19,6 +19,7 @@ void RegisterPoolOps(Registry& r);      // pool_ops.cc: channels-last MaxPool, G
 void RegisterNormOps(Registry& r);      // norm_ops.cc: LayerNormalization, AddLayerNorm
 void RegisterConvChain(Registry& r);    // conv_chain_ops.cc: channels-last FusedConvChain
 void RegisterTranspose(Registry& r);    // transpose_ops.cc: few-row Transpose of 4-byte types
+void RegisterRecurrent(Registry& r);    // recurrent_ops.cc: LSTM, GRU, RNN
 
 /// Registers every AVX-512 kernel.
 inline void RegisterAvx512(Registry& r) {
@@ -30,6 +31,7 @@ inline void RegisterAvx512(Registry& r) {
   RegisterNormOps(r);
   RegisterConvChain(r);
   RegisterTranspose(r);
+  RegisterRecurrent(r);
 }
 
 }  // namespace kiln::kernels::cpu::avx512

@@ -31,7 +31,11 @@ struct QuantLayout {
 
 absl::StatusOr<QuantLayout> MakeLayout(const ir::Node& node, const ir::Tensor& x,
                                        const ir::Tensor& scale, const ir::Tensor* zp) {
-  if (zp != nullptr && zp->dims() != scale.dims()) {
+  // A single scale and zero point may differ in rank ([] against [1]: exporters write both, and
+  // ONNX Runtime reads them as per-tensor); anything else must match exactly.
+  const bool both_single = zp != nullptr && zp->num_elements() == 1 && scale.num_elements() == 1 &&
+                           zp->rank() <= 1 && scale.rank() <= 1;
+  if (zp != nullptr && zp->dims() != scale.dims() && !both_single) {
     return InvalidNode(node, "zero point shape ", ir::DimsToString(zp->dims()),
                        " must equal scale shape ", ir::DimsToString(scale.dims()));
   }

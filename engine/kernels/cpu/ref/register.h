@@ -20,6 +20,9 @@ void RegisterSpatial(Registry& r);  // spatial.cc: LpPool, GlobalLpPool, GridSam
 void RegisterFused(Registry& r);    // fused.cc: FusedMatMul, FusedConv, AddLayerNorm
 void RegisterDataOps(Registry& r);  // data_ops.cc: Compress, ReverseSequence, CenterCropPad,
                                     // MeanVarianceNormalization, DynamicQuantizeLinear
+// recurrent.cc: LSTM, GRU, RNN
+void RegisterRecurrent(Registry& r);
+void RegisterControlFlow(Registry& r);  // control_flow.cc: If, Loop, Scan
 
 /// Registers every reference kernel.
 inline void RegisterAll(Registry& r) {
@@ -35,6 +38,8 @@ inline void RegisterAll(Registry& r) {
   RegisterBitwise(r);
   RegisterSpatial(r);
   RegisterDataOps(r);
+  RegisterRecurrent(r);
+  RegisterControlFlow(r);
   RegisterFused(r);
 }
 
