@@ -24,6 +24,9 @@ Workloads (--workloads takes a regular expression over these names):
                    Clip, depthwise Conv), BatchNorm folded into Conv biases, 3.5M random parameters
   mnist_8, super_resolution_10, yunet, silero_vad_ifless
                    ../shared/trained-models (their shipped test inputs where there are some)
+  silero_vad       silero-vad 6.2.3's model with nested Ifs (8k/16k branches, Conv and LSTM
+                   inside), fetched by tests/real_models/fetch.py into $KILN_REAL_MODELS_CACHE or
+                   build/real-models (skipped until fetched); the inputs of silero_vad_ifless
   lstm_2layer      generated here (lstm_model.py): two stacked LSTM nodes, hidden 512, input 512,
                    100 steps, batch 1, random weights
   gemm             kiln_bench: Kiln's fp32 and bf16 GEMM at large shapes in GFLOP/s, against the
@@ -210,6 +213,24 @@ def silero_inputs(rng):
     return [audio, np.array(16000, dtype=np.int64), np.zeros((2, 1, 128), dtype=np.float32)]
 
 
+def fetched(folder, random_inputs):
+    """A model tests/real_models/fetch.py extracts (its cache folder, as fetch.py picks it)."""
+    def make(out, rng):
+        cache = os.environ.get("KILN_REAL_MODELS_CACHE") or \
+            os.path.join(HERE, "..", "build", "real-models")
+        path = os.path.join(cache, folder, "model.onnx")
+        if not os.path.exists(path):
+            raise Skip(f"{path} is missing: tests/real_models/fetch.py --only {folder} fetches it")
+        return path, random_inputs(rng)
+    return make
+
+
+def silero_nested_inputs(rng):
+    """silero_inputs in this model's input order: input, state, sr."""
+    audio, sr, state = silero_inputs(rng)
+    return [audio, state, sr]
+
+
 def lstm_2layer(out, rng):
     path = os.path.join(out, "model.onnx")
     shape = lstm_model.lstm_model(path, rng)
@@ -223,7 +244,8 @@ def workloads():
     w.append(("mobilenet_v2", mobilenet_v2))
     w += [("mnist_8", trained("mnist_8")), ("super_resolution_10", trained("super_resolution_10")),
           ("yunet", trained("yunet", yunet_inputs)),
-          ("silero_vad_ifless", trained("silero_vad_ifless", silero_inputs))]
+          ("silero_vad_ifless", trained("silero_vad_ifless", silero_inputs)),
+          ("silero_vad", fetched("silero_vad", silero_nested_inputs))]
     w.append(("lstm_2layer", lstm_2layer))
     return w
 

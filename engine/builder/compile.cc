@@ -313,6 +313,7 @@ absl::Status SelectKernelsPass(CompileState& s) {
 absl::Status FoldPass(CompileState& s) {
   ASSIGN_OR_RETURN(s.order, s.g.TopologicalOrder());
   s.removed.assign(s.g.nodes().size(), false);
+  std::vector<bool> folded(s.g.values().size(), false);  // by value id: made constant here
   for (ir::Node* n : s.order) {
     if (!AllInputsConstant(*n) || !SmallEnough(*n, s.options.max_folded_bytes)) continue;
     if (import::IsControlFlow(n->op)) continue;  // its subgraphs run in sessions only
@@ -332,6 +333,7 @@ absl::Status FoldPass(CompileState& s) {
         v->constant = std::move(ctx.outputs()[k]);
         v->shape = ir::Shape::Of(v->constant->dims());
         v->producer = nullptr;
+        folded[v->id] = true;
       }
     }
     s.removed[n->id] = true;
@@ -339,6 +341,20 @@ absl::Status FoldPass(CompileState& s) {
       s.removed_prov.push_back(std::move(p));
     }
     ++s.sum.folded_nodes;
+  }
+  // A kernel may take only constant inputs (kernels/cpu/dnnl: a convolution's W), which select,
+  // run before folding, did not see in values computed by the nodes folded here (a Constant
+  // node's W, as in If branches): their readers choose again, as the session does when it loads
+  // the engine, so that the build records (and prepacks for) the kernel that runs.
+  for (ir::Node* n : s.order) {
+    if (s.removed[n->id]) continue;
+    bool reads_folded = false;
+    for (const ir::Value* v : n->inputs) reads_folded |= v && folded[v->id];
+    if (!reads_folded) continue;
+    ASSIGN_OR_RETURN(const kernels::KernelDef* def, s.reg.Find(*n));
+    if (def == s.defs[n->id]) continue;
+    RETURN_IF_ERROR(def->factory(*n).status());
+    s.defs[n->id] = def;
   }
   return absl::OkStatus();
 }

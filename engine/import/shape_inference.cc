@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -39,6 +40,107 @@ std::optional<std::vector<int64_t>> ConstInts(const Node& n, int i) {
   std::vector<int64_t> out(t.num_elements());
   for (int64_t k = 0; k < t.num_elements(); ++k) out[k] = ir::ElementAsInt64(t, k);
   return out;
+}
+
+// The integer contents of constant `v` (int32 / int64, at most 1-D), nullopt otherwise.
+std::optional<std::vector<int64_t>> ConstIntsOf(const Value* v) {
+  if (v == nullptr || !v->constant) return std::nullopt;
+  const ir::Tensor& t = *v->constant;
+  if ((t.dtype() != DataType::kI64 && t.dtype() != DataType::kI32) || t.rank() > 1) {
+    return std::nullopt;
+  }
+  std::vector<int64_t> out(t.num_elements());
+  for (int64_t k = 0; k < t.num_elements(); ++k) out[k] = ir::ElementAsInt64(t, k);
+  return out;
+}
+
+// An entry of PartialInts that is known only at run time.
+constexpr int64_t kUnknownInt = std::numeric_limits<int64_t>::min();
+
+// The integer contents of `v` as far as they are known before run time: a constant's, or those
+// of a Concat (through Casts) of constants and of 1-D values of static length (whose entries are
+// kUnknownInt). Exporters build Reshape and Expand targets so: Concat(Shape(x)[0], [1], [256]).
+// nullopt when not even the length is known.
+std::optional<std::vector<int64_t>> PartialInts(const Value* v, int depth = 0) {
+  if (v == nullptr || depth > 8) return std::nullopt;
+  if (v->constant) return ConstIntsOf(v);
+  const Node* p = v->producer;
+  if (p != nullptr && p->op == OpType::kCast && IsInteger(v->dtype) &&
+      IsInteger(p->input(0) ? p->input(0)->dtype : DataType::kUndefined)) {
+    return PartialInts(p->input(0), depth + 1);
+  }
+  // Shape(x): x's dims, static or not (Shape-15's start and end taken as written).
+  if (p != nullptr && p->op == OpType::kShape && p->input(0) && p->input(0)->shape.rank_known) {
+    const Shape& s = p->input(0)->shape;
+    const int64_t r = s.rank();
+    int64_t start = p->GetInt("start", 0), end = p->GetInt("end", r);
+    if (start < 0) start += r;
+    if (end < 0) end += r;
+    start = std::clamp<int64_t>(start, 0, r);
+    end = std::clamp<int64_t>(end, start, r);
+    std::vector<int64_t> out;
+    for (int64_t i = start; i < end; ++i) {
+      out.push_back(s.dims[i].is_static() ? s.dims[i].value : kUnknownInt);
+    }
+    return out;
+  }
+  // Unsqueeze / Squeeze of a scalar or a 1-D value keep its entries.
+  if (p != nullptr && (p->op == OpType::kUnsqueeze || p->op == OpType::kSqueeze) &&
+      v->shape.rank_known && v->shape.rank() <= 1) {
+    auto in = PartialInts(p->input(0), depth + 1);
+    if (in && (in->size() == 1 || p->op == OpType::kSqueeze)) return in;
+  }
+  // Gather(axis 0) of constant indices, and Slice(step 1, axis 0) of constant starts and ends,
+  // from a 1-D value whose entries are partly known.
+  if (p != nullptr && (p->op == OpType::kGather || p->op == OpType::kSlice) &&
+      p->input(0) != nullptr) {
+    auto in = PartialInts(p->input(0), depth + 1);
+    if (in) {
+      const int64_t r = static_cast<int64_t>(in->size());
+      if (p->op == OpType::kGather && p->GetInt("axis", 0) == 0) {
+        auto idx = ConstIntsOf(p->input(1));
+        if (idx) {
+          std::vector<int64_t> out;
+          for (int64_t k : *idx) {
+            if (k < 0) k += r;
+            if (k < 0 || k >= r) return std::nullopt;
+            out.push_back((*in)[k]);
+          }
+          return out;
+        }
+      }
+      if (p->op == OpType::kSlice && p->since_version >= 10) {
+        auto starts = ConstIntsOf(p->input(1));
+        auto ends = ConstIntsOf(p->input(2));
+        auto axes = p->input(3) ? ConstIntsOf(p->input(3)) : std::vector<int64_t>{0};
+        auto steps = p->input(4) ? ConstIntsOf(p->input(4)) : std::vector<int64_t>{1};
+        if (starts && ends && axes && steps && starts->size() == 1 && ends->size() == 1 &&
+            axes->size() == 1 && ((*axes)[0] == 0 || (*axes)[0] == -1) && steps->size() == 1 &&
+            (*steps)[0] == 1) {
+          int64_t s = (*starts)[0], e = (*ends)[0];
+          if (s < 0) s += r;
+          if (e < 0) e += r;
+          s = std::clamp<int64_t>(s, 0, r);
+          e = std::clamp<int64_t>(e, s, r);
+          return std::vector<int64_t>(in->begin() + s, in->begin() + e);
+        }
+      }
+    }
+  }
+  if (p != nullptr && p->op == OpType::kConcat && (!v->shape.rank_known || v->shape.rank() == 1)) {
+    std::vector<int64_t> out;
+    for (const Value* in : p->inputs) {
+      auto part = PartialInts(in, depth + 1);
+      if (!part) return std::nullopt;
+      out.insert(out.end(), part->begin(), part->end());
+    }
+    return out;
+  }
+  if (v->shape.rank_known && v->shape.rank() == 1 && v->shape.dims[0].is_static() &&
+      v->shape.dims[0].value <= 64) {
+    return std::vector<int64_t>(v->shape.dims[0].value, kUnknownInt);
+  }
+  return std::nullopt;
 }
 
 // Axes from the attribute (older versions) or the constant input `input_index` (newer ones).
@@ -364,14 +466,18 @@ Shape InferShape(const Node& n, int k) {
       return dims ? Shape::Of(*dims) : Shape::Unknown();
     }
     case OpType::kExpand: {
-      // x broadcast against a constant target shape (CheckExpand has checked that they fit).
-      auto target = ConstInts(n, 1);
+      // x broadcast against the target shape (CheckExpand has checked a constant one fits);
+      // entries known only at run time are unknown dims.
+      auto target = PartialInts(n.input(1));
       if (!target || !x || !x->shape.rank_known) return Shape::Unknown();
-      Shape t = Shape::Of(*target);
+      Shape t = RankOnly(static_cast<int>(target->size()));
+      for (size_t i = 0; i < target->size(); ++i) {
+        if ((*target)[i] != kUnknownInt) t.dims[i] = Dim::Static((*target)[i]);
+      }
       return Broadcast({&x->shape, &t});
     }
     case OpType::kReshape: {
-      auto target = ConstInts(n, 1);
+      auto target = PartialInts(n.input(1));
       auto in = StaticDimsOf(x);
       if (!target) return Shape::Unknown();
       bool allowzero = n.GetInt("allowzero", 0) != 0;
@@ -385,6 +491,8 @@ Shape InferShape(const Node& n, int k) {
         } else if (d == -1) {
           infer = static_cast<int>(i);
           continue;
+        } else if (d == kUnknownInt) {
+          // known at run time only: unknown here
         } else if (d >= 0) {
           out.dims[i] = Dim::Static(d);
         }

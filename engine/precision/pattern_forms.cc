@@ -399,7 +399,7 @@ std::optional<std::vector<int64_t>> ConstInts(const Value* v) {
 // ReduceMean, GlobalAveragePool, or a ReduceSum (ReduceSumSquare: `squares`) times 1/n or divided
 // by n, n the number of elements reduced (jax2tf writes means so). For kMax also Max(., -inf)
 // (jax's initial value of a max). Bounded: at most 8 nodes are walked.
-std::optional<Reduction> ReductionAt(const Value* v, ReduceKind kind) {
+std::optional<Reduction> ReductionAt(const Value* v, ReduceKind kind, bool restored_outside) {
   Reduction r;
   bool reshaped = false;
   std::optional<double> scale;  // the factor a sum is multiplied by
@@ -465,10 +465,16 @@ std::optional<Reduction> ReductionAt(const Value* v, ReduceKind kind) {
   if (!axes) return std::nullopt;
   r.axes = std::move(*axes);
   r.nodes.push_back(reduce);
-  if (scale) {
+  if (scale && rank < 0) {
+    // The reduced dims are unknown before run time (jax2tf with a symbolic batch, its shapes
+    // computed by Shape/Slice/Concat): n cannot be checked. Only when shape-only nodes restore
+    // the reduced axes, as jax2tf's means are written, is the sum taken for a mean, unverified
+    // (a policy may select it; fusion leaves it alone).
+    if (!reshaped && !restored_outside) return std::nullopt;
+    r.verified = false;
+  } else if (scale) {
     // A mean is the sum times 1/n, n the elements reduced: every reduced dim must be static.
     // Compared at the constant's own precision, so a fp32 1/768 tells 768 from 769.
-    if (rank < 0) return std::nullopt;
     double n = 1;
     for (int64_t a : r.axes) {
       const ir::Dim& d = in_shape->dims[rank + a];
@@ -479,7 +485,9 @@ std::optional<Reduction> ReductionAt(const Value* v, ReduceKind kind) {
       return std::nullopt;
     }
   }
-  if (!reshaped) {
+  if (!reshaped && restored_outside) {
+    r.verified = false;  // the reader's restore is not checked against the reduction
+  } else if (!reshaped) {
     // Without kept dims the result would not broadcast against what was reduced.
     bool keeps = reduce->op == OpType::kGlobalAveragePool || reduce->op == OpType::kGlobalMaxPool ||
                  KeepDims(*reduce);
@@ -506,8 +514,23 @@ void AddAll(std::vector<const Node*>* nodes, const std::vector<const Node*>& mor
 //   or d = x (RMSNorm);
 //   mean(x^2) - mean(x)^2 (LayerNorm; Keras 3 and Flax's fast variance);
 // each optionally clamped at zero: Max(var, 0) or Relu(var).
-std::optional<NormStats> StatsAt(const Value* var) {
+namespace {
+
+// StatsAt, with `peel_restore`: shape-only nodes right before the reader are taken as the
+// restore of the whole statistic (then checked no further).
+std::optional<NormStats> StatsAtImpl(const Value* var, bool peel_restore) {
   NormStats s;
+  // The statistics may be computed without kept dims and then restored as a whole, after the
+  // clamp (Flax's fast variance through jax2tf: Max(0, E[x^2] - E[x]^2) -> Reshape -> Expand).
+  bool restored = false;
+  for (int depth = 0; peel_restore && depth < 4 && var != nullptr && var->producer != nullptr &&
+                      IsReshapeLike(var->producer->op);
+       ++depth) {
+    s.nodes.push_back(var->producer);
+    var = var->producer->input(0);
+    restored = true;
+  }
+  if (peel_restore && !restored) return std::nullopt;
   if (const Node* p = var != nullptr ? var->producer : nullptr) {
     if (p->op == OpType::kRelu) {
       s.nodes.push_back(p);
@@ -524,7 +547,7 @@ std::optional<NormStats> StatsAt(const Value* var) {
     if (m.squares) return m.in;
     return SquareBase(m.in != nullptr ? m.in->producer : nullptr);
   };
-  if (auto m2 = ReductionAt(var, ReduceKind::kMean)) {
+  if (auto m2 = ReductionAt(var, ReduceKind::kMean, restored)) {
     const Value* d = squared(*m2);
     if (d == nullptr) return std::nullopt;
     s.d = d;
@@ -547,12 +570,12 @@ std::optional<NormStats> StatsAt(const Value* var) {
   }
   const Node* sub = Prod(var, OpType::kSub);
   if (sub == nullptr || sub->num_inputs() != 2) return std::nullopt;
-  auto m2 = ReductionAt(sub->input(0), ReduceKind::kMean);
+  auto m2 = ReductionAt(sub->input(0), ReduceKind::kMean, restored);
   const Node* sq = sub->input(1) != nullptr ? sub->input(1)->producer : nullptr;
   const Value* mean = SquareBase(sq);
   if (!m2 || mean == nullptr) return std::nullopt;
   const Value* x = squared(*m2);
-  auto m1 = ReductionAt(mean, ReduceKind::kMean);
+  auto m1 = ReductionAt(mean, ReduceKind::kMean, restored);
   if (x == nullptr || !m1 || m1->squares || m1->in != x || m1->axes != m2->axes) {
     return std::nullopt;
   }
@@ -566,6 +589,15 @@ std::optional<NormStats> StatsAt(const Value* var) {
   if (!m2->squares) AddUnique(&s.nodes, m2->in->producer);
   AddAll(&s.nodes, m1->nodes);
   return s;
+}
+
+}  // namespace
+
+std::optional<NormStats> StatsAt(const Value* var) {
+  // Restores read with the reductions they follow first (checked where their targets are
+  // constant), then as one restore of the whole statistic.
+  if (auto s = StatsAtImpl(var, false)) return s;
+  return StatsAtImpl(var, true);
 }
 
 // The nodes that make `num` the centred value of `s` (none when it is s.d itself): exporters

@@ -111,7 +111,10 @@ struct Reduction {
 /// or divided by n, n the number of elements reduced (jax2tf writes means so), compared at the
 /// constant's own precision. For kMax also Max(., -inf) (jax's initial value of a max). At most
 /// 8 nodes are walked.
-std::optional<Reduction> ReductionAt(const Value* v, ReduceKind kind);
+/// `restored_outside`: shape-only nodes after `v` put the reduced axes back (the reader has
+/// seen them), so a reduction without kept dims is accepted, unverified.
+std::optional<Reduction> ReductionAt(const Value* v, ReduceKind kind,
+                                     bool restored_outside = false);
 
 // ------------------------------------------------------------------------ Normalisations
 

@@ -173,7 +173,15 @@ void Matcher::MatchNorm(const Node& anchor) {
   }
   if (!s || !eps || !(*eps >= 0)) return;
   auto axis = TrailingFirst(s->axes);
-  if (!axis) return;
+  // Normalised over axes that are not the trailing ones (Flax's LayerNorm over the features of
+  // [N, C, L], axis -2 as magika writes it): the same numerics for the policy, but no
+  // LayerNormalization kernel computes it, so fusion leaves the instance alone.
+  // Axes of a value of unknown rank stay non-negative: taken as they are, unfused.
+  const bool trailing = axis.has_value();
+  if (!trailing) {
+    if (s->axes.empty()) return;
+    axis = s->axes.front();
+  }
 
   PatternInstance inst;
   inst.kind = s->centred ? PatternKind::kLayerNorm : PatternKind::kRmsNorm;
@@ -183,13 +191,18 @@ void Matcher::MatchNorm(const Node& anchor) {
   bool verified = s->verified;
   std::vector<const Node*> nodes = s->nodes;
   AddAll(&nodes, {add_eps, &anchor});
-  // A parameter broadcasts over the normalised axes only (leading dims of 1 are fine: jax2tf
-  // writes gamma as [1, 1, C]).
+  // A parameter broadcasts over the normalised axes only: its other dims are 1 (jax2tf writes
+  // gamma as [1, 1, C]; Flax over axis -2 as [1, C, 1]).
   auto fits = [&](const Value* p) {
     if (!IsParamLike(p)) return false;
-    int r = RankOf(p);
-    if (r < 0 || r <= -inst.axis) return true;
-    for (int i = 0; i < r + static_cast<int>(inst.axis); ++i) {
+    const int r = RankOf(p);
+    if (r < 0) return true;
+    // Axes counted from the front (x's rank unknown) are read against the parameter's rank,
+    // which exporters write in full ([1, C, 1]).
+    std::vector<int64_t> axes = s->axes;
+    for (int64_t& a : axes) a = a >= 0 ? a - r : a;
+    for (int i = 0; i < r; ++i) {
+      if (std::find(axes.begin(), axes.end(), i - r) != axes.end()) continue;
       if (!p->shape.dims[i].is_static() || p->shape.dims[i].value != 1) return false;
     }
     return true;
@@ -267,7 +280,7 @@ void Matcher::MatchNorm(const Node& anchor) {
     }
   }
   inst.output = output;
-  inst.fusable = verified;
+  inst.fusable = verified && trailing;
   if (!Free(nodes) || !Closed(nodes, output)) return;
   Commit(std::move(inst), std::move(nodes));
 }

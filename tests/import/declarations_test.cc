@@ -67,7 +67,8 @@ onnx::ModelProto DeclarationsModel() {
   AddDecl(g->mutable_input(), "e", {"", "2"});
   AddDecl(g->mutable_input(), "n1", {"n"});
   AddDecl(g->mutable_input(), "n2", {"n"});
-  AddDecl(g->mutable_input(), "s", {"2"}, onnx::TensorProto::INT64);
+  // A Reshape target of unknown length: r's rank is unknown to inference.
+  AddDecl(g->mutable_input(), "s", {"?"}, onnx::TensorProto::INT64);
   AddOnnxNode(g, "Relu", {"x"}, {"t"}, "relu_x");
   AddOnnxNode(g, "Neg", {"t"}, {"y"}, "neg");
   AddOnnxNode(g, "Relu", {"p"}, {"zp"}, "relu_p");

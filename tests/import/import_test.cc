@@ -369,6 +369,37 @@ TEST(ImportOps, UnknownOpsAreAllListed) {
   EXPECT_THAT(Import(m).message(), ::testing::Not(HasSubstr("'fine'")));
 }
 
+// A Reshape target built at run time as exporters build it, Concat(Shape(x)[0:1], [3], [1]):
+// its length is known, and so are its constant entries: the result is [?, 3, 1], not of unknown
+// rank (patterns and the memory plan read that rank). The same for Gather of Shape, and Expand.
+TEST(ImportShapes, TargetsBuiltFromShapeKnowTheirRank) {
+  onnx::ModelProto m = AddReluMulModel();
+  onnx::GraphProto* g = m.mutable_graph();
+  g->mutable_input(0)
+      ->mutable_type()
+      ->mutable_tensor_type()
+      ->mutable_shape()
+      ->mutable_dim(0)
+      ->set_dim_param("batch");
+  AddInt64Initializer(g, "zero", {0});
+  AddInt64Initializer(g, "one", {1});
+  AddInt64Initializer(g, "three", {3});
+  AddOnnxNode(g, "Shape", {"x"}, {"shp"}, "shape");
+  AddOnnxNode(g, "Slice", {"shp", "zero", "one"}, {"lead"}, "slice");
+  onnx::NodeProto* cat = AddOnnxNode(g, "Concat", {"lead", "three", "one"}, {"target"}, "concat");
+  ::kiln::testing::AddIntAttribute(cat, "axis", 0);
+  AddOnnxNode(g, "Reshape", {"x", "target"}, {"reshaped"}, "reshape");
+  onnx::NodeProto* gather = AddOnnxNode(g, "Gather", {"shp", "one"}, {"cols"}, "gather");
+  ::kiln::testing::AddIntAttribute(gather, "axis", 0);
+  onnx::NodeProto* cat2 = AddOnnxNode(g, "Concat", {"one", "lead", "cols"}, {"t2"}, "concat2");
+  ::kiln::testing::AddIntAttribute(cat2, "axis", 0);
+  AddOnnxNode(g, "Expand", {"x", "t2"}, {"big"}, "expand");
+  auto graph = ImportModel(SerializeModel(m), ImportOptions{});
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  EXPECT_EQ((*graph)->FindValue("reshaped")->shape.ToString(), "[?,3,1]");
+  EXPECT_EQ((*graph)->FindValue("big")->shape.ToString(), "[1,?,3]");
+}
+
 TEST(ImportOps, UnimplementedOpsAreListedTogether) {
   onnx::ModelProto m = AddReluMulModel();
   onnx::GraphProto* g = m.mutable_graph();

@@ -167,7 +167,56 @@ std::vector<ConvCase> Cases() {
        {{"auto_pad", StringAttr("VALID")}, {"strides", IntsAttr({1, 2})}}},
       {"batch2", {2, 8, 12, 12}, {16, 8, 3, 3}, {{"pads", IntsAttr({1, 1, 1, 1})}}},
       {"deep_k576", {1, 64, 14, 14}, {32, 64, 3, 3}, {{"pads", IntsAttr({1, 1, 1, 1})}}},
+      // 1-D (X [N, C, L], W [M, C/g, K]): the 2-D primitive with H = 1.
+      {"1d_silero_stft", {1, 1, 640}, {258, 1, 256}, {{"strides", IntsAttr({128})}}},
+      {"1d_silero_encoder", {1, 129, 4}, {128, 129, 3}, {{"pads", IntsAttr({1, 1})}}},
+      {"1d_pointwise_l1", {1, 128, 1}, {1, 128, 1}, {{"kernel_shape", IntsAttr({1})}}},
+      {"1d_stride2_odd_batch2",
+       {2, 8, 17},
+       {16, 8, 3},
+       {{"strides", IntsAttr({2})}, {"pads", IntsAttr({1, 1})}}},
+      {"1d_depthwise",
+       {1, 12, 31},
+       {12, 1, 5},
+       {{"group", IntAttr(12)}, {"pads", IntsAttr({2, 2})}}},
+      {"1d_depthwise_multiplier",
+       {1, 6, 19},
+       {12, 1, 3},
+       {{"group", IntAttr(6)}, {"strides", IntsAttr({2})}}},
+      {"1d_grouped", {1, 12, 13}, {18, 4, 3}, {{"group", IntAttr(3)}}},
+      {"1d_dilated_asymmetric_pads",
+       {1, 6, 23},
+       {8, 6, 3},
+       {{"dilations", IntsAttr({3})}, {"pads", IntsAttr({3, 2})}}},
+      {"1d_pads_end_only", {1, 5, 11}, {7, 5, 4}, {{"pads", IntsAttr({0, 2})}}},
+      {"1d_same_upper_stride2",
+       {1, 4, 10},
+       {6, 4, 3},
+       {{"auto_pad", StringAttr("SAME_UPPER")}, {"strides", IntsAttr({2})}}},
+      {"1d_same_lower_even_k", {1, 4, 9}, {6, 4, 4}, {{"auto_pad", StringAttr("SAME_LOWER")}}},
+      {"1d_same_lower_stride3_dilated",
+       {1, 3, 14},
+       {5, 3, 3},
+       {{"auto_pad", StringAttr("SAME_LOWER")},
+        {"strides", IntsAttr({3})},
+        {"dilations", IntsAttr({2})}}},
+      {"1d_same_upper_odd_total_pad",
+       {1, 3, 8},
+       {4, 3, 2},
+       {{"auto_pad", StringAttr("SAME_UPPER")}}},
+      {"1d_valid_stride2",
+       {1, 3, 9},
+       {4, 3, 5},
+       {{"auto_pad", StringAttr("VALID")}, {"strides", IntsAttr({2})}}},
   };
+}
+
+// The K of Check's bound: the products per output element, C/g times the kernel taps (W's dims
+// after the first).
+int64_t ProductsPerOutput(const Dims& w) {
+  int64_t k = 1;
+  for (size_t i = 1; i < w.size(); ++i) k *= w[i];
+  return k;
 }
 
 struct Act {
@@ -244,7 +293,7 @@ void Check(ir::OpType op, const ConvCase& cs, const Act& act, bool with_bias, Da
   // most twice that. The activation's slope scales the difference (at most 1.5, HardSwish at
   // x = 3). bf16 and fp16 add one rounding of the output on each side (RoundingRel,
   // RoundingAbs). Their products are exact in fp32, so the fp32 bound holds for them unchanged.
-  const int64_t k = cs.w[1] * cs.w[2] * cs.w[3] + 1;
+  const int64_t k = ProductsPerOutput(cs.w) + 1;
   const double rel = RoundingRel(dt), abs = RoundingAbs(dt);
   const std::vector<float> got = ToFloats(fast), want = ToFloats(ref);
   for (size_t i = 0; i < got.size(); ++i) {
@@ -474,6 +523,9 @@ TEST(DnnlConvTest, PrepackedWeightsAreReadWhereTheyLieAndIgnoredWhenStale) {
       {"nhwc", DataType::kF32, true, {1, 24, 10, 9}, {40, 24, 3, 3}},
       {"nhwc_fp16", DataType::kF16, true, {1, 16, 8, 8}, {32, 16, 1, 1}},
       {"nhwc_gemm_path", DataType::kF32, true, {1, 512, 3, 3}, {1024, 512, 1, 1}},
+      // 1-D: the record is the 4-D descriptor of the H = 1 primitive.
+      {"ncl_1d", DataType::kF32, false, {1, 16, 20}, {32, 16, 3}},
+      {"ncl_1d_fp16", DataType::kF16, false, {1, 16, 7}, {24, 16, 3}},
   };
   std::mt19937 rng(41);
   for (const Case& c : cases) {
@@ -481,7 +533,9 @@ TEST(DnnlConvTest, PrepackedWeightsAreReadWhereTheyLieAndIgnoredWhenStale) {
     ir::Tensor x = Random(c.x, c.dt, rng);
     if (c.channels_last) x = *ir::ChannelsLastCopy(x, true);
     const ir::Tensor w = Random(c.w, c.dt, rng), b = Random({c.w[0]}, c.dt, rng);
-    Attrs attrs = {{"pads", IntsAttr({1, 1, 1, 1})}, {"activation", StringAttr("Relu")}};
+    // Padding 1 on each side of every spatial axis.
+    Attrs attrs = {{"pads", IntsAttr(std::vector<int64_t>(2 * (c.x.size() - 2), 1))},
+                   {"activation", StringAttr("Relu")}};
     if (c.channels_last) attrs.push_back({kernels::kChannelsLastAttr, IntAttr(1)});
     ConvGraph graph(ir::OpType::kFusedConv, attrs, x, w, b);
     const kernels::KernelDef* def = graph.Def(DetectCpuFeatures());
@@ -513,6 +567,99 @@ TEST(DnnlConvTest, PrepackedWeightsAreReadWhereTheyLieAndIgnoredWhenStale) {
   }
 }
 
+// A 1-D convolution whose length changes between runs (an If branch's shapes are known only
+// when it runs): the primitive is rebuilt for each new X, and each run matches the reference.
+TEST(DnnlConv1dTest, RebuildsWhenTheLengthChanges) {
+  std::mt19937 rng(13);
+  const ir::Tensor w = Random({4, 3, 3}, DataType::kF32, rng);
+  const ir::Tensor x1 = Random({1, 3, 16}, DataType::kF32, rng);
+  const ir::Tensor x2 = Random({2, 3, 7}, DataType::kF32, rng);
+  ConvGraph graph(ir::OpType::kConv, {{"pads", IntsAttr({1, 1})}, {"strides", IntsAttr({2})}}, x1,
+                  w, ir::Tensor());
+  const kernels::KernelDef* def = graph.Def(DetectCpuFeatures());
+  ASSERT_TRUE(def);
+  ASSERT_EQ(def->isa, Isa::kDnnl);
+  auto fast = Make(*def, *graph.node);
+  auto ref = Make(*graph.Def(0), *graph.node);
+  ASSERT_TRUE(fast && ref);
+  for (const ir::Tensor* x : {&x1, &x2, &x1}) {
+    const ir::Tensor a = RunKernel(*fast, {*x, w}), b = RunKernel(*ref, {*x, w});
+    ASSERT_EQ(a.dims(), b.dims());
+    ASSERT_EQ(a.dims(), (Dims{x->dim(0), 4, (x->dim(2) + 2 - 3) / 2 + 1}));
+    const std::vector<float> av = ToFloats(a), bv = ToFloats(b);
+    // K = 9 products of N(0, 1) values: 2 (K + 1) 2^-24 sum|w x| stays far below 1e-4 (sum|w x|
+    // would have to pass 80).
+    for (size_t i = 0; i < av.size(); ++i) EXPECT_NEAR(av[i], bv[i], 1e-4) << i;
+  }
+}
+
+// 1-D FusedConv with a residual Z = Relu(Conv(X, W) + B + Z), through oneDNN's sum post-op on
+// the H = 1 view, Y in memory of its own and over Z's bytes; bf16 with a subnormal in X runs the
+// reference itself (the same bits).
+TEST(DnnlConv1dTest, ResidualIsAddedBeforeTheActivation) {
+  std::mt19937 rng(19);
+  for (DataType dt : {DataType::kF32, DataType::kBF16, DataType::kF16}) {
+    if (dt == DataType::kBF16 && !HasBf16()) continue;
+    if (dt == DataType::kF16 && !HasAvx512()) continue;
+    for (bool subnormal : {false, true}) {
+      if (subnormal && dt != DataType::kBF16) continue;
+      ir::Tensor x = Random({1, 6, 13}, dt, rng);
+      if (subnormal) x.data<uint16_t>()[5] = 0x0001;
+      const ir::Tensor w = Random({5, 6, 3}, dt, rng), b = Random({5}, dt, rng);
+      const ir::Tensor z = Random({1, 5, 13}, dt, rng);
+      const Attrs attrs = {{"pads", IntsAttr({1, 1})}, {"activation", StringAttr("Relu")}};
+      ConvGraph graph(ir::OpType::kFusedConv, attrs, x, w, b, true, z);
+      const kernels::KernelDef* def = graph.Def(DetectCpuFeatures());
+      ASSERT_TRUE(def);
+      ASSERT_EQ(def->isa, Isa::kDnnl);
+      auto fast = Make(*def, *graph.node);
+      auto ref = Make(*graph.Def(0), *graph.node);
+      ASSERT_TRUE(fast && ref);
+      const std::vector<float> want = ToFloats(RunKernel(*ref, {x, w, b, z}));
+      for (bool over_z : {false, true}) {
+        const ir::Tensor y = RunKernel(*fast, {x, w, b, z}, over_z ? 3 : -1);
+        ASSERT_TRUE(y.defined());
+        ASSERT_EQ(y.dims(), z.dims());
+        const std::vector<float> got = ToFloats(y);
+        ASSERT_EQ(got.size(), want.size());
+        const std::string what = absl::StrCat(DataTypeName(dt), subnormal ? " subnormal" : "",
+                                              over_z ? ", Y over Z" : "");
+        for (size_t i = 0; i < got.size(); ++i) {
+          if (subnormal) {
+            ASSERT_EQ(got[i], want[i]) << what << " element " << i;
+            continue;
+          }
+          // 18 products of N(0, 1) values, the bias and Z summed in fp32 in two orders: far
+          // below 1e-4 apart; bf16 and fp16 add half an output ulp on each side.
+          ASSERT_LE(std::fabs(got[i] - want[i]),
+                    1e-4 + RoundingRel(dt) * std::fabs(want[i]) + RoundingAbs(dt))
+              << what << " element " << i << ": " << got[i] << " vs " << want[i];
+        }
+      }
+    }
+  }
+}
+
+// `Supports` does not ask X's rank (an If branch's may be unknown at build time): X of rank 4
+// under a 1-D W fails the run with the reference's error, naming the node.
+TEST(DnnlConv1dTest, XRankUnlikeWIsTheReferenceError) {
+  std::mt19937 rng(29);
+  const ir::Tensor x = Random({1, 2, 3, 9}, DataType::kF32, rng);
+  const ir::Tensor w = Random({3, 2, 3}, DataType::kF32, rng);
+  ConvGraph graph(ir::OpType::kConv, {}, Random({1, 2, 9}, DataType::kF32, rng), w, ir::Tensor());
+  const kernels::KernelDef* def = graph.Def(DetectCpuFeatures());
+  ASSERT_TRUE(def);
+  ASSERT_EQ(def->isa, Isa::kDnnl);
+  auto fast = Make(*def, *graph.node);
+  auto ref = Make(*graph.Def(0), *graph.node);
+  ASSERT_TRUE(fast && ref);
+  TensorContext fast_ctx({x, w}), ref_ctx({x, w});
+  const absl::Status got = fast->Run(fast_ctx), want = ref->Run(ref_ctx);
+  EXPECT_EQ(got.code(), absl::StatusCode::kInvalidArgument) << got;
+  EXPECT_EQ(got, want);
+  EXPECT_NE(got.message().find("test_node"), std::string::npos) << got;
+}
+
 TEST(DnnlConvTest, OtherCasesStayOnTheReference) {
   std::mt19937 rng(3);
   const uint64_t cpu = DetectCpuFeatures();
@@ -520,10 +667,16 @@ TEST(DnnlConvTest, OtherCasesStayOnTheReference) {
   ConvGraph input_w(ir::OpType::kConv, {}, Random({1, 2, 5, 5}, DataType::kF32, rng),
                     Random({3, 2, 3, 3}, DataType::kF32, rng), ir::Tensor(), false);
   EXPECT_EQ(input_w.Def(cpu)->isa, Isa::kRef);
-  // 1-D and 3-D.
+  // 1-D runs on oneDNN (DnnlConv1dTest), but not channels-last (the layout pass makes only
+  // rank-4 convolutions channels-last; the kernel's NHWC view is rank 4). 3-D stays on the
+  // reference.
   ConvGraph conv1d(ir::OpType::kConv, {}, Random({1, 2, 9}, DataType::kF32, rng),
                    Random({3, 2, 3}, DataType::kF32, rng), ir::Tensor());
-  EXPECT_EQ(conv1d.Def(cpu)->isa, Isa::kRef);
+  EXPECT_EQ(conv1d.Def(cpu)->isa, Isa::kDnnl);
+  ConvGraph conv1d_nlc(ir::OpType::kConv, {{kernels::kChannelsLastAttr, IntAttr(1)}},
+                       Random({1, 9, 2}, DataType::kF32, rng),
+                       Random({3, 2, 3}, DataType::kF32, rng), ir::Tensor());
+  EXPECT_EQ(conv1d_nlc.Def(cpu)->isa, Isa::kRef);
   ConvGraph conv3d(ir::OpType::kConv, {}, Random({1, 2, 4, 4, 4}, DataType::kF32, rng),
                    Random({3, 2, 3, 3, 3}, DataType::kF32, rng), ir::Tensor());
   EXPECT_EQ(conv3d.Def(cpu)->isa, Isa::kRef);
@@ -532,8 +685,12 @@ TEST(DnnlConvTest, OtherCasesStayOnTheReference) {
   ConvGraph fp16(ir::OpType::kConv, {}, MakeHalf({1, 2, 5, 5}, xv), MakeHalf({3, 2, 3, 3}, wv),
                  ir::Tensor());
   EXPECT_EQ(fp16.Def(kCpuSse42 | kCpuF16c)->isa, Isa::kRef);
+  ConvGraph fp16_1d(ir::OpType::kConv, {}, MakeHalf({1, 2, 25}, xv), MakeHalf({3, 2, 9}, wv),
+                    ir::Tensor());
+  EXPECT_EQ(fp16_1d.Def(kCpuSse42 | kCpuF16c)->isa, Isa::kRef);
   if (HasAvx512()) {
     EXPECT_EQ(fp16.Def(cpu)->isa, Isa::kDnnl);
+    EXPECT_EQ(fp16_1d.Def(cpu)->isa, Isa::kDnnl);
   }
   // An activation the reference FusedConv rejects: the reference reports it.
   ConvGraph gelu(ir::OpType::kFusedConv, {{"activation", StringAttr("Gelu")}},
@@ -547,6 +704,12 @@ TEST(DnnlConvTest, OtherCasesStayOnTheReference) {
   ConvGraph bf16(ir::OpType::kConv, {}, Random({1, 2, 5, 5}, DataType::kBF16, rng),
                  Random({3, 2, 3, 3}, DataType::kBF16, rng), ir::Tensor());
   EXPECT_EQ(bf16.Def(kCpuSse42)->isa, Isa::kRef);
+  ConvGraph bf16_1d(ir::OpType::kConv, {}, Random({1, 2, 5}, DataType::kBF16, rng),
+                    Random({3, 2, 3}, DataType::kBF16, rng), ir::Tensor());
+  EXPECT_EQ(bf16_1d.Def(kCpuSse42)->isa, Isa::kRef);
+  if (HasBf16()) {
+    EXPECT_EQ(bf16_1d.Def(cpu)->isa, Isa::kDnnl);
+  }
   EXPECT_STREQ(kernels::IsaName(Isa::kDnnl), "dnnl");
 }
 

@@ -199,6 +199,36 @@ TEST(Jax2tf, LayerNormSymbolicBatchIsForPoliciesOnly) {
   EXPECT_EQ(ln->scale, nullptr);
 }
 
+// magika's Flax LayerNorm through jax2tf (a symbolic batch): x's rank unknown before run time
+// (a Reshape to a target computed at run time), the statistics over axis 1 of [N, C, L] (not
+// the trailing axis) without kept dims, the fast variance clamped by Max(0, .) before one
+// Reshape + Expand restores the axis, gamma [1, C, 1] folded into 1/std. Recognised for policies
+// (the sum of squares must not run in fp16), never fused: no LayerNormalization computes it.
+TEST(Jax2tf, MiddleAxisLayerNormOfUnknownRankIsForPoliciesOnly) {
+  Form f(13);
+  std::string xs = f.b.Input("xs", {2, 32});
+  std::string target = f.b.Input("target", {-1}, onnx::TensorProto::INT64);  // length unknown
+  std::string restore = f.b.Input("restore", {3}, onnx::TensorProto::INT64);
+  std::string x = f.b.Op("Reshape", {xs, target});
+  std::string recip = f.Init("recip", {}, 0.25f);  // 1/C, C = 4
+  std::string mean = f.Op("Mul", {f.Reduce("ReduceSum", x, {1}, false), recip});
+  std::string msq = f.Op("Mul", {f.Reduce("ReduceSum", f.Op("Mul", {x, x}), {1}, false), recip});
+  std::string var = f.Op("Max", {f.Const(0.0f), f.Op("Sub", {msq, f.Op("Mul", {mean, mean})})});
+  var = f.Op("Expand", {f.Op("Reshape", {var, restore}), restore});
+  std::string inv = f.Op("Reciprocal", {f.Op("Sqrt", {f.Op("Add", {var, f.Const(1e-6f)})})});
+  inv = f.Op("Mul", {inv, f.Init("gamma", {1, 4, 1}, 1.0f)});
+  std::string centred =
+      f.Op("Sub", {x, f.Op("Expand", {f.Op("Reshape", {mean, restore}), restore})});
+  std::string y = f.Op("Add", {f.Op("Mul", {centred, inv}), f.Init("beta", {1, 4, 1}, 0.0f)});
+  f.b.Output(y);
+  auto g = f.b.Import();
+  ASSERT_NE(g, nullptr);
+  auto found = Find(*g);
+  const PatternInstance* ln = ExpectOne(*g, found, PatternKind::kLayerNorm, f.members);
+  ASSERT_NE(ln, nullptr);
+  EXPECT_FALSE(ln->fusable);
+}
+
 // Flax's fast variance, E[x^2] - E[x]^2 clamped by Max(0, .), here with kept dims, the means as
 // ReduceSum * 1/8 and ReduceSum / 8, and 1/std as Pow(var + eps, -0.5); gamma after.
 TEST(Jax2tf, FastVarianceLayerNorm) {

@@ -1,5 +1,5 @@
-// Conv and FusedConv (2-D, NCHW) on float, bfloat16 and float16 storage through oneDNN's
-// convolution primitive.
+// Conv and FusedConv (2-D, NCHW, and 1-D, NCL) on float, bfloat16 and float16 storage through
+// oneDNN's convolution primitive.
 // Shape rules and errors are the reference kernels' (cpu/ref/nn_conv.cc, cpu/ref/fused.cc): the
 // same attribute readers and SetupConv run first.
 //
@@ -25,6 +25,15 @@
 // Channels-last (kChannelsLastAttr, set by passes/layout.h): X and Y are NHWC tensors and the
 // primitive reads and writes them as they are, with no reorder; the reference kernel, when it
 // runs instead, gets NCHW copies.
+//
+// 1-D convolutions (X [N, C, L], W [M, C/g, K]: speech front ends and voice-activity detectors)
+// are run as the 2-D convolution with H = 1 they equal: X viewed as [N, C, 1, L], W as
+// [M, C/g, 1, K], Y as [N, M, 1, OL], with stride and dilation 1 and no padding on H (As2d).
+// The bytes are the same, so only the primitive's descriptors change; auto_pad was resolved into
+// the window by the shared reference geometry (SetupConv), as for 2-D. The prepacked W of a 1-D
+// node is recorded with the 4-D descriptor its primitive chose and read when the run's primitive
+// chooses the same, as for 2-D. The layout pass (passes/layout.cc) turns only rank-4 convolutions
+// channels-last, and `Supports` refuses a channels-last 1-D node.
 //
 // Small images: an fp32 channels-last convolution with one group, at most kGemmMaxPixels
 // outputs per image and at least kGemmMinWeightBytes of W runs on the AVX-512 GEMM instead, one
@@ -202,7 +211,7 @@ class NchwCopyContext final : public OwnOutputContext {
   const ir::Tensor* z_;
 };
 
-// 2-D Conv / FusedConv = act(Conv(X, W) + B [+ Z]) through one oneDNN convolution (Z, the
+// 2-D or 1-D Conv / FusedConv = act(Conv(X, W) + B [+ Z]) through one oneDNN convolution (Z, the
 // residual of a conv+residual fusion, through the primitive's sum post-op).
 class ConvKernel final : public Kernel {
  public:
@@ -222,16 +231,19 @@ class ConvKernel final : public Kernel {
     return std::unique_ptr<Kernel>(std::move(k));
   }
 
-  // X, W, B and Y of one dtype, W a 4-D constant (not an overridable graph input), and an
-  // activation of the reference FusedConv (the reference reports a bad one).
+  // X, W, B and Y of one dtype, W a 4-D (2-D convolution) or 3-D (1-D convolution, not
+  // channels-last) constant that is not an overridable graph input, and an activation of the
+  // reference FusedConv (the reference reports a bad one). X's rank is not asked (inside an If
+  // branch it may be unknown): a run whose X rank is not W's fails in SetupConv with the
+  // reference's error.
   static bool Supports(const ir::Node& node) {
     const ir::Value* x = node.input(0);
     const ir::Value* w = node.input(1);
     const ir::Value* b = node.input(2);
     const ir::Value* y = node.outputs.empty() ? nullptr : node.outputs[0];
-    if (!x || !w || !y || !w->constant || w->is_graph_input || w->constant->rank() != 4) {
-      return false;
-    }
+    if (!x || !w || !y || !w->constant || w->is_graph_input) return false;
+    const int w_rank = w->constant->rank();
+    if (w_rank != 4 && (w_rank != 3 || node.GetInt(kChannelsLastAttr, 0) != 0)) return false;
     const ir::Value* z = node.input(3);  // FusedConv's residual
     if (w->dtype != x->dtype || (b && b->dtype != x->dtype) || (z && z->dtype != x->dtype)) {
       return false;
@@ -258,7 +270,9 @@ class ConvKernel final : public Kernel {
     const ir::Tensor& w = *s.in.w;
     const DataType dt = x.dtype();
     const bool half = dt == DataType::kF16;
-    if (x.num_elements() == 0 || ir::NumElementsOf(s.out_dims) == 0 ||
+    // Supports admits 1-D and 2-D convolutions only; a 3-D node made here directly (tests)
+    // runs the reference.
+    if (s.win.rank() > 2 || x.num_elements() == 0 || ir::NumElementsOf(s.out_dims) == 0 ||
         (dt == DataType::kBF16 && (!WeightsAllowed(w) || !BF16Allowed(x)))) {
       return RunReference(ctx, s);
     }
@@ -526,6 +540,16 @@ class ConvKernel final : public Kernel {
     return plan_->conv ? &*plan_ : nullptr;
   }
 
+  // A 1-D convolution's dims or window values as its 2-D twin's (H = 1): `v` with `h`
+  // inserted before its last value ([N, C, L] -> [N, C, 1, L], [M, C/g, K] -> [M, C/g, 1, K],
+  // strides [s] -> [1, s]); a 2-D convolution's as they are.
+  static dn::memory::dims As2d(const std::vector<int64_t>& v, const ref::nn::Window& win,
+                               int64_t h) {
+    dn::memory::dims out(v.begin(), v.end());
+    if (win.rank() == 1 && !out.empty()) out.insert(out.end() - 1, h);
+    return out;
+  }
+
   // Creates the primitive and reorders W into its layout; throws dnnl::error.
   void Build(const ref::nn::ConvSetup& s, dn::engine& engine, Plan& p) const {
     const ir::Tensor& w = *s.in.w;
@@ -533,6 +557,9 @@ class ConvKernel final : public Kernel {
     const dn::memory::data_type f32 = dn::memory::data_type::f32;
     const int64_t g = attrs_.group;
     const ref::nn::Window& win = s.win;
+    // The primitive is 2-D: a 1-D convolution's tensors are viewed with H = 1 (the same bytes).
+    const dn::memory::dims x_dims = As2d(s.in.x->dims(), win, 1);
+    const dn::memory::dims y_dims = As2d(s.out_dims, win, 1);
     dn::post_ops ops;
     if (node_.input(3) != nullptr) ops.append_sum(1.0f);  // + Z, in fp32, before the activation
     p.post_op = AppendPostOp(act_, ops);
@@ -540,31 +567,30 @@ class ConvKernel final : public Kernel {
     attr.set_post_ops(ops);
 
     const Tag layout = channels_last_ ? Tag::nhwc : Tag::nchw;
-    p.src = dn::memory::desc(s.in.x->dims(), dt, layout);
-    p.dst = dn::memory::desc(s.out_dims, p.post_op ? dt : f32, layout);
+    p.src = dn::memory::desc(x_dims, dt, layout);
+    p.dst = dn::memory::desc(y_dims, p.post_op ? dt : f32, layout);
     p.bias = dn::memory::desc({s.m}, f32, Tag::a);
     // Grouped weights are [g, M/g, C/g, kh, kw] in oneDNN, the same bytes as ONNX's W.
-    dn::memory::dims w_dims = w.dims();
+    dn::memory::dims w_dims = As2d(w.dims(), win, 1);
     if (g > 1) {
       w_dims[0] /= g;
       w_dims.insert(w_dims.begin(), g);
     }
     const dn::memory::desc w_user(w_dims, dt, g > 1 ? Tag::goihw : Tag::oihw);
     const dn::memory::desc w_any(w_dims, dt, Tag::any);
-    const dn::memory::dims strides(win.strides.begin(), win.strides.end());
-    dn::memory::dims dilations;  // oneDNN counts the gaps: ONNX dilation - 1
-    for (int64_t d : win.dilations) dilations.push_back(d - 1);
-    const dn::memory::dims pad_l(win.pad_begin.begin(), win.pad_begin.end());
-    const dn::memory::dims pad_r(win.pad_end.begin(), win.pad_end.end());
+    const dn::memory::dims strides = As2d(win.strides, win, 1);
+    dn::memory::dims dilations = As2d(win.dilations, win, 1);
+    for (int64_t& d : dilations) d -= 1;  // oneDNN counts the gaps: ONNX dilation - 1
+    const dn::memory::dims pad_l = As2d(win.pad_begin, win, 0);
+    const dn::memory::dims pad_r = As2d(win.pad_end, win, 0);
     // Channels-last tensors are taken as they are (oneDNN's NHWC convolutions are as fast as
     // its blocked ones); NCHW ones in whatever layout the primitive prefers, but for Y with a
     // residual: the sum post-op reads Z where it was copied, Y itself.
     const dn::memory::desc src_any =
-        channels_last_ ? p.src : dn::memory::desc(s.in.x->dims(), dt, Tag::any);
-    const dn::memory::desc dst_any =
-        channels_last_ || node_.input(3) != nullptr
-            ? p.dst
-            : dn::memory::desc(s.out_dims, p.dst.data_type(), Tag::any);
+        channels_last_ ? p.src : dn::memory::desc(x_dims, dt, Tag::any);
+    const dn::memory::desc dst_any = channels_last_ || node_.input(3) != nullptr
+                                         ? p.dst
+                                         : dn::memory::desc(y_dims, p.dst.data_type(), Tag::any);
     const auto desc =
         s.in.b ? dn::convolution_forward::desc(dn::prop_kind::forward_inference,
                                                dn::algorithm::convolution_direct, src_any, w_any,

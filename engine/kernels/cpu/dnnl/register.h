@@ -38,7 +38,8 @@ struct PrepackedConvWeights {
 absl::StatusOr<std::optional<PrepackedConvWeights>> PrepackConvWeights(const ir::Node& node,
                                                                        const KernelDef& def);
 
-void RegisterConv(Registry& r);  // conv_dnnl.cc: 2-D Conv and FusedConv on float and bfloat16
+/// conv_dnnl.cc: 2-D and 1-D Conv and FusedConv on float, float16 and bfloat16 storage.
+void RegisterConv(Registry& r);
 
 /// Registers every oneDNN kernel.
 inline void RegisterDnnl(Registry& r) { RegisterConv(r); }
