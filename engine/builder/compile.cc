@@ -231,6 +231,49 @@ absl::Status LowerPass(CompileState& s) {
   return import::InferTypesAndShapes(s.g, lowered_order);
 }
 
+// A control-flow node's captured inputs that are constants by now (outer weights written as
+// Constant nodes, folded after the import made them captures) become constants of each of its
+// subgraphs, sharing their bytes, and leave the node's inputs: a kernel inside then sees a
+// weight it may prepare once (an LSTM packs a constant R once, not at every call).
+void InlineConstantCaptures(ir::Node& n) {
+  const int captured = static_cast<int>(n.GetInt(ir::kCapturedInputsAttr, 0));
+  const int own = n.num_inputs() - captured;
+  if (captured <= 0 || own < 0) return;
+  std::vector<bool> inline_it(captured, false);
+  int kept = 0;
+  for (int j = 0; j < captured; ++j) {
+    const ir::Value* v = n.inputs[own + j];
+    inline_it[j] = v != nullptr && v->constant.has_value();
+    kept += inline_it[j] ? 0 : 1;
+  }
+  if (kept == captured) return;
+  for (auto& [key, a] : n.attrs) {
+    if (a.type != ir::Attribute::Type::kGraph || a.g == nullptr) continue;
+    ir::Graph& sub = *a.g;
+    const int formal = static_cast<int>(sub.inputs().size()) - captured;
+    std::vector<ir::Value*> inputs(sub.inputs().begin(), sub.inputs().begin() + formal);
+    for (int j = 0; j < captured; ++j) {
+      ir::Value* in = sub.inputs()[formal + j];
+      if (!inline_it[j]) {
+        inputs.push_back(in);
+        continue;
+      }
+      const ir::Value* outer = n.inputs[own + j];
+      in->constant = outer->constant;
+      in->dtype = outer->dtype;
+      in->shape = outer->shape;
+    }
+    sub.inputs() = std::move(inputs);
+    sub.RebuildEdges();
+  }
+  std::vector<ir::Value*> inputs(n.inputs.begin(), n.inputs.begin() + own);
+  for (int j = 0; j < captured; ++j) {
+    if (!inline_it[j]) inputs.push_back(n.inputs[own + j]);
+  }
+  n.inputs = std::move(inputs);
+  n.attrs[ir::kCapturedInputsAttr] = ir::Attribute::Int(kept);
+}
+
 // subgraphs: each subgraph of an If / Loop / Scan node is compiled by this same pipeline (its
 // nodes assigned by the same policy, their names qualified by the import: "If_0/then_branch/..."),
 // then written as an engine blob the node carries (ir::Attribute::s) and the runtime runs in a
@@ -246,7 +289,8 @@ absl::Status SubgraphsPass(CompileState& s) {
   // The model's typing decides: a subgraph of an authored mixed-precision model keeps its types.
   options.typing =
       s.assignment.strong_typing ? precision::Typing::kStrong : precision::Typing::kWeak;
-  for (const auto& n : s.g.nodes()) {
+  for (ir::Node* n : s.live) {
+    InlineConstantCaptures(*n);
     for (auto& [name, a] : n->attrs) {
       if (a.type != ir::Attribute::Type::kGraph || a.g == nullptr) continue;
       const std::string where = absl::StrCat(n->Label(), " subgraph '", name, "'");
@@ -276,6 +320,7 @@ absl::Status SubgraphsPass(CompileState& s) {
       }
     }
   }
+  if (s.sum.subgraphs > 0) s.g.RebuildEdges();  // captures inlined as constants left the nodes
   return absl::OkStatus();
 }
 
@@ -315,8 +360,14 @@ absl::Status FoldPass(CompileState& s) {
   s.removed.assign(s.g.nodes().size(), false);
   std::vector<bool> folded(s.g.values().size(), false);  // by value id: made constant here
   for (ir::Node* n : s.order) {
-    if (!AllInputsConstant(*n) || !SmallEnough(*n, s.options.max_folded_bytes)) continue;
-    if (import::IsControlFlow(n->op)) continue;  // its subgraphs run in sessions only
+    // A control-flow node's subgraphs run in sessions only.
+    if (!AllInputsConstant(*n) || import::IsControlFlow(n->op)) continue;
+    if (!SmallEnough(*n, s.options.max_folded_bytes)) {
+      // Inputs folded just before (a Slice of a weight by Constant nodes' starts and ends) may
+      // give the node the static shape inference could not see at import.
+      RETURN_IF_ERROR(import::InferTypesAndShapes(s.g, {n}));
+      if (!SmallEnough(*n, s.options.max_folded_bytes)) continue;
+    }
     bool feeds_output = false;
     for (const ir::Value* v : n->outputs) feeds_output |= v && v->is_graph_output;
     if (feeds_output) continue;  // keep graph outputs computed by a kernel
@@ -564,10 +615,10 @@ constexpr CompilePass kPasses[] = {
     {"assign", "policy", 0.30, AssignPass},
     {"fuse", "fusion", 0.45, FusePass},
     {"lower", "lowering", 0.55, LowerPass},
-    {"subgraphs", "lowering", 0.55, SubgraphsPass},
     {"select", "lowering", 0.55, SelectKernelsPass},
     {"fold", "plan", 0.65, FoldPass},
     {"dce", "plan", 0.65, DeadCodePass},
+    {"subgraphs", "plan", 0.65, SubgraphsPass},
     {"layout", "plan", 0.65, LayoutPass},
     {"chain", "plan", 0.65, ChainPass},
     {"pack", "plan", 0.65, PackPass},

@@ -465,6 +465,63 @@ Shape InferShape(const Node& n, int k) {
       auto dims = ConstInts(n, 0);
       return dims ? Shape::Of(*dims) : Shape::Unknown();
     }
+    case OpType::kSlice: {
+      // Same rank as x; a sliced axis of static length with constant starts, ends (and steps)
+      // has the length ONNX's clamping rules give, an axis not sliced keeps its dim.
+      if (k != 0 || !x || !x->shape.rank_known) return Shape::Unknown();
+      const int r = x->shape.rank();
+      Shape out = RankOnly(r);
+      std::optional<std::vector<int64_t>> starts, ends, axes, steps;
+      if (n.since_version < 10) {
+        starts = n.GetInts("starts");
+        ends = n.GetInts("ends");
+        axes = n.GetInts("axes");
+      } else {
+        starts = ConstInts(n, 1);
+        ends = ConstInts(n, 2);
+        axes = n.input(3) ? ConstInts(n, 3) : std::vector<int64_t>{};
+        steps = n.input(4) ? ConstInts(n, 4) : std::vector<int64_t>{};
+      }
+      const bool steps_known = n.since_version < 10 || steps.has_value();
+      if (!starts || !ends || !axes || !steps_known || starts->size() != ends->size()) {
+        return out;
+      }
+      if (axes->empty()) {
+        for (size_t i = 0; i < starts->size(); ++i) axes->push_back(static_cast<int64_t>(i));
+      }
+      if (axes->size() != starts->size() ||
+          (steps && !steps->empty() && steps->size() != starts->size())) {
+        return out;
+      }
+      std::vector<bool> sliced(r, false);
+      for (size_t i = 0; i < axes->size(); ++i) {
+        int64_t a = (*axes)[i] < 0 ? (*axes)[i] + r : (*axes)[i];
+        if (a < 0 || a >= r || sliced[a]) return out;  // the kernel reports it
+        sliced[a] = true;
+        const Dim& d = x->shape.dims[a];
+        const int64_t step = steps && !steps->empty() ? (*steps)[i] : 1;
+        if (!d.is_static() || step == 0) continue;
+        const int64_t len = d.value;
+        int64_t s = (*starts)[i], e = (*ends)[i];
+        if (s < 0) s = s < -len ? 0 : s + len;  // (INT64 extremes clamp without overflow)
+        if (e < 0) e = e < -len ? -1 : e + len;
+        int64_t count = 0;
+        if (step > 0) {
+          s = std::clamp<int64_t>(s, 0, len);
+          e = std::clamp<int64_t>(e, 0, len);
+          count = e > s ? (e - s + step - 1) / step : 0;
+        } else {
+          s = std::clamp<int64_t>(s, 0, len - 1);
+          e = std::clamp<int64_t>(e, -1, len - 1);
+          count = s > e ? (s - e + (-step) - 1) / (-step) : 0;
+        }
+        out.dims[a] = Dim::Static(count);
+      }
+      for (int a = 0; a < r; ++a) {
+        if (!sliced[a]) out.dims[a] = x->shape.dims[a];
+      }
+      return out;
+    }
     case OpType::kExpand: {
       // x broadcast against the target shape (CheckExpand has checked a constant one fits);
       // entries known only at run time are unknown dims.

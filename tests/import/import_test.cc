@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -398,6 +399,37 @@ TEST(ImportShapes, TargetsBuiltFromShapeKnowTheirRank) {
   ASSERT_TRUE(graph.ok()) << graph.status();
   EXPECT_EQ((*graph)->FindValue("reshaped")->shape.ToString(), "[?,3,1]");
   EXPECT_EQ((*graph)->FindValue("big")->shape.ToString(), "[1,?,3]");
+}
+
+// Slice with constant starts, ends, axes and steps: each sliced axis's length by ONNX's clamping
+// (negative indices, INT64 extremes, negative steps), other axes as they are. Constants known
+// at build time let the build fold slices of weights (an LSTM's gates cut out of one tensor).
+TEST(ImportShapes, SliceWithConstantBoundsHasAStaticShape) {
+  struct Case {
+    std::vector<int64_t> starts, ends, axes, steps;
+    std::string want;
+  };
+  const int64_t big = std::numeric_limits<int64_t>::max();
+  const std::vector<Case> cases = {
+      {{1}, {3}, {1}, {1}, "[2,2]"},  // x is [2, 3]
+      {{0, -2}, {1, big}, {0, 1}, {1, 1}, "[1,2]"},
+      {{-1}, {-big}, {1}, {-1}, "[2,3]"},  // reversed: 2, 1, 0
+      {{2}, {0}, {1}, {-2}, "[2,1]"},      // 2 only (0 excluded)
+      {{5}, {9}, {0}, {1}, "[0,3]"},       // past the end: empty
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.want);
+    onnx::ModelProto m = AddReluMulModel();
+    onnx::GraphProto* g = m.mutable_graph();
+    AddInt64Initializer(g, "starts", c.starts);
+    AddInt64Initializer(g, "ends", c.ends);
+    AddInt64Initializer(g, "axes", c.axes);
+    AddInt64Initializer(g, "steps", c.steps);
+    AddOnnxNode(g, "Slice", {"y", "starts", "ends", "axes", "steps"}, {"sliced"}, "slice");
+    auto graph = ImportModel(SerializeModel(m), ImportOptions{});
+    ASSERT_TRUE(graph.ok()) << graph.status();
+    EXPECT_EQ((*graph)->FindValue("sliced")->shape.ToString(), c.want);
+  }
 }
 
 TEST(ImportOps, UnimplementedOpsAreListedTogether) {
