@@ -14,6 +14,7 @@
 #include "engine/common/status.h"
 #include "engine/import/shape_inference_control_flow.h"
 #include "engine/import/shape_inference_recurrent.h"
+#include "engine/ir/slice.h"
 
 namespace kiln::import {
 namespace {
@@ -501,21 +502,7 @@ Shape InferShape(const Node& n, int k) {
         const Dim& d = x->shape.dims[a];
         const int64_t step = steps && !steps->empty() ? (*steps)[i] : 1;
         if (!d.is_static() || step == 0) continue;
-        const int64_t len = d.value;
-        int64_t s = (*starts)[i], e = (*ends)[i];
-        if (s < 0) s = s < -len ? 0 : s + len;  // (INT64 extremes clamp without overflow)
-        if (e < 0) e = e < -len ? -1 : e + len;
-        int64_t count = 0;
-        if (step > 0) {
-          s = std::clamp<int64_t>(s, 0, len);
-          e = std::clamp<int64_t>(e, 0, len);
-          count = e > s ? (e - s + step - 1) / step : 0;
-        } else {
-          s = std::clamp<int64_t>(s, 0, len - 1);
-          e = std::clamp<int64_t>(e, -1, len - 1);
-          count = s > e ? (s - e + (-step) - 1) / (-step) : 0;
-        }
-        out.dims[a] = Dim::Static(count);
+        out.dims[a] = Dim::Static(ir::SliceRange((*starts)[i], (*ends)[i], step, d.value).length);
       }
       for (int a = 0; a < r; ++a) {
         if (!sliced[a]) out.dims[a] = x->shape.dims[a];

@@ -21,6 +21,7 @@ namespace {
 
 using testing::AddFloatInitializer;
 using testing::AddOnnxNode;
+using testing::AddSubgraph;
 using testing::AddTensorValueInfo;
 using ::testing::HasSubstr;
 
@@ -43,14 +44,6 @@ void AddDynamicValueInfo(google::protobuf::RepeatedPtrField<onnx::ValueInfoProto
   for (auto& d : *shape->mutable_dim()) {
     if (d.dim_value() < 0) d.set_dim_param(symbol);
   }
-}
-
-onnx::GraphProto* AddSubgraph(onnx::NodeProto* node, const std::string& attr) {
-  onnx::AttributeProto* a = node->add_attribute();
-  a->set_name(attr);
-  a->set_type(onnx::AttributeProto::GRAPH);
-  a->mutable_g()->set_name(attr);
-  return a->mutable_g();
 }
 
 void AddIntAttr(onnx::NodeProto* node, const std::string& name, int64_t v) {

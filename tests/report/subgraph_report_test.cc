@@ -28,6 +28,7 @@ namespace {
 
 using testing::AddFloatInitializer;
 using testing::AddOnnxNode;
+using testing::AddSubgraph;
 using testing::AddTensorValueInfo;
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -35,14 +36,6 @@ using ::testing::Not;
 constexpr int kN = 16;          // elements of x, y and every tensor in the subgraphs
 constexpr int kOuterTrips = 3;  // Loop_0's iterations
 constexpr int kInnerTrips = 2;  // Loop_1's iterations (inside If_0's then branch)
-
-onnx::GraphProto* AddSubgraph(onnx::NodeProto* node, const std::string& attr) {
-  onnx::AttributeProto* a = node->add_attribute();
-  a->set_name(attr);
-  a->set_type(onnx::AttributeProto::GRAPH);
-  a->mutable_g()->set_name(attr);
-  return a->mutable_g();
-}
 
 // A scalar int64 initializer (a Loop's trip count).
 void AddScalarInt64(onnx::GraphProto* g, const std::string& name, int64_t v) {

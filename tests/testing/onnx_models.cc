@@ -75,6 +75,14 @@ void AddIntsAttribute(onnx::NodeProto* node, const std::string& name,
   for (int64_t x : values) a->add_ints(x);
 }
 
+onnx::GraphProto* AddSubgraph(onnx::NodeProto* node, const std::string& attr) {
+  onnx::AttributeProto* a = node->add_attribute();
+  a->set_name(attr);
+  a->set_type(onnx::AttributeProto::GRAPH);
+  a->mutable_g()->set_name(attr);
+  return a->mutable_g();
+}
+
 void AddIntAttribute(onnx::NodeProto* node, const std::string& name, int64_t value) {
   auto* a = node->add_attribute();
   a->set_name(name);

@@ -35,6 +35,10 @@ onnx::TensorProto* AddInt64Initializer(onnx::GraphProto* graph, const std::strin
 /// a wrong index would keep.
 std::vector<float> Wave(int64_t n, float scale, float phase);
 
+/// Adds to `node` a GRAPH attribute `attr` (If's branches, Loop's and Scan's body) and returns
+/// its graph, named `attr`, for the test to fill.
+onnx::GraphProto* AddSubgraph(onnx::NodeProto* node, const std::string& attr);
+
 /// Adds an INTS / INT attribute to `node`.
 void AddIntsAttribute(onnx::NodeProto* node, const std::string& name,
                       const std::vector<int64_t>& values);

@@ -10,6 +10,7 @@
 #include <limits>
 #include <optional>
 
+#include "engine/ir/slice.h"
 #include "engine/kernels/cpu/ref/common.h"
 #include "engine/kernels/cpu/ref/register.h"
 
@@ -309,30 +310,11 @@ absl::Status RunSlice(const ir::Node& node, KernelContext& ctx) {
     const int a = static_cast<int>(args.axes[i] < 0 ? args.axes[i] + rank : args.axes[i]);
     if (seen[a]) return InvalidNode(node, "axis ", args.axes[i], " is repeated");
     seen[a] = true;
-    const int64_t dim = x->dim(a);
-    int64_t st = args.steps[i];
-    if (st == 0) return InvalidNode(node, "step for axis ", args.axes[i], " is 0");
-    // Steps larger than the dim select at most one element; clamping them avoids overflow.
-    const int64_t big = std::max<int64_t>(dim, 1);
-    st = std::clamp(st, -big, big);
-    int64_t s = args.starts[i], e = args.ends[i];
-    if (s < 0) s += dim;
-    if (e < 0) e += dim;
-    int64_t len = 0;
-    if (dim == 0) {
-      s = 0;
-    } else if (st > 0) {
-      s = std::clamp<int64_t>(s, 0, dim);
-      e = std::clamp<int64_t>(e, 0, dim);
-      len = e > s ? (e - s + st - 1) / st : 0;
-    } else {
-      s = std::clamp<int64_t>(s, 0, dim - 1);
-      e = std::clamp<int64_t>(e, -1, dim - 1);
-      len = s > e ? (s - e - st - 1) / -st : 0;
-    }
-    start[a] = s;
-    step[a] = st;
-    out_dims[a] = len;
+    if (args.steps[i] == 0) return InvalidNode(node, "step for axis ", args.axes[i], " is 0");
+    const ir::SliceAxis r = ir::SliceRange(args.starts[i], args.ends[i], args.steps[i], x->dim(a));
+    start[a] = r.start;
+    step[a] = r.step;
+    out_dims[a] = r.length;
   }
   ASSIGN_OR_RETURN(ir::Tensor * out, ctx.output(0, x->dtype(), out_dims));
   std::vector<int64_t> strides = Strides(x->dims());
