@@ -244,7 +244,7 @@ std::string TensorText(const v1::EngineMetadata& m, int i) {
 // The kernels of `m` with the nodes each implements; a kernel with subgraphs (If, Loop, Scan)
 // is followed by each subgraph's engine, indented, its nodes named as in the model
 // ("If_0/then_branch/...").
-absl::Status PrintKernels(const v1::EngineMetadata& m, const std::string& indent) {
+absl::Status PrintKernels(const v1::EngineMetadata& m, const std::string& indent, int depth = 0) {
   for (const auto& k : m.kernels()) {
     std::vector<std::string> ins, outs;
     for (int i : k.inputs()) ins.push_back(TensorText(m, i));
@@ -261,6 +261,10 @@ absl::Status PrintKernels(const v1::EngineMetadata& m, const std::string& indent
     }
     for (const auto& a : k.attributes()) {
       if (a.type() != v1::AttributeValue::GRAPH) continue;
+      if (depth >= ir::kMaxSubgraphDepth) {
+        return absl::InvalidArgumentError(absl::StrCat("kernel ", k.id(), " subgraph '", a.name(),
+                                                       "' nests too deep"));
+      }
       auto sub = plan::LoadEngineFromBytes(std::make_shared<const std::string>(a.s()));
       if (!sub.ok()) {
         return absl::Status(sub.status().code(),
@@ -270,7 +274,7 @@ absl::Status PrintKernels(const v1::EngineMetadata& m, const std::string& indent
       const v1::EngineMetadata& sm = (*sub)->metadata;
       std::cout << absl::StrFormat("%s        subgraph '%s': %d kernels for %d source nodes\n",
                                    indent, a.name(), sm.kernels_size(), sm.source_node_count());
-      RETURN_IF_ERROR(PrintKernels(sm, absl::StrCat(indent, "        ")));
+      RETURN_IF_ERROR(PrintKernels(sm, absl::StrCat(indent, "        "), depth + 1));
     }
   }
   return absl::OkStatus();
