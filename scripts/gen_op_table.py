@@ -14,7 +14,11 @@ from pathlib import Path
 
 import onnx.defs
 
-MAX_OPSET = 23
+# Keep equal to kiln::import::kMaxOpset (engine/import/op_schemas.h).
+MAX_OPSET = 28
+if onnx.defs.onnx_opset_version() < MAX_OPSET:
+    sys.exit(f"the installed onnx defines opsets up to {onnx.defs.onnx_opset_version()}, "
+             f"not {MAX_OPSET}: upgrade onnx (1.23+) before regenerating")
 root = Path(__file__).resolve().parent.parent
 supported = re.findall(r"^KILN_OP\((\w+)\)", (root / "engine/ir/ops.def").read_text(), re.M)
 rows, known = [], set()

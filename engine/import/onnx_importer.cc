@@ -364,6 +364,50 @@ class Importer {
     }
     // Without a default-domain import, nodes of the default domain are an error (CheckOps) and
     // nodes of other domains are unsupported.
+    return CheckNoMultiDevice();
+  }
+
+  // Multi-device configuration (IR 11+) asks for the graph to be sharded across devices; Kiln
+  // builds for one CPU and will not silently drop a placement the model asks for. The fields are
+  // newer than Debian's onnx 1.12 protobuf, so they arrive as unknown fields with their numbers.
+  static constexpr int kModelConfigurationField = 26;        // ModelProto.configuration
+  static constexpr int kNodeDeviceConfigurationsField = 10;  // NodeProto.device_configurations
+
+  static bool HasUnknownField(const google::protobuf::Message& m, int number) {
+    const auto& fields = m.GetReflection()->GetUnknownFields(m);
+    for (int i = 0; i < fields.field_count(); ++i) {
+      if (fields.field(i).number() == number) return true;
+    }
+    return false;
+  }
+
+  absl::Status CheckNoMultiDevice() {
+    if (HasUnknownField(model_, kModelConfigurationField)) {
+      return absl::UnimplementedError(
+          "unsupported field: ModelProto.configuration (multi-device configuration, IR 11) is "
+          "not supported: Kiln builds for a single CPU device; remove the field");
+    }
+    return CheckNoNodeDeviceConfigurations(model_.graph(), "", 0);
+  }
+
+  absl::Status CheckNoNodeDeviceConfigurations(const onnx::GraphProto& g, const std::string& prefix,
+                                               int depth) {
+    const auto& nodes = g.node();
+    for (int i = 0; i < nodes.size(); ++i) {
+      const auto& n = nodes[i];
+      if (HasUnknownField(n, kNodeDeviceConfigurationsField)) {
+        return absl::UnimplementedError(absl::StrCat(
+            NodeLabel(n, i, prefix),
+            " unsupported field: NodeProto.device_configurations (multi-device sharding, IR 11) "
+            "is not supported: Kiln builds for a single CPU device"));
+      }
+      if (depth >= ir::kMaxSubgraphDepth) continue;  // the import refuses deeper nesting
+      for (const auto& a : n.attribute()) {
+        if (a.type() != onnx::AttributeProto::GRAPH || !a.has_g()) continue;
+        RETURN_IF_ERROR(CheckNoNodeDeviceConfigurations(
+            a.g(), SubgraphPrefix(prefix, NodeName(n, i), a.name()), depth + 1));
+      }
+    }
     return absl::OkStatus();
   }
 

@@ -26,10 +26,13 @@ struct ImportOptions {
   bool use_onnx_checker = true;
 };
 
-/// Supported IR versions. IR 11 is accepted because it is what ONNX writes for opset-23 models
-/// (its only additions, float4 and multi-device configuration, are rejected where they appear).
+/// Supported IR versions. IR 11..13 are accepted because they are what ONNX writes for opset
+/// 23..25+ models. Their additions Kiln cannot honour are refused where they appear: the dtypes
+/// float4e2m1 (IR 11), float8e8m0 (IR 12), int2 / uint2 (IR 13) by the dtype checks on values,
+/// initializers and attributes; multi-device configuration (ModelProto.configuration, IR 11, and
+/// NodeProto.device_configurations) by the version check, which names the field or the node.
 constexpr int64_t kMinIrVersion = 3;
-constexpr int64_t kMaxIrVersion = 11;
+constexpr int64_t kMaxIrVersion = 13;
 
 /// Imports a serialized ModelProto. `release`, when given, must hold `bytes`: it is freed once
 /// parsed, so a big model's bytes, parsed message and graph are never all alive at once.

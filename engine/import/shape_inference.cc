@@ -331,6 +331,12 @@ absl::StatusOr<DataType> OutputType(const Node& n, int k) {
       return InType(n, 1);
     case OpType::kDynamicQuantizeLinear:  // y and y_zero_point are uint8, y_scale float
       return k == 1 ? DataType::kF32 : DataType::kU8;
+    case OpType::kMatMulInteger:
+    case OpType::kConvInteger:
+      return DataType::kI32;
+    case OpType::kQLinearMatMul:  // y has y_zero_point's dtype (input 7, required)
+    case OpType::kQLinearConv:
+      return InType(n, 7);
     case OpType::kOneHot:
       return InType(n, 2);
     case OpType::kLSTM:  // checks the node too (shape_inference_recurrent.h)
@@ -394,6 +400,8 @@ Shape InferShape(const Node& n, int k) {
     case OpType::kLogSoftmax:
     case OpType::kHardmax:
     case OpType::kCumSum:
+    case OpType::kCumProd:
+    case OpType::kSwish:
     case OpType::kLpNormalization:
     case OpType::kInstanceNormalization:
     case OpType::kGroupNormalization:
@@ -658,8 +666,10 @@ Shape InferShape(const Node& n, int k) {
       return s;
     }
     case OpType::kFusedMatMul:
+    case OpType::kMatMulInteger:
+    case OpType::kQLinearMatMul:
     case OpType::kMatMul: {
-      const Value* b = In(n, 1);
+      const Value* b = In(n, n.op == OpType::kQLinearMatMul ? 3 : 1);
       if (!x || !b || !x->shape.rank_known || !b->shape.rank_known) return Shape::Unknown();
       Shape sa = x->shape, sb = b->shape;
       if (sa.rank() == 0 || sb.rank() == 0) return Shape::Unknown();
@@ -684,8 +694,10 @@ Shape InferShape(const Node& n, int k) {
       return s;
     }
     case OpType::kFusedConv:
+    case OpType::kConvInteger:
+    case OpType::kQLinearConv:
     case OpType::kConv: {
-      auto w = StaticDimsOf(In(n, 1));
+      auto w = StaticDimsOf(In(n, n.op == OpType::kQLinearConv ? 3 : 1));
       if (!x || !x->shape.rank_known) return Shape::Unknown();
       std::vector<int64_t> kernel = n.GetInts("kernel_shape");
       int64_t oc = -1;

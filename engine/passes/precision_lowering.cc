@@ -26,6 +26,8 @@ bool FixedInput(const ir::Node& n, int i) {
     case ir::OpType::kQuantizeLinear:
     case ir::OpType::kDequantizeLinear:
     case ir::OpType::kDynamicQuantizeLinear:
+    case ir::OpType::kQLinearConv:
+    case ir::OpType::kQLinearMatMul:
       return true;  // quantization keeps fp32 scales
     default:
       return false;

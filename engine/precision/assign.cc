@@ -41,6 +41,14 @@ std::vector<bool> ShapeDerivedValues(const ir::Graph& g, const std::vector<ir::N
 // IsNaN, ArgMax, ...) it reads a floating input; Shape and Size only read dims.
 bool ComputesFloating(const ir::Node& n) {
   if (n.op == ir::OpType::kShape || n.op == ir::OpType::kSize) return false;
+  // QLinearConv / QLinearMatMul read fp32 scales but compute in integers (int32 accumulators,
+  // integer outputs): like MatMulInteger / ConvInteger they are never reduced. Nor is
+  // DynamicQuantizeLinear: it reads x at fp32 (a fixed slot) and writes integers and an fp32
+  // scale.
+  if (n.op == ir::OpType::kQLinearConv || n.op == ir::OpType::kQLinearMatMul ||
+      n.op == ir::OpType::kDynamicQuantizeLinear) {
+    return false;
+  }
   // If / Loop / Scan pass values to their subgraphs, whose nodes carry their own precision.
   if (n.op == ir::OpType::kIf || n.op == ir::OpType::kLoop || n.op == ir::OpType::kScan) {
     return false;

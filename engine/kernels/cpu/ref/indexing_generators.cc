@@ -280,6 +280,20 @@ absl::Status RunRange(const ir::Node& node, KernelContext& ctx) {
       return InvalidNode(node, "start, limit and delta must have the same dtype");
     }
   }
+  // stash_type (opset 27) names the precision of fp16/bf16 ranges; this kernel computes them in
+  // fp32, which is stash_type = 1 (the default). Other stash types are refused, not ignored.
+  if (node.has_attr("stash_type")) {
+    if (node.since_version < 27) {
+      return InvalidNode(node, "stash_type is not defined before opset 27");
+    }
+    const int64_t stash = node.GetInt("stash_type", 1);
+    const bool half = t[0]->dtype() == DataType::kF16 || t[0]->dtype() == DataType::kBF16;
+    if (stash != 1 && half) {
+      return absl::UnimplementedError(
+          absl::StrCat(node.Label(), " unsupported attribute value: stash_type ", stash,
+                       " (only 1 = float is implemented for float16/bfloat16 ranges)"));
+    }
+  }
   return DispatchAll(t[0]->dtype(), [&](auto tag) -> absl::Status {
     using T = typename decltype(tag)::type;
     return RangeImpl<T>(node, *t[0], *t[1], *t[2], ctx);

@@ -209,13 +209,17 @@ absl::Status RunTranspose(const ir::Node& node, KernelContext& ctx) {
 // ---------------------------------------------------------------------------------------------
 // DepthToSpace / SpaceToDepth: a reshape to 6-D, a fixed permutation, a reshape back.
 
-// Checks blocksize (and DepthToSpace's mode) once, when the node is compiled.
+// Checks blocksize and mode (DepthToSpace; SpaceToDepth from opset 28) once, when the node is
+// compiled.
 template <absl::Status (*Fn)(const ir::Node&, KernelContext&)>
 absl::StatusOr<std::unique_ptr<Kernel>> CreateDepthSpace(const ir::Node& node) {
   if (node.GetInt("blocksize", 0) <= 0) {
     return InvalidNode(node, "blocksize must be positive, got ", node.GetInt("blocksize", 0));
   }
-  if (node.op == ir::OpType::kDepthToSpace) {
+  if (node.op == ir::OpType::kSpaceToDepth && node.since_version < 28 && node.has_attr("mode")) {
+    return InvalidNode(node, "SpaceToDepth has no mode attribute before opset 28");
+  }
+  if (node.op == ir::OpType::kDepthToSpace || node.op == ir::OpType::kSpaceToDepth) {
     std::string mode = node.GetString("mode", "DCR");
     if (mode != "DCR" && mode != "CRD") {
       return InvalidNode(node, "mode must be DCR or CRD, got '", mode, "'");
@@ -248,8 +252,11 @@ absl::Status RunSpaceToDepth(const ir::Node& node, KernelContext& ctx) {
   if (h % b != 0 || w % b != 0) {
     return InvalidNode(node, "spatial dims ", h, "x", w, " are not divisible by blocksize ", b);
   }
-  return PermuteView(ctx, *x, {n, c, h / b, b, w / b, b}, {0, 3, 5, 1, 2, 4},
-                     {n, c * b * b, h / b, w / b});
+  const std::vector<int64_t> out_dims = {n, c * b * b, h / b, w / b};
+  if (node.GetString("mode", "DCR") == "CRD") {  // opset 28: channel-major blocks
+    return PermuteView(ctx, *x, {n, c, h / b, b, w / b, b}, {0, 1, 3, 5, 2, 4}, out_dims);
+  }
+  return PermuteView(ctx, *x, {n, c, h / b, b, w / b, b}, {0, 3, 5, 1, 2, 4}, out_dims);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -30,6 +30,18 @@ class AttentionKernel final : public Kernel {
     k->has_scale_ = node.has_attr("scale");
     k->scale_ = node.GetFloat("scale", 1.0f);
     k->softcap_ = node.GetFloat("softcap", 0.0f);
+    // Sliding window (opset 25): -1 leaves a side unbounded.
+    k->left_window_ = node.GetInt("left_window_size", -1);
+    k->right_window_ = node.GetInt("right_window_size", -1);
+    if (k->left_window_ < -1 || k->right_window_ < -1) {
+      return InvalidNode(node, "left_window_size and right_window_size must be -1 or >= 0, got ",
+                         k->left_window_, " and ", k->right_window_);
+    }
+    if (node.since_version < 25 &&
+        (node.has_attr("left_window_size") || node.has_attr("right_window_size"))) {
+      return InvalidNode(node,
+                         "left_window_size / right_window_size are not defined before opset 25");
+    }
     if (k->mode_ < 0 || k->mode_ > 3) {
       return InvalidNode(node, "qk_matmul_output_mode must be 0..3, got ", k->mode_);
     }
@@ -49,7 +61,29 @@ class AttentionKernel final : public Kernel {
     const ir::Tensor* mask = ctx.input(3);
     const ir::Tensor* past_k = ctx.input(4);
     const ir::Tensor* past_v = ctx.input(5);
+    const ir::Tensor* nonpad = ctx.num_inputs() > 6 ? ctx.input(6) : nullptr;
     ASSIGN_OR_RETURN(AttnShape s, Shapes(*q, *k, *v, mask, past_k, past_v));
+    // nonpad_kv_seqlen (opset 24): per batch, the number of valid keys of an external (static)
+    // cache; the keys after it are padding. Causal and window masks align to its end.
+    std::vector<int64_t> offsets(s.batch, s.past);
+    std::vector<int64_t> valid(s.batch, s.total);
+    if (nonpad) {
+      if (past_k) {
+        return InvalidNode(node_, "nonpad_kv_seqlen cannot be combined with past_key/past_value");
+      }
+      if (nonpad->dtype() != DataType::kI64 || nonpad->rank() != 1 || nonpad->dim(0) != s.batch) {
+        return InvalidNode(node_, "nonpad_kv_seqlen must be int64 of shape [", s.batch, "], got ",
+                           DataTypeName(nonpad->dtype()), " ", ir::DimsToString(nonpad->dims()));
+      }
+      for (int64_t b = 0; b < s.batch; ++b) {
+        const int64_t n = nonpad->data<int64_t>()[b];
+        if (n < 0 || n > s.total) {
+          return InvalidNode(node_, "nonpad_kv_seqlen[", b, "] = ", n, " is outside 0..", s.total);
+        }
+        valid[b] = n;
+        offsets[b] = n - s.q_len;  // may be negative: those rows are fully masked (spec)
+      }
+    }
     const DataType dt = q->dtype();
     std::vector<int64_t> y_dims = s.three_d
                                       ? std::vector<int64_t>{s.batch, s.q_len, s.q_heads * s.v_head}
@@ -67,7 +101,7 @@ class AttentionKernel final : public Kernel {
     }
     return DispatchFloat(dt, [&](auto tag) {
       using T = typename decltype(tag)::type;
-      Evaluate<T>(s, *q, *k, *v, mask, past_k, past_v, outs);
+      Evaluate<T>(s, *q, *k, *v, mask, past_k, past_v, offsets, valid, outs);
       return absl::OkStatus();
     });
   }
@@ -163,7 +197,8 @@ class AttentionKernel final : public Kernel {
   template <typename T>
   void Evaluate(const AttnShape& s, const ir::Tensor& qt, const ir::Tensor& kt,
                 const ir::Tensor& vt, const ir::Tensor* mask, const ir::Tensor* past_k,
-                const ir::Tensor* past_v, ir::Tensor* const outs[4]) const {
+                const ir::Tensor* past_v, const std::vector<int64_t>& offsets,
+                const std::vector<int64_t>& valid, ir::Tensor* const outs[4]) const {
     using A = Acc<T>;
     constexpr A kNegInf = -std::numeric_limits<A>::infinity();
     std::vector<A> qbuf;
@@ -225,7 +260,11 @@ class AttentionKernel final : public Kernel {
           for (int64_t j = 0; j < s.total; ++j) {
             A add = 0;
             if (mask) add = j < mlast ? mrow[j * ms[3]] : kNegInf;
-            if (is_causal_ && j > i + s.past) add += kNegInf;
+            const int64_t diff = i + offsets[b] - j;  // query position minus key position
+            if (is_causal_ && diff < 0) add += kNegInf;
+            if (left_window_ >= 0 && diff > left_window_) add += kNegInf;
+            if (right_window_ >= 0 && -diff > right_window_) add += kNegInf;
+            if (j >= valid[b]) add += kNegInf;  // padding after nonpad_kv_seqlen
             all_masked &= add == kNegInf;
             row[j] += add;
           }
@@ -295,6 +334,7 @@ class AttentionKernel final : public Kernel {
   const ir::Node& node_;
   bool is_causal_ = false;
   int64_t q_num_heads_ = 0, kv_num_heads_ = 0, mode_ = 0;
+  int64_t left_window_ = -1, right_window_ = -1;
   bool has_scale_ = false;
   float scale_ = 1.0f, softcap_ = 0.0f;
 };

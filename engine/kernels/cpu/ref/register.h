@@ -23,6 +23,10 @@ void RegisterDataOps(Registry& r);  // data_ops.cc: Compress, ReverseSequence, C
 // recurrent.cc: LSTM, GRU, RNN
 void RegisterRecurrent(Registry& r);
 void RegisterControlFlow(Registry& r);  // control_flow.cc: If, Loop, Scan
+// quant_integer.cc: MatMulInteger, ConvInteger, QLinearMatMul, QLinearConv
+void RegisterQuantInteger(Registry& r);
+// scan_activation_recent.cc: Swish (opset 24), CumProd (opset 26)
+void RegisterRecentOps(Registry& r);
 
 /// Registers every reference kernel.
 inline void RegisterAll(Registry& r) {
@@ -40,6 +44,8 @@ inline void RegisterAll(Registry& r) {
   RegisterDataOps(r);
   RegisterRecurrent(r);
   RegisterControlFlow(r);
+  RegisterRecentOps(r);
+  RegisterQuantInteger(r);
   RegisterFused(r);
 }
 
