@@ -146,4 +146,44 @@ DataType DataTypeFromOnnx(int32_t onnx_type) {
   }
 }
 
+std::string OnnxDataTypeName(int32_t onnx_type) {
+  const DataType dt = DataTypeFromOnnx(onnx_type);
+  if (dt != DataType::kUndefined) return DataTypeOnnxName(dt);
+  // TensorProto.DataType values of onnx 1.23 that Kiln has no DataType for.
+  switch (onnx_type) {
+    case 0:
+      return "undefined";
+    case 14:
+      return "complex64";
+    case 15:
+      return "complex128";
+    case 17:
+      return "float8e4m3fn";
+    case 18:
+      return "float8e4m3fnuz";
+    case 19:
+      return "float8e5m2";
+    case 20:
+      return "float8e5m2fnuz";
+    case 21:
+      return "uint4";
+    case 22:
+      return "int4";
+    case 23:
+      return "float4e2m1";
+    case 24:
+      return "float8e8m0";
+    case 25:
+      return "uint2";
+    case 26:
+      return "int2";
+    case 27:
+      return "float6e2m3";
+    case 28:
+      return "float6e3m2";
+    default:
+      return "number " + std::to_string(onnx_type);
+  }
+}
+
 }  // namespace kiln

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace kiln {
 
@@ -47,5 +48,10 @@ bool IsInteger(DataType t);
 
 /// Converts an ONNX data_type number; returns kUndefined for values Kiln does not know.
 DataType DataTypeFromOnnx(int32_t onnx_type);
+
+/// The ONNX spelling of any TensorProto.DataType number, including the types Kiln has no
+/// DataType for ("float8e4m3fn", "int4", "float4e2m1", "int2", "complex64", ...), so that an
+/// "unsupported dtype" error names the type; "number N" for a value ONNX does not define.
+std::string OnnxDataTypeName(int32_t onnx_type);
 
 }  // namespace kiln

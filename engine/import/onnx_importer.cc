@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/common/status.h"
+#include "engine/import/legacy_ops.h"
 #include "engine/import/op_schemas.h"
 #include "engine/import/shape_inference.h"
 #include "engine/import/tensor_proto.h"
@@ -82,8 +83,7 @@ absl::Status ReadValueInfo(const onnx::ValueInfoProto& vi, const std::string& wh
     DataType dt = DataTypeFromOnnx(tt.elem_type());
     if (dt == DataType::kUndefined || dt == DataType::kString) {
       return absl::UnimplementedError(absl::StrCat(
-          what, " '", vi.name(), "' has unsupported dtype ",
-          dt == DataType::kString ? "string" : absl::StrCat("number ", tt.elem_type())));
+          what, " '", vi.name(), "' has unsupported dtype ", OnnxDataTypeName(tt.elem_type())));
     }
     v->dtype = dt;
   }
@@ -321,6 +321,7 @@ class Importer {
     RETURN_IF_ERROR(ImportInitializersAndInputs());
     Scope top{graph_.get(), nullptr, "", 0, {}};
     RETURN_IF_ERROR(ImportNodes(model_.graph().node(), top));
+    RETURN_IF_ERROR(AdaptLegacyOps(*graph_, opset_));  // opsets < 7: old op forms rewritten
     RETURN_IF_ERROR(ImportOutputs());
     graph_->RebuildEdges();
     ASSIGN_OR_RETURN(auto order, graph_->TopologicalOrder());

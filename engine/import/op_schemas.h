@@ -10,8 +10,9 @@
 
 namespace kiln::import {
 
-/// Lowest and highest default-domain opset Kiln accepts.
-constexpr int kMinOpset = 7;
+/// Lowest and highest default-domain opset Kiln accepts. Below opset 7 the import rewrites each
+/// op whose version changed by opset 7 into that newer form (legacy_ops.h) or refuses the node.
+constexpr int kMinOpset = 1;
 constexpr int kMaxOpset = 28;  // the newest opset of onnx 1.23 (scripts/gen_op_table.py)
 
 /// One (op, since_version) row.

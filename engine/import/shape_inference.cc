@@ -261,6 +261,42 @@ std::optional<std::vector<int64_t>> StaticDimsOf(const Value* v) {
   return v->shape.StaticDims();
 }
 
+// The dtype attribute `attr` of `n` names (Cast's and BitCast's `to`, EyeLike's `dtype`, ...):
+// Unimplemented naming the ONNX type when Kiln has no such type (float8, int4, string, ...).
+absl::StatusOr<DataType> AttrDataType(const Node& n, const char* attr, int64_t fallback) {
+  const int64_t v = n.GetInt(attr, fallback);
+  const DataType t = v < INT32_MIN || v > INT32_MAX ? DataType::kUndefined
+                                                    : DataTypeFromOnnx(static_cast<int32_t>(v));
+  if (t == DataType::kUndefined || t == DataType::kString) {
+    const std::string name = v < INT32_MIN || v > INT32_MAX
+                                 ? absl::StrCat("number ", v)
+                                 : OnnxDataTypeName(static_cast<int32_t>(v));
+    return absl::UnimplementedError(
+        absl::StrCat(n.Label(), " unsupported dtype ", name, ": attribute '", attr, "' = ", v));
+  }
+  return t;
+}
+
+// BitCast: `to` is a type Kiln has, of the input's element size (ONNX requires equal widths;
+// the shape stays).
+absl::StatusOr<DataType> BitCastType(const Node& n) {
+  if (!n.has_attr("to")) {
+    return absl::InvalidArgumentError(absl::StrCat(n.Label(), " requires attribute 'to'"));
+  }
+  ASSIGN_OR_RETURN(DataType to, AttrDataType(n, "to", 0));
+  const DataType from = InType(n, 0);
+  if (from == DataType::kString) {
+    return absl::UnimplementedError(absl::StrCat(n.Label(), " unsupported dtype string"));
+  }
+  if (from != DataType::kUndefined && DataTypeSize(from) != DataTypeSize(to)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(n.Label(), " cannot reinterpret ", DataTypeOnnxName(from), " (",
+                     8 * DataTypeSize(from), " bits) as ", DataTypeOnnxName(to), " (",
+                     8 * DataTypeSize(to), " bits): BitCast requires the same bit width"));
+  }
+  return to;
+}
+
 // Output dtype of output `k` of node `n`.
 absl::StatusOr<DataType> OutputType(const Node& n, int k) {
   DataType t0 = InType(n, 0);
@@ -290,14 +326,10 @@ absl::StatusOr<DataType> OutputType(const Node& n, int k) {
       return k == 1 && n.since_version >= 10 ? DataType::kBool : t0;
     case OpType::kLayerNormalization:
       return k == 0 ? t0 : DataType::kF32;  // Mean/InvStdDev follow stash_type (float)
-    case OpType::kCast: {
-      DataType t = DataTypeFromOnnx(static_cast<int32_t>(n.GetInt("to", 0)));
-      if (t == DataType::kUndefined || t == DataType::kString) {
-        return absl::UnimplementedError(
-            absl::StrCat(n.Label(), " unsupported dtype: attribute 'to' = ", n.GetInt("to", 0)));
-      }
-      return t;
-    }
+    case OpType::kCast:
+      return AttrDataType(n, "to", 0);
+    case OpType::kBitCast:
+      return BitCastType(n);
     case OpType::kCastLike:
       return InType(n, 1);
     case OpType::kConstant: {
@@ -315,13 +347,13 @@ absl::StatusOr<DataType> OutputType(const Node& n, int k) {
       return a && a->type == ir::Attribute::Type::kTensor ? a->t.dtype() : DataType::kF32;
     }
     case OpType::kEyeLike: {
-      if (n.has_attr("dtype")) return DataTypeFromOnnx(static_cast<int32_t>(n.GetInt("dtype", 1)));
+      if (n.has_attr("dtype")) return AttrDataType(n, "dtype", 1);
       return t0;
     }
     case OpType::kQuantizeLinear: {
       if (n.input(2)) return InType(n, 2);
       if (n.has_attr("output_dtype") && n.GetInt("output_dtype", 0) != 0) {
-        return DataTypeFromOnnx(static_cast<int32_t>(n.GetInt("output_dtype", 0)));
+        return AttrDataType(n, "output_dtype", 0);
       }
       return DataType::kU8;
     }
@@ -395,6 +427,8 @@ Shape InferShape(const Node& n, int k) {
     case OpType::kClip:
     case OpType::kCast:
     case OpType::kCastLike:
+    case OpType::kBitCast:
+    case OpType::kTensorScatter:
     case OpType::kIdentity:
     case OpType::kSoftmax:
     case OpType::kLogSoftmax:
@@ -979,6 +1013,59 @@ absl::Status CheckExpand(const Node& n, DataType out_dtype) {
   return absl::OkStatus();
 }
 
+// TensorScatter: a known mode; an axis within the rank and not 0 (the batch); update of the
+// cache's dtype and rank, its dims (where static) equal to the cache's but along the axis, where
+// it is at most the cache's; write_indices 1-D of the batch size.
+absl::Status CheckTensorScatter(const Node& n) {
+  const std::string mode = n.GetString("mode", "linear");
+  if (mode != "linear" && mode != "circular") {
+    return Invalid(n, absl::StrCat("mode must be 'linear' or 'circular', got '", mode, "'"));
+  }
+  const Value* past = In(n, 0);
+  const Value* update = In(n, 1);
+  if (past && update && past->dtype != DataType::kUndefined &&
+      update->dtype != DataType::kUndefined && past->dtype != update->dtype) {
+    return Invalid(n, absl::StrCat("update is ", DataTypeOnnxName(update->dtype),
+                                   " but past_cache is ", DataTypeOnnxName(past->dtype)));
+  }
+  if (!past || !past->shape.rank_known) return absl::OkStatus();
+  const int rank = past->shape.rank();
+  const int64_t axis_attr = n.GetInt("axis", -2);
+  auto axis = NormAxis(axis_attr, rank);
+  if (!axis || *axis == 0) {
+    return Invalid(
+        n, absl::StrCat("axis ", axis_attr, " is ", axis ? "the batch axis 0" : "out of range",
+                        " for past_cache ", past->shape.ToString()));
+  }
+  if (update && update->shape.rank_known) {
+    if (update->shape.rank() != rank) {
+      return Invalid(n, absl::StrCat("update ", update->shape.ToString(), " and past_cache ",
+                                     past->shape.ToString(), " differ in rank"));
+    }
+    for (int i = 0; i < rank; ++i) {
+      const Dim& p = past->shape.dims[i];
+      const Dim& u = update->shape.dims[i];
+      if (!p.is_static() || !u.is_static()) continue;
+      if (i == *axis ? u.value > p.value : u.value != p.value) {
+        return Invalid(n, absl::StrCat("update ", update->shape.ToString(),
+                                       " does not fit past_cache ", past->shape.ToString(),
+                                       i == *axis ? " along the sequence axis " : " at dim ", i));
+      }
+    }
+  }
+  const Value* wi = In(n, 2);
+  if (wi && wi->shape.rank_known) {
+    const Dim& b = past->shape.dims[0];
+    if (wi->shape.rank() != 1 ||
+        (b.is_static() && wi->shape.dims[0].is_static() && wi->shape.dims[0].value != b.value)) {
+      return Invalid(n, absl::StrCat("write_indices ", wi->shape.ToString(),
+                                     " must be 1-D of the batch size (past_cache ",
+                                     past->shape.ToString(), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Operands fixed at build time that make the op fail whatever the inputs: the error the kernel
 // would give at run time, given at build time. `out_dtype`: the dtype of output 0.
 absl::Status CheckStaticOperands(const Node& n, DataType out_dtype) {
@@ -992,6 +1079,8 @@ absl::Status CheckStaticOperands(const Node& n, DataType out_dtype) {
       return CheckResize(n, out_dtype);
     case OpType::kExpand:
       return CheckExpand(n, out_dtype);
+    case OpType::kTensorScatter:
+      return CheckTensorScatter(n);
     default:
       return absl::OkStatus();
   }

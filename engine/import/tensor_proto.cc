@@ -224,9 +224,7 @@ absl::StatusOr<ir::Tensor> TensorFromProto(const onnx::TensorProto& p,
   DataType dt = DataTypeFromOnnx(p.data_type());
   if (dt == DataType::kUndefined || dt == DataType::kString) {
     return absl::UnimplementedError(
-        absl::StrCat(context, ": unsupported dtype ", dt == DataType::kString ? "string" : "",
-                     dt == DataType::kString ? "" : "number ",
-                     dt == DataType::kString ? "" : absl::StrCat(p.data_type())));
+        absl::StrCat(context, ": unsupported dtype ", OnnxDataTypeName(p.data_type())));
   }
   std::vector<int64_t> dims(p.dims().begin(), p.dims().end());
   for (size_t i = 0; i < dims.size(); ++i) {

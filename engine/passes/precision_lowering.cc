@@ -29,6 +29,8 @@ bool FixedInput(const ir::Node& n, int i) {
     case ir::OpType::kQLinearConv:
     case ir::OpType::kQLinearMatMul:
       return true;  // quantization keeps fp32 scales
+    case ir::OpType::kBitCast:
+      return true;  // the bits of the authored dtype: fp16 bits reinterpreted are not fp32's
     default:
       return false;
   }
@@ -41,6 +43,7 @@ bool FixedOutput(const ir::Node& n, int k) {
     case ir::OpType::kQuantizeLinear:
     case ir::OpType::kDequantizeLinear:
     case ir::OpType::kDynamicQuantizeLinear:
+    case ir::OpType::kBitCast:  // the `to` dtype, whatever the precision
       return true;
     default:
       return false;

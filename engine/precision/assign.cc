@@ -49,6 +49,9 @@ bool ComputesFloating(const ir::Node& n) {
       n.op == ir::OpType::kDynamicQuantizeLinear) {
     return false;
   }
+  // BitCast reinterprets bits: its input and output are the bits they are, at their authored
+  // dtypes (precision_lowering.cc fixes both slots), so no precision applies to it.
+  if (n.op == ir::OpType::kBitCast) return false;
   // If / Loop / Scan pass values to their subgraphs, whose nodes carry their own precision.
   if (n.op == ir::OpType::kIf || n.op == ir::OpType::kLoop || n.op == ir::OpType::kScan) {
     return false;

@@ -27,6 +27,8 @@ void RegisterControlFlow(Registry& r);  // control_flow.cc: If, Loop, Scan
 void RegisterQuantInteger(Registry& r);
 // scan_activation_recent.cc: Swish (opset 24), CumProd (opset 26)
 void RegisterRecentOps(Registry& r);
+// bitcast_tensor_scatter.cc: BitCast (opset 26), TensorScatter (opset 24)
+void RegisterBitCastTensorScatter(Registry& r);
 
 /// Registers every reference kernel.
 inline void RegisterAll(Registry& r) {
@@ -45,6 +47,7 @@ inline void RegisterAll(Registry& r) {
   RegisterRecurrent(r);
   RegisterControlFlow(r);
   RegisterRecentOps(r);
+  RegisterBitCastTensorScatter(r);
   RegisterQuantInteger(r);
   RegisterFused(r);
 }
