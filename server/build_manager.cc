@@ -13,6 +13,7 @@
 #include "engine/common/status.h"
 #include "server/job.h"
 #include "server/spec.h"
+#include "server/trim.h"
 
 namespace kiln::server {
 namespace {
@@ -482,7 +483,7 @@ void BuildManager::Finish(const std::shared_ptr<Build>& b, absl::Status status, 
   }
   // The last build of a burst is done: give the memory its workers' pipes, events and uploads
   // used back to the system (the streams trim again when the last one closes).
-  if (idle) malloc_trim(0);
+  if (idle) TrimMalloc();
 }
 
 void BuildManager::Keep(const std::shared_ptr<Build>& b) {

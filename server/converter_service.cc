@@ -12,6 +12,7 @@
 #include "server/auth.h"
 #include "server/status.h"
 #include "server/upload.h"
+#include "server/trim.h"
 
 namespace kiln::server {
 namespace {
@@ -57,7 +58,7 @@ class PumpingReactor : public Base {
     Done();
     // A burst of builds leaves freed memory in the malloc arenas of many gRPC threads: when the
     // last stream closes, the server hands it back so its RSS returns to the idle level.
-    if (open_streams_->fetch_sub(1) == 1) malloc_trim(0);
+    if (open_streams_->fetch_sub(1) == 1) TrimMalloc();
     delete this;
   }
 

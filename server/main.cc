@@ -12,6 +12,7 @@
 #include "server/config.h"
 #include "server/server.h"
 #include "server/worker_main.h"
+#include "server/trim.h"
 
 int main(int argc, char** argv) {
   if (argc >= 3 && std::string(argv[1]) == "--worker") {
@@ -77,7 +78,7 @@ int main(int argc, char** argv) {
     struct timespec every = {2, 0};
     sig = sigtimedwait(&stop, nullptr, &every);
     if (sig > 0) break;
-    if (server.LiveBuilds() == 0) malloc_trim(0);
+    if (server.LiveBuilds() == 0) kiln::server::TrimMalloc();
   }
   std::cerr << "kiln-server: " << strsignal(sig) << ": draining\n";
   server.Drain();

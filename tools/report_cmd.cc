@@ -152,7 +152,9 @@ absl::Status RunReport(const Args& args, const std::string& model_path,
   ro.on_samples_done = [] {
     mallopt(M_MMAP_THRESHOLD, 1 << 20);
     mallopt(M_TRIM_THRESHOLD, 128 << 10);
+#if !defined(__SANITIZE_ADDRESS__)  // ASan's allocator replaces glibc's (server/trim.h)
     malloc_trim(0);
+#endif
   };
   builder::BuildOptions opts = options;
   if (opts.import.model_dir.empty()) opts.import.model_dir = builder::ModelDirOf(model_path);
