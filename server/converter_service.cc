@@ -11,8 +11,8 @@
 #include "engine/precision/policy.h"
 #include "server/auth.h"
 #include "server/status.h"
-#include "server/upload.h"
 #include "server/trim.h"
+#include "server/upload.h"
 
 namespace kiln::server {
 namespace {

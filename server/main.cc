@@ -11,8 +11,8 @@
 
 #include "server/config.h"
 #include "server/server.h"
-#include "server/worker_main.h"
 #include "server/trim.h"
+#include "server/worker_main.h"
 
 int main(int argc, char** argv) {
   if (argc >= 3 && std::string(argv[1]) == "--worker") {

@@ -262,8 +262,8 @@ absl::Status PrintKernels(const v1::EngineMetadata& m, const std::string& indent
     for (const auto& a : k.attributes()) {
       if (a.type() != v1::AttributeValue::GRAPH) continue;
       if (depth >= ir::kMaxSubgraphDepth) {
-        return absl::InvalidArgumentError(absl::StrCat("kernel ", k.id(), " subgraph '", a.name(),
-                                                       "' nests too deep"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("kernel ", k.id(), " subgraph '", a.name(), "' nests too deep"));
       }
       auto sub = plan::LoadEngineFromBytes(std::make_shared<const std::string>(a.s()));
       if (!sub.ok()) {
