@@ -196,7 +196,8 @@ absl::Status Run(int argc, char** argv) {
   }
   ASSIGN_OR_RETURN(std::shared_ptr<plan::Engine> engine, plan::LoadEngineFile(args->positional[0]));
   ASSIGN_OR_RETURN(auto session, runtime::Session::Create(engine));
-  ASSIGN_OR_RETURN(auto inputs, ReadTensorDir(args->flags["--inputs"], "input"));
+  ASSIGN_OR_RETURN(auto inputs,
+                   ReadTensorDir(args->flags["--inputs"], "input", &engine->graph->inputs()));
   ASSIGN_OR_RETURN(auto outputs, session->Run(inputs));
   if (repeat > 1) {
     // Latency of the loaded engine (the first run above is the warm-up), not of process start.

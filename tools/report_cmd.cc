@@ -93,7 +93,7 @@ absl::StatusOr<report::Samples> SamplesFor(const Args& args, const ir::Graph& gr
     }
     const std::string& dir = args.flags.at("--inputs");
     report::Samples s;
-    ASSIGN_OR_RETURN(s.sets, ReadSampleSets(dir));
+    ASSIGN_OR_RETURN(s.sets, ReadSampleSets(dir, &graph.inputs()));
     s.source = absl::StrCat("inputs ", dir, " (", s.sets.size(), " data set(s))");
     return s;
   }

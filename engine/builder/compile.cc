@@ -361,7 +361,8 @@ absl::Status FoldPass(CompileState& s) {
   std::vector<bool> folded(s.g.values().size(), false);  // by value id: made constant here
   for (ir::Node* n : s.order) {
     // A control-flow node's subgraphs run in sessions only.
-    if (!AllInputsConstant(*n) || import::IsControlFlow(n->op)) continue;
+    // Sequences and optionals are never constants (an engine stores tensors only).
+    if (!AllInputsConstant(*n) || n->HasSubgraphAttributes() || n->TouchesContainers()) continue;
     if (!SmallEnough(*n, s.options.max_folded_bytes)) {
       // Inputs folded just before (a Slice of a weight by Constant nodes' starts and ends) may
       // give the node the static shape inference could not see at import.

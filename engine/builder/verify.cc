@@ -155,9 +155,7 @@ bool ParameterInput(const ir::Node& n, int i) {
 // are left to the run. Returns OK for a node it does not probe.
 absl::Status CheckOnStaticShapes(const ir::Node& node, const kernels::KernelDef& def,
                                  kernels::Kernel& created, Zeros& zeros) {
-  if (node.op == ir::OpType::kIf || node.op == ir::OpType::kLoop || node.op == ir::OpType::kScan) {
-    return absl::OkStatus();
-  }
+  if (ir::HasSubgraphs(node.op) || node.TouchesContainers()) return absl::OkStatus();
   for (const ir::Value* v : node.outputs) {
     if (v && (!v->shape.rank_known || !v->shape.is_static())) return absl::OkStatus();
   }

@@ -32,6 +32,26 @@ const char* DataTypeName(DataType t) {
       return "u64";
     case DataType::kBF16:
       return "bf16";
+    case DataType::kF8E4M3FN:
+      return "f8e4m3fn";
+    case DataType::kF8E4M3FNUZ:
+      return "f8e4m3fnuz";
+    case DataType::kF8E5M2:
+      return "f8e5m2";
+    case DataType::kF8E5M2FNUZ:
+      return "f8e5m2fnuz";
+    case DataType::kU4:
+      return "u4";
+    case DataType::kI4:
+      return "i4";
+    case DataType::kF4E2M1:
+      return "f4e2m1";
+    case DataType::kF8E8M0:
+      return "f8e8m0";
+    case DataType::kU2:
+      return "u2";
+    case DataType::kI2:
+      return "i2";
     case DataType::kUndefined:
       break;
   }
@@ -68,6 +88,26 @@ const char* DataTypeOnnxName(DataType t) {
       return "uint64";
     case DataType::kBF16:
       return "bfloat16";
+    case DataType::kF8E4M3FN:
+      return "float8e4m3fn";
+    case DataType::kF8E4M3FNUZ:
+      return "float8e4m3fnuz";
+    case DataType::kF8E5M2:
+      return "float8e5m2";
+    case DataType::kF8E5M2FNUZ:
+      return "float8e5m2fnuz";
+    case DataType::kU4:
+      return "uint4";
+    case DataType::kI4:
+      return "int4";
+    case DataType::kF4E2M1:
+      return "float4e2m1";
+    case DataType::kF8E8M0:
+      return "float8e8m0";
+    case DataType::kU2:
+      return "uint2";
+    case DataType::kI2:
+      return "int2";
     case DataType::kUndefined:
       break;
   }
@@ -80,6 +120,17 @@ size_t DataTypeSize(DataType t) {
     case DataType::kI8:
     case DataType::kBool:
       return 1;
+    case DataType::kF8E4M3FN:
+    case DataType::kF8E4M3FNUZ:
+    case DataType::kF8E5M2:
+    case DataType::kF8E5M2FNUZ:
+    case DataType::kU4:
+    case DataType::kI4:
+    case DataType::kF4E2M1:
+    case DataType::kF8E8M0:
+    case DataType::kU2:
+    case DataType::kI2:
+      return 1;  // one element per byte inside Kiln (dtype.h)
     case DataType::kU16:
     case DataType::kI16:
     case DataType::kF16:
@@ -98,6 +149,40 @@ size_t DataTypeSize(DataType t) {
       break;
   }
   return 0;
+}
+
+int DataTypeBits(DataType t) {
+  switch (t) {
+    case DataType::kU4:
+    case DataType::kI4:
+    case DataType::kF4E2M1:
+      return 4;
+    case DataType::kU2:
+    case DataType::kI2:
+      return 2;
+    default:
+      return static_cast<int>(8 * DataTypeSize(t));
+  }
+}
+
+bool IsLowBit(DataType t) { return IsLowBitFloat(t) || IsLowBitInteger(t); }
+
+bool IsLowBitFloat(DataType t) {
+  switch (t) {
+    case DataType::kF8E4M3FN:
+    case DataType::kF8E4M3FNUZ:
+    case DataType::kF8E5M2:
+    case DataType::kF8E5M2FNUZ:
+    case DataType::kF4E2M1:
+    case DataType::kF8E8M0:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool IsLowBitInteger(DataType t) {
+  return t == DataType::kU4 || t == DataType::kI4 || t == DataType::kU2 || t == DataType::kI2;
 }
 
 bool IsFloating(DataType t) {
@@ -140,6 +225,16 @@ DataType DataTypeFromOnnx(int32_t onnx_type) {
     case 12:
     case 13:
     case 16:
+    case 17:
+    case 18:
+    case 19:
+    case 20:
+    case 21:
+    case 22:
+    case 23:
+    case 24:
+    case 25:
+    case 26:
       return static_cast<DataType>(onnx_type);
     default:
       return DataType::kUndefined;
@@ -157,26 +252,6 @@ std::string OnnxDataTypeName(int32_t onnx_type) {
       return "complex64";
     case 15:
       return "complex128";
-    case 17:
-      return "float8e4m3fn";
-    case 18:
-      return "float8e4m3fnuz";
-    case 19:
-      return "float8e5m2";
-    case 20:
-      return "float8e5m2fnuz";
-    case 21:
-      return "uint4";
-    case 22:
-      return "int4";
-    case 23:
-      return "float4e2m1";
-    case 24:
-      return "float8e8m0";
-    case 25:
-      return "uint2";
-    case 26:
-      return "int2";
     case 27:
       return "float6e2m3";
     case 28:

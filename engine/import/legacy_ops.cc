@@ -12,6 +12,7 @@
 #include "engine/common/status.h"
 #include "engine/import/op_schemas.h"
 #include "engine/import/shape_inference.h"
+#include "engine/import/type_snapshot.h"
 #include "onnx/onnx_pb.h"
 
 namespace kiln::import {
@@ -290,6 +291,8 @@ struct Rewriter {
 
   // Rewrites `n` from its version at `opset` to its version at kLegacyTargetOpset.
   absl::Status Adapt(ir::Node& n) {
+    // Ops of the other domains (ai.onnx.ml, ...) follow their own opsets, not the default one.
+    if (ir::OpDomain(n.op)[0] != '\0') return absl::OkStatus();
     const auto target = ResolveOpVersion(n.op, kLegacyTargetOpset);
     if (!target) return Unadaptable(n, opset, "the op has no newer form");  // not an ONNX op
     if (target->since_version == n.since_version) return absl::OkStatus();
@@ -404,22 +407,6 @@ struct Rewriter {
   }
 };
 
-// The dtype and shape of every value of `g` and its subgraphs, to reset after the rewrite.
-struct SavedType {
-  ir::Value* v;
-  DataType dtype;
-  ir::Shape shape;
-};
-
-void SaveTypes(const ir::Graph& g, std::vector<SavedType>& out) {
-  for (const auto& v : g.values()) out.push_back({v.get(), v->dtype, v->shape});
-  for (const auto& n : g.nodes()) {
-    for (const auto& [name, a] : n->attrs) {
-      if (a.type == ir::Attribute::Type::kGraph && a.g) SaveTypes(*a.g, out);
-    }
-  }
-}
-
 absl::Status AdaptGraph(ir::Graph& g, int opset, std::vector<std::string>& notes) {
   g.RebuildEdges();
   ASSIGN_OR_RETURN(std::vector<ir::Node*> order, g.TopologicalOrder());
@@ -447,14 +434,10 @@ absl::Status AdaptGraph(ir::Graph& g, int opset, std::vector<std::string>& notes
 
 absl::Status AdaptLegacyOps(ir::Graph& graph, int opset) {
   if (opset >= kLegacyTargetOpset) return absl::OkStatus();
-  std::vector<SavedType> saved;
-  SaveTypes(graph, saved);
+  TypeSnapshot types(graph);
   std::vector<std::string> notes;
   RETURN_IF_ERROR(AdaptGraph(graph, opset, notes));
-  for (SavedType& s : saved) {
-    s.v->dtype = s.dtype;
-    s.v->shape = std::move(s.shape);
-  }
+  types.Restore();
   if (!notes.empty()) {
     const size_t shown = std::min<size_t>(notes.size(), 8);
     graph.import_warnings().push_back(

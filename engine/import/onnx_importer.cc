@@ -15,6 +15,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/common/status.h"
+#include "engine/import/contrib_ops.h"
+#include "engine/import/functions.h"
 #include "engine/import/legacy_ops.h"
 #include "engine/import/op_schemas.h"
 #include "engine/import/shape_inference.h"
@@ -65,20 +67,49 @@ absl::StatusOr<ir::Dim> DeclaredDim(const onnx::TensorShapeProto::Dimension& d,
   return ir::Dim{};
 }
 
-// Converts a ValueInfo's tensor type into dtype and shape; other types are unimplemented.
+// The kind of value `tp` describes and its tensor type (the tensor's, or the sequence
+// elements'): a tensor, seq(tensor), optional(tensor) or optional(seq(tensor)). Maps, sparse
+// tensors and deeper nestings (seq(seq(...))) are Unimplemented, naming `what`.
+absl::StatusOr<std::pair<ir::ValueKind, const onnx::TypeProto::Tensor*>> ValueTypeOf(
+    const onnx::TypeProto& tp, const std::string& what) {
+  auto unsupported = [&](const char* why) {
+    return absl::UnimplementedError(absl::StrCat(what, ": unsupported type (", why,
+                                                 "): Kiln runs tensors, sequences of tensors "
+                                                 "and optional tensors or sequences"));
+  };
+  const onnx::TypeProto* t = &tp;
+  bool optional = false;
+  if (t->has_optional_type()) {
+    if (!t->optional_type().has_elem_type()) return unsupported("an optional without elem_type");
+    optional = true;
+    t = &t->optional_type().elem_type();
+  }
+  bool sequence = false;
+  if (t->has_sequence_type()) {
+    if (!t->sequence_type().has_elem_type()) return unsupported("a sequence without elem_type");
+    sequence = true;
+    t = &t->sequence_type().elem_type();
+  }
+  if (t->has_sequence_type() || t->has_optional_type()) return unsupported("nested containers");
+  if (t->has_map_type()) return unsupported("a map");
+  if (t->has_sparse_tensor_type()) return unsupported("a sparse tensor");
+  if (!t->has_tensor_type()) return unsupported("not a tensor");
+  ir::ValueKind kind =
+      sequence ? (optional ? ir::ValueKind::kOptionalSequence : ir::ValueKind::kSequence)
+               : (optional ? ir::ValueKind::kOptionalTensor : ir::ValueKind::kTensor);
+  return std::make_pair(kind, &t->tensor_type());
+}
+
+// Reads a ValueInfo's type into the value's kind, dtype and shape; other types are
+// unimplemented.
 absl::Status ReadValueInfo(const onnx::ValueInfoProto& vi, const std::string& what, ir::Value* v) {
   // No type, or a type with nothing set (subgraph outputs often): unknown until inferred.
   if (!vi.has_type() || vi.type().value_case() == onnx::TypeProto::VALUE_NOT_SET) {
     return absl::OkStatus();
   }
-  const onnx::TypeProto& tp = vi.type();
-  if (!tp.has_tensor_type()) {
-    return absl::UnimplementedError(absl::StrCat(
-        what, " '", vi.name(),
-        "': unsupported dtype (not a tensor: sequence, map, optional and sparse values are "
-        "not supported)"));
-  }
-  const auto& tt = tp.tensor_type();
+  ASSIGN_OR_RETURN(auto type, ValueTypeOf(vi.type(), absl::StrCat(what, " '", vi.name(), "'")));
+  v->kind = type.first;
+  const onnx::TypeProto::Tensor& tt = *type.second;
   if (tt.has_elem_type()) {
     DataType dt = DataTypeFromOnnx(tt.elem_type());
     if (dt == DataType::kUndefined || dt == DataType::kString) {
@@ -148,6 +179,20 @@ absl::StatusOr<ir::Attribute> ConvertAttribute(const onnx::AttributeProto& a,
     case onnx::AttributeProto::SPARSE_TENSOR:
     case onnx::AttributeProto::SPARSE_TENSORS:
       return absl::UnimplementedError(absl::StrCat(where, " is a sparse tensor; not supported"));
+    case onnx::AttributeProto::TYPE_PROTO: {
+      // Optional's `type`: kept as ints {ir::ValueKind, element dtype}, which the shape
+      // inference and the kernel read (shape_inference_sequence.cc, cpu/ref/sequence.cc).
+      ASSIGN_OR_RETURN(auto type, ValueTypeOf(a.tp(), where));
+      const DataType dt = type.second->has_elem_type() ? DataTypeFromOnnx(type.second->elem_type())
+                                                       : DataType::kUndefined;
+      if (dt == DataType::kUndefined || dt == DataType::kString) {
+        return absl::UnimplementedError(absl::StrCat(where, " has unsupported dtype ",
+                                                     OnnxDataTypeName(type.second->elem_type())));
+      }
+      out.type = ir::Attribute::Type::kInts;
+      out.ints = {static_cast<int64_t>(type.first), static_cast<int64_t>(dt)};
+      break;
+    }
     default:
       // Older writers leave `type` unset; infer it from the one populated field.
       if (a.has_f()) {
@@ -309,19 +354,31 @@ class Importer {
     graph_->set_opset(opset_);
     graph_->set_ir_version(model_.ir_version());
     graph_->set_name(model_.graph().name());
+    RETURN_IF_ERROR(InlineModelFunctions(model_));  // calls become their bodies (functions.h)
     RETURN_IF_ERROR(CheckOps());
     {
       // Locations are checked before the onnx checker looks at them, and restored after.
       std::vector<std::pair<std::string*, std::string>> original;
       absl::Status st = ResolveExternalLocations(model_, ext_, original);
-      if (st.ok() && options_.use_onnx_checker) st = RunOnnxChecker(model_, opset_);
+      // ORT's contrib ops of the default domain (contrib_ops.h) are unknown to the checker.
+      bool default_contrib = false;
+      for (const auto& n : model_.graph().node()) {
+        default_contrib |=
+            !IsContribDomain(n.domain()) && IsContribNode(n.domain(), n.op_type(), opset_);
+      }
+      if (st.ok() && options_.use_onnx_checker && !default_contrib && CheckerKnowsDomains()) {
+        st = RunOnnxChecker(model_, opset_);
+      }
       RestoreLocations(original);
       RETURN_IF_ERROR(st);
     }
     RETURN_IF_ERROR(ImportInitializersAndInputs());
     Scope top{graph_.get(), nullptr, "", 0, {}};
     RETURN_IF_ERROR(ImportNodes(model_.graph().node(), top));
-    RETURN_IF_ERROR(AdaptLegacyOps(*graph_, opset_));  // opsets < 7: old op forms rewritten
+    if (opset_ > 0) {  // without a default-domain import there is no default-domain node
+      RETURN_IF_ERROR(AdaptLegacyOps(*graph_, opset_));  // opsets < 7: old op forms rewritten
+    }
+    RETURN_IF_ERROR(ExpandContribOps(*graph_));  // com.microsoft ops: default-domain nodes
     RETURN_IF_ERROR(ImportOutputs());
     graph_->RebuildEdges();
     ASSIGN_OR_RETURN(auto order, graph_->TopologicalOrder());
@@ -357,6 +414,17 @@ class Importer {
         }
         opset_ = static_cast<int>(imp.version());
       } else {
+        if (other_domains_.contains(imp.domain())) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("opset_import lists domain '", imp.domain(), "' twice"));
+        }
+        // A domain whose ops Kiln knows (ai.onnx.ml, ...) must name an opset ONNX defines.
+        const std::optional<int> newest = MaxDomainOpset(imp.domain());
+        if (newest && (imp.version() < 1 || imp.version() > *newest)) {
+          return absl::UnimplementedError(
+              absl::StrCat("unsupported opset: opset_import: domain '", imp.domain(), "' opset ",
+                           imp.version(), " is outside the supported range 1..", *newest));
+        }
         other_domains_[imp.domain()] = imp.version();
       }
     }
@@ -422,7 +490,15 @@ class Importer {
     for (int i = 0; i < nodes.size(); ++i) {
       const auto& n = nodes[i];
       std::string label = NodeLabel(n, i, prefix);
-      if (!n.domain().empty() && n.domain() != "ai.onnx") {
+      // com.microsoft: the contrib ops Kiln expands at import (contrib_ops.h).
+      if (IsContribNode(n.domain(), n.op_type(), opset_) &&
+          (!IsContribDomain(n.domain()) || other_domains_.contains(n.domain())) &&
+          IsSupportedContribOp(n.op_type())) {
+        continue;
+      }
+      const bool default_domain = ir::CanonicalDomain(n.domain()).empty();
+      if (!default_domain &&
+          (!MaxDomainOpset(n.domain()) || !other_domains_.contains(n.domain()))) {
         if (other_domains_.contains(n.domain())) {
           unimplemented.push_back(
               absl::StrCat(label, " op ", n.op_type(), " of domain '", n.domain(), "'"));
@@ -432,24 +508,29 @@ class Importer {
         }
         continue;
       }
-      if (opset_ == 0) {
+      if (default_domain && opset_ == 0) {
         unknown.push_back(absl::StrCat(label,
                                        " uses the default domain, which opset_import "
                                        "does not list"));
         continue;
       }
-      auto op = ir::OpFromName(n.op_type());
+      // Ops of the other domains Kiln knows (ai.onnx.ml, ...) at the opset of their domain.
+      const std::string of_domain =
+          default_domain ? "" : absl::StrCat(" of domain '", n.domain(), "'");
+      const int opset = DomainOpset(n.domain());
+      auto op = ir::OpFromName(n.domain(), n.op_type());
       if (!op) {
-        if (IsKnownUnsupportedOp(n.op_type())) {
-          unimplemented.push_back(absl::StrCat(label, " op ", n.op_type()));
+        if (IsKnownUnsupportedOp(n.domain(), n.op_type())) {
+          unimplemented.push_back(absl::StrCat(label, " op ", n.op_type(), of_domain));
         } else {
-          unknown.push_back(absl::StrCat(label, " op '", n.op_type(), "' is not an ONNX op"));
+          unknown.push_back(
+              absl::StrCat(label, " op '", n.op_type(), "' is not an ONNX op", of_domain));
         }
         continue;
       }
-      if (!ResolveOpVersion(*op, opset_)) {
-        unknown.push_back(
-            absl::StrCat(label, " op ", n.op_type(), " does not exist at opset ", opset_));
+      if (!ResolveOpVersion(*op, opset)) {
+        unknown.push_back(absl::StrCat(label, " op ", n.op_type(), of_domain,
+                                       " does not exist at opset ", opset));
       }
       if (depth >= ir::kMaxSubgraphDepth) continue;
       for (const auto& a : n.attribute()) {
@@ -538,6 +619,7 @@ class Importer {
     if (outer == nullptr) return nullptr;
     ir::Value* v = *s.graph->AddValue(name);  // FindValue said the name is free
     v->dtype = outer->dtype;
+    v->kind = outer->kind;
     v->shape = outer->shape;
     if (outer->constant) {
       v->constant = outer->constant;
@@ -605,7 +687,10 @@ class Importer {
       }
       ir::Value declared;
       RETURN_IF_ERROR(ReadValueInfo(out, what, &declared));
-      if (v->dtype == DataType::kUndefined) v->dtype = declared.dtype;
+      if (v->dtype == DataType::kUndefined) {
+        v->dtype = declared.dtype;
+        v->kind = declared.kind;
+      }
       if (!v->shape.rank_known) v->shape = declared.shape;
       bool produced = false;
       for (const auto& n : g->nodes()) {
@@ -618,6 +703,7 @@ class Importer {
         // each output of a compiled subgraph, as of any engine.
         ASSIGN_OR_RETURN(ir::Value * copy, g->AddValue(absl::StrCat(out.name(), "::output", i)));
         copy->dtype = v->dtype;
+        copy->kind = v->kind;
         copy->shape = v->shape;
         ir::Node* id = g->AddNode(ir::OpType::kIdentity, absl::StrCat(sub.prefix, "output", i));
         id->sources = {id->id};
@@ -642,11 +728,15 @@ class Importer {
     made.reserve(nodes.size());
     for (int i = 0; i < nodes.size(); ++i) {
       const auto& n = nodes[i];
-      ir::OpType op = *ir::OpFromName(n.op_type());
+      // com.microsoft nodes become placeholders, expanded by ExpandContribOps (contrib_ops.h).
+      const bool contrib = IsContribNode(n.domain(), n.op_type(), opset_);
+      ir::OpType op = contrib ? ir::OpType::kIdentity : *ir::OpFromName(n.domain(), n.op_type());
       ir::Node* node = graph.AddNode(op, absl::StrCat(s.prefix, NodeName(n, i)));
       node->sources = {node->id};
       std::string label = node->Label();
-      OpVersion ver = *ResolveOpVersion(op, opset_);
+      OpVersion ver =
+          contrib ? ContribPlaceholderVersion() : *ResolveOpVersion(op, DomainOpset(n.domain()));
+      if (contrib) node->attrs[kContribOpAttr] = ir::Attribute::String(n.op_type());
       node->since_version = ver.since_version;
       if (n.input_size() < ver.min_inputs || n.input_size() > ver.max_inputs) {
         return Invalid(label, absl::StrCat("has ", n.input_size(), " inputs; ", n.op_type(), "-",
@@ -690,8 +780,11 @@ class Importer {
         if (a.type() != onnx::AttributeProto::GRAPH) continue;
         const bool expected = (node->op == ir::OpType::kIf &&
                                (a.name() == "then_branch" || a.name() == "else_branch")) ||
-                              ((node->op == ir::OpType::kLoop || node->op == ir::OpType::kScan) &&
-                               a.name() == "body");
+                              ((node->op == ir::OpType::kLoop || node->op == ir::OpType::kScan ||
+                                node->op == ir::OpType::kSequenceMap) &&
+                               a.name() == "body") ||
+                              (node->op == ir::OpType::kFlexAttention &&
+                               (a.name() == "score_mod" || a.name() == "prob_mod"));
         if (!expected) {
           return Invalid(node->Label(),
                          absl::StrCat("attribute '", a.name(), "' is a subgraph, which ",
@@ -836,7 +929,9 @@ class Importer {
     }
     // Declared dtypes first: inference checks the dtype each op produces against them.
     for (Declaration& d : decls) {
-      if (d.value->dtype == DataType::kUndefined) d.value->dtype = d.declared.dtype;
+      if (d.value->dtype != DataType::kUndefined) continue;
+      d.value->dtype = d.declared.dtype;
+      d.value->kind = d.declared.kind;
     }
     return ApplyDeclaredShapes(decls);
   }
@@ -844,6 +939,23 @@ class Importer {
   onnx::ModelProto& model_;
   const ImportOptions& options_;
   ExternalDataPolicy ext_;
+  // Whether Debian's onnx 1.12 checker knows the opsets imported for the other domains Kiln
+  // runs (it defines ai.onnx.ml up to 3 and no ai.onnx.preview): else its verdict is no
+  // authority (it would reject TreeEnsemble or FlexAttention as unknown ops).
+  bool CheckerKnowsDomains() const {
+    for (const auto& [domain, version] : other_domains_) {
+      if (domain == "ai.onnx.preview" || (domain == "ai.onnx.ml" && version > 3)) return false;
+    }
+    return true;
+  }
+
+  // The opset the model imports for `domain` ("" or "ai.onnx": the default one); 0 if none.
+  int DomainOpset(const std::string& domain) const {
+    if (ir::CanonicalDomain(domain).empty()) return opset_;
+    auto it = other_domains_.find(domain);
+    return it == other_domains_.end() ? 0 : static_cast<int>(it->second);
+  }
+
   int opset_ = 0;
   absl::flat_hash_map<std::string, int64_t> other_domains_;
   std::unique_ptr<ir::Graph> graph_;

@@ -13,7 +13,11 @@
 #include "absl/strings/str_join.h"
 #include "engine/common/status.h"
 #include "engine/import/shape_inference_control_flow.h"
+#include "engine/import/shape_inference_domains.h"
 #include "engine/import/shape_inference_recurrent.h"
+#include "engine/import/shape_inference_sequence.h"
+#include "engine/import/shape_inference_signal.h"
+#include "engine/import/shape_inference_stateful.h"
 #include "engine/ir/slice.h"
 
 namespace kiln::import {
@@ -288,11 +292,11 @@ absl::StatusOr<DataType> BitCastType(const Node& n) {
   if (from == DataType::kString) {
     return absl::UnimplementedError(absl::StrCat(n.Label(), " unsupported dtype string"));
   }
-  if (from != DataType::kUndefined && DataTypeSize(from) != DataTypeSize(to)) {
+  if (from != DataType::kUndefined && DataTypeBits(from) != DataTypeBits(to)) {
     return absl::InvalidArgumentError(
         absl::StrCat(n.Label(), " cannot reinterpret ", DataTypeOnnxName(from), " (",
-                     8 * DataTypeSize(from), " bits) as ", DataTypeOnnxName(to), " (",
-                     8 * DataTypeSize(to), " bits): BitCast requires the same bit width"));
+                     DataTypeBits(from), " bits) as ", DataTypeOnnxName(to), " (", DataTypeBits(to),
+                     " bits): BitCast requires the same bit width"));
   }
   return to;
 }
@@ -300,6 +304,8 @@ absl::StatusOr<DataType> BitCastType(const Node& n) {
 // Output dtype of output `k` of node `n`.
 absl::StatusOr<DataType> OutputType(const Node& n, int k) {
   DataType t0 = InType(n, 0);
+  ASSIGN_OR_RETURN(std::optional<DataType> domain_type, DomainOpOutputType(n, k));
+  if (domain_type) return *domain_type;  // shape_inference_domains.h
   switch (n.op) {
     case OpType::kEqual:
     case OpType::kGreater:
@@ -357,7 +363,10 @@ absl::StatusOr<DataType> OutputType(const Node& n, int k) {
       }
       return DataType::kU8;
     }
-    case OpType::kDequantizeLinear:
+    case OpType::kDequantizeLinear:  // output_dtype (opset 23), else x_scale's dtype
+      if (n.since_version >= 23 && n.GetInt("output_dtype", 0) != 0) {
+        return AttrDataType(n, "output_dtype", 0);
+      }
       return n.since_version >= 19 ? InType(n, 1) : DataType::kF32;
     case OpType::kWhere:
       return InType(n, 1);
@@ -375,6 +384,46 @@ absl::StatusOr<DataType> OutputType(const Node& n, int k) {
     case OpType::kGRU:
     case OpType::kRNN:
       return RecurrentOutputType(n, k);
+    case OpType::kLinearAttention:  // checks the node too (shape_inference_stateful.h)
+    case OpType::kCausalConvWithState:
+    case OpType::kRotaryEmbedding:
+      return StatefulOutputType(n, k);
+    case OpType::kDFT:  // shape_inference_signal.h
+    case OpType::kSTFT:
+    case OpType::kHannWindow:
+    case OpType::kHammingWindow:
+    case OpType::kBlackmanWindow:
+    case OpType::kMelWeightMatrix:
+    case OpType::kNonMaxSuppression:
+    case OpType::kRoiAlign:
+    case OpType::kDeformConv:
+      return SignalOutputType(n, k);
+    case OpType::kSequenceEmpty:
+      return AttrDataType(n, "dtype", static_cast<int64_t>(DataType::kF32));
+    case OpType::kSequenceLength:
+      return DataType::kI64;
+    case OpType::kOptionalHasElement:
+      return DataType::kBool;
+    case OpType::kOptional: {
+      if (n.input(0)) return t0;
+      const std::vector<int64_t> type = n.GetInts("type");  // {ValueKind, dtype} (import)
+      if (type.size() != 2) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(n.Label(), " has neither an input nor a 'type' attribute"));
+      }
+      return static_cast<DataType>(type[1]);
+    }
+    case OpType::kSequenceConstruct:
+    case OpType::kSequenceInsert:
+      // Every element has the sequence's element type.
+      for (int i = 1; i < n.num_inputs() && (n.op == OpType::kSequenceConstruct || i < 2); ++i) {
+        if (InType(n, i) != t0) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(n.Label(), " input ", i, " is ", DataTypeOnnxName(InType(n, i)),
+                           " but the sequence holds ", DataTypeOnnxName(t0)));
+        }
+      }
+      return t0;
     default:
       return t0;
   }
@@ -382,6 +431,7 @@ absl::StatusOr<DataType> OutputType(const Node& n, int k) {
 
 Shape InferShape(const Node& n, int k) {
   const Value* x = In(n, 0);
+  if (std::optional<Shape> s = DomainOpShape(n, k)) return *s;  // shape_inference_domains.h
   switch (n.op) {
     // Same shape as input 0.
     case OpType::kAbs:
@@ -801,6 +851,43 @@ Shape InferShape(const Node& n, int k) {
     case OpType::kGRU:
     case OpType::kRNN:
       return RecurrentOutputShape(n, k);
+    case OpType::kLinearAttention:
+    case OpType::kCausalConvWithState:
+    case OpType::kRotaryEmbedding:
+      return StatefulOutputShape(n, k);
+    case OpType::kDFT:
+    case OpType::kSTFT:
+    case OpType::kHannWindow:
+    case OpType::kHammingWindow:
+    case OpType::kBlackmanWindow:
+    case OpType::kMelWeightMatrix:
+    case OpType::kNonMaxSuppression:
+    case OpType::kRoiAlign:
+    case OpType::kDeformConv:
+      return SignalOutputShape(n, k);
+    // Sequences: the shape of a sequence value is its elements' (where they agree).
+    case OpType::kSequenceLength:
+    case OpType::kOptionalHasElement:
+      return Shape::Of({});
+    case OpType::kSequenceAt:
+    case OpType::kSequenceErase:
+    case OpType::kOptionalGetElement:
+    case OpType::kOptional:
+      return x ? x->shape : Shape::Unknown();
+    case OpType::kSequenceConstruct:
+    case OpType::kSequenceInsert: {
+      if (!x || !x->shape.rank_known) return Shape::Unknown();
+      Shape s = x->shape;
+      const int last = n.op == OpType::kSequenceInsert ? 2 : n.num_inputs();
+      for (int i = 1; i < last && i < n.num_inputs(); ++i) {
+        const Value* e = In(n, i);
+        if (!e || !e->shape.rank_known || e->shape.rank() != s.rank()) return Shape::Unknown();
+        for (int d = 0; d < s.rank(); ++d) {
+          if (!(s.dims[d] == e->shape.dims[d])) s.dims[d] = Dim{};
+        }
+      }
+      return s;
+    }
     default:
       return Shape::Unknown();
   }
@@ -1098,13 +1185,16 @@ absl::Status InferTypesAndShapes(ir::Graph& graph, const std::vector<ir::Node*>&
     }
   }
   for (Node* n : order) {
+    RETURN_IF_ERROR(InferFlexAttentionModifiers(*n));  // its subgraphs, if any
     if (IsControlFlow(n->op)) {
       RETURN_IF_ERROR(InferControlFlow(*n));  // the subgraphs, then the outputs
       continue;
     }
+    RETURN_IF_ERROR(CheckInputKinds(*n));
     for (int k = 0; k < n->num_outputs(); ++k) {
       Value* out = n->outputs[k];
       if (!out) continue;
+      RETURN_IF_ERROR(SetOutputKind(*n, k, OutputKind(*n, k)));
       ASSIGN_OR_RETURN(DataType t, OutputType(*n, k));
       if (t == DataType::kUndefined) {
         return absl::InvalidArgumentError(absl::StrCat(n->Label(), " output ", k, " '", out->name,

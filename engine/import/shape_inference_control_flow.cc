@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/common/status.h"
 #include "engine/import/shape_inference.h"
+#include "engine/import/shape_inference_sequence.h"
 
 namespace kiln::import {
 namespace {
@@ -59,9 +60,21 @@ absl::StatusOr<Subgraph> SubgraphOf(const ir::Node& n, const char* attr) {
   return Subgraph{a->g.get(), absl::StrCat(n.Label(), " subgraph '", attr, "'")};
 }
 
-// Gives subgraph input `i` the dtype and shape the node feeds it; a declared dtype must agree.
-absl::Status Feed(const Subgraph& sub, int i, DataType dtype, const Shape& shape) {
+// Gives subgraph input `i` the kind, dtype and shape the node feeds it; a declared dtype and
+// kind must agree.
+absl::Status Feed(const Subgraph& sub, int i, DataType dtype, const Shape& shape,
+                  ir::ValueKind kind = ir::ValueKind::kTensor) {
   ir::Value* in = sub.g->inputs()[i];
+  if (in->dtype != DataType::kUndefined) {
+    std::optional<ir::ValueKind> merged = MergeKinds(in->kind, kind);
+    if (!merged) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          sub.where, " input #", i, " '", in->name, "' is declared ",
+          ir::ValueTypeName(in->kind, in->dtype), " but is fed ", ir::ValueTypeName(kind, dtype)));
+    }
+    kind = *merged;
+  }
+  in->kind = kind;
   if (dtype != DataType::kUndefined && in->dtype != DataType::kUndefined && in->dtype != dtype) {
     return absl::InvalidArgumentError(absl::StrCat(sub.where, " input #", i, " '", in->name,
                                                    "' is declared ", DataTypeOnnxName(in->dtype),
@@ -93,7 +106,7 @@ absl::StatusOr<int> CheckArity(const ir::Node& n, const Subgraph& sub, int forma
   const int first = n.num_inputs() - captured;
   for (int j = 0; j < captured; ++j) {
     const ir::Value* outer = n.inputs[first + j];
-    RETURN_IF_ERROR(Feed(sub, formal_inputs + j, outer->dtype, outer->shape));
+    RETURN_IF_ERROR(Feed(sub, formal_inputs + j, outer->dtype, outer->shape, outer->kind));
   }
   return formal_inputs;
 }
@@ -110,10 +123,12 @@ absl::Status InferSubgraph(const Subgraph& sub) {
   return absl::OkStatus();
 }
 
-// Sets output `k` of `n`; a declared dtype must agree.
-absl::Status SetOutput(ir::Node& n, int k, DataType dtype, const Shape& shape) {
+// Sets output `k` of `n`; a declared dtype and kind must agree.
+absl::Status SetOutput(ir::Node& n, int k, DataType dtype, const Shape& shape,
+                       ir::ValueKind kind = ir::ValueKind::kTensor) {
   ir::Value* out = n.outputs[k];
   if (out == nullptr) return absl::OkStatus();
+  RETURN_IF_ERROR(SetOutputKind(n, k, kind));
   if (dtype == DataType::kUndefined) {
     return absl::InvalidArgumentError(
         absl::StrCat(n.Label(), " output ", k, " '", out->name, "': dtype cannot be inferred"));
@@ -138,12 +153,13 @@ absl::Status InferIf(ir::Node& n) {
   for (int k = 0; k < n.num_outputs(); ++k) {
     const ir::Value* a = then_g.g->outputs()[k];
     const ir::Value* b = else_g.g->outputs()[k];
-    if (a->dtype != b->dtype) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(n.Label(), " output ", k, ": then_branch gives ", DataTypeOnnxName(a->dtype),
-                       ", else_branch ", DataTypeOnnxName(b->dtype)));
+    std::optional<ir::ValueKind> kind = MergeKinds(a->kind, b->kind);
+    if (a->dtype != b->dtype || !kind) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          n.Label(), " output ", k, ": then_branch gives ", ir::ValueTypeName(a->kind, a->dtype),
+          ", else_branch ", ir::ValueTypeName(b->kind, b->dtype)));
     }
-    RETURN_IF_ERROR(SetOutput(n, k, a->dtype, Merge(a->shape, b->shape)));
+    RETURN_IF_ERROR(SetOutput(n, k, a->dtype, Merge(a->shape, b->shape), *kind));
   }
   return absl::OkStatus();
 }
@@ -152,10 +168,12 @@ absl::Status InferIf(ir::Node& n) {
 // with the shapes merged with what the body gives back, until they agree (rank changes end as
 // unknown rank, so three rounds always suffice).
 absl::Status InferToFixedPoint(const Subgraph& body, int first_state_input, int first_state_output,
-                               std::vector<Shape>& states, const std::vector<DataType>& dtypes) {
+                               std::vector<Shape>& states, const std::vector<DataType>& dtypes,
+                               std::vector<ir::ValueKind>& kinds) {
   for (int round = 0; round < 4; ++round) {
     for (size_t j = 0; j < states.size(); ++j) {
-      RETURN_IF_ERROR(Feed(body, first_state_input + static_cast<int>(j), dtypes[j], states[j]));
+      RETURN_IF_ERROR(
+          Feed(body, first_state_input + static_cast<int>(j), dtypes[j], states[j], kinds[j]));
     }
     RETURN_IF_ERROR(InferSubgraph(body));
     bool stable = true;
@@ -167,8 +185,24 @@ absl::Status InferToFixedPoint(const Subgraph& body, int first_state_input, int 
                          DataTypeOnnxName(out->dtype), " but carries a ",
                          DataTypeOnnxName(dtypes[j]), " value"));
       }
-      if (!SameShape(out->shape, states[j])) {
-        states[j] = Merge(states[j], out->shape);
+      // A carried sequence may come back from the body as a sequence where it went in as an
+      // optional sequence (or the other way round): the value is the optional form.
+      std::optional<ir::ValueKind> kind = MergeKinds(kinds[j], out->kind);
+      if (!kind) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(body.where, " output #", first_state_output + j, " '", out->name, "' is ",
+                         ir::ValueTypeName(out->kind, out->dtype), " but carries a ",
+                         ir::ValueTypeName(kinds[j], dtypes[j])));
+      }
+      if (*kind != kinds[j]) {
+        kinds[j] = *kind;
+        stable = false;
+      }
+      // Settled when what the body gives back adds nothing the carried shape does not allow
+      // (a declared output shape more precise than the carried one keeps it as it is).
+      Shape merged = Merge(states[j], out->shape);
+      if (!SameShape(merged, states[j])) {
+        states[j] = std::move(merged);
         stable = false;
       }
     }
@@ -199,6 +233,7 @@ absl::Status InferLoop(ir::Node& n) {
   RETURN_IF_ERROR(Feed(body, 1, DataType::kBool, Shape::Of({})));
   std::vector<Shape> states;
   std::vector<DataType> dtypes;
+  std::vector<ir::ValueKind> kinds;
   for (int j = 0; j < carried; ++j) {
     const ir::Value* v = n.input(2 + j);
     if (v == nullptr) {
@@ -207,16 +242,24 @@ absl::Status InferLoop(ir::Node& n) {
     }
     states.push_back(v->shape);
     dtypes.push_back(v->dtype);
+    kinds.push_back(v->kind);
   }
-  RETURN_IF_ERROR(InferToFixedPoint(body, 2, 1, states, dtypes));
+  RETURN_IF_ERROR(InferToFixedPoint(body, 2, 1, states, dtypes, kinds));
   const ir::Value* cond = body.g->outputs()[0];
   if (cond->dtype != DataType::kBool) {
     return absl::InvalidArgumentError(absl::StrCat(
         body.where, " output #0 (cond) must be bool, not ", DataTypeOnnxName(cond->dtype)));
   }
-  for (int j = 0; j < carried; ++j) RETURN_IF_ERROR(SetOutput(n, j, dtypes[j], states[j]));
+  for (int j = 0; j < carried; ++j) {
+    RETURN_IF_ERROR(SetOutput(n, j, dtypes[j], states[j], kinds[j]));
+  }
   for (int j = 0; j < scanned; ++j) {
     const ir::Value* out = body.g->outputs()[1 + carried + j];
+    if (out->kind != ir::ValueKind::kTensor) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(body.where, " scan output #", 1 + carried + j, " '", out->name, "' is ",
+                       ir::ValueTypeName(out->kind, out->dtype), ": Loop stacks tensors only"));
+    }
     RETURN_IF_ERROR(SetOutput(n, carried + j, out->dtype, With(out->shape, 0, Dim{})));
   }
   return absl::OkStatus();
@@ -299,7 +342,8 @@ absl::Status InferScan(ir::Node& n) {
     states.push_back(v8 ? Without(v->shape, 0) : v->shape);
     dtypes.push_back(v->dtype);
   }
-  RETURN_IF_ERROR(InferToFixedPoint(body, 0, 0, states, dtypes));
+  std::vector<ir::ValueKind> kinds(states.size(), ir::ValueKind::kTensor);
+  RETURN_IF_ERROR(InferToFixedPoint(body, 0, 0, states, dtypes, kinds));
   Dim batch;
   if (v8) {
     for (int j = 0; j < own; ++j) {
@@ -321,16 +365,43 @@ absl::Status InferScan(ir::Node& n) {
   return absl::OkStatus();
 }
 
+// SequenceMap: the body runs once per element of the first input; each further input that is
+// a sequence (of the same length) gives it one element too, each tensor is given whole; each
+// body output becomes a sequence of what the runs give.
+absl::Status InferSequenceMap(ir::Node& n) {
+  ASSIGN_OR_RETURN(Subgraph body, SubgraphOf(n, "body"));
+  const int own = n.num_inputs() - static_cast<int>(n.GetInt(ir::kCapturedInputsAttr, 0));
+  RETURN_IF_ERROR(CheckArity(n, body, own, n.num_outputs()).status());
+  for (int i = 0; i < own; ++i) {
+    const ir::Value* v = n.input(i);
+    if (v == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(n.Label(), " input ", i, " is missing"));
+    }
+    // A sequence's shape is its elements' (ir::Value): the body's input is one of them.
+    RETURN_IF_ERROR(Feed(body, i, v->dtype, v->shape));
+  }
+  RETURN_IF_ERROR(InferSubgraph(body));
+  for (int k = 0; k < n.num_outputs(); ++k) {
+    const ir::Value* out = body.g->outputs()[k];
+    if (out->kind != ir::ValueKind::kTensor) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(body.where, " output #", k, " '", out->name, "' is ",
+                       ir::ValueTypeName(out->kind, out->dtype), ": SequenceMap collects tensors"));
+    }
+    RETURN_IF_ERROR(SetOutput(n, k, out->dtype, out->shape, ir::ValueKind::kSequence));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
-bool IsControlFlow(ir::OpType op) {
-  return op == ir::OpType::kIf || op == ir::OpType::kLoop || op == ir::OpType::kScan;
-}
+bool IsControlFlow(ir::OpType op) { return ir::HasSubgraphs(op); }
 
 absl::Status InferControlFlow(ir::Node& n) {
   for (const auto& [key, a] : n.attrs) {
     if (a.type == ir::Attribute::Type::kGraph && a.g == nullptr) return absl::OkStatus();
   }
+  RETURN_IF_ERROR(CheckInputKinds(n));
   switch (n.op) {
     case ir::OpType::kIf:
       return InferIf(n);
@@ -338,6 +409,8 @@ absl::Status InferControlFlow(ir::Node& n) {
       return InferLoop(n);
     case ir::OpType::kScan:
       return InferScan(n);
+    case ir::OpType::kSequenceMap:
+      return InferSequenceMap(n);
     default:
       return absl::InternalError(absl::StrCat(n.Label(), " is not a control-flow op"));
   }

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "engine/common/half.h"
+#include "engine/common/lowbit.h"
 #include "engine/common/status.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "onnx/onnx_pb.h"
@@ -30,14 +31,31 @@ void CopyBytes(void* dst, const void* src, int64_t bytes) {
   if (bytes > 0) std::memcpy(dst, src, static_cast<size_t>(bytes));
 }
 
-// Copies typed repeated fields into the tensor buffer. ONNX stores int8/16, uint8/16, bool, fp16
-// and bf16 in int32_data (fp16/bf16 as their bit patterns), uint32/uint64 in uint64_data.
+// Number of values a TensorProto of `n` elements of `dt` holds in its typed fields: one per
+// element, except the packed types, whose int32_data holds one packed byte per value (two 4-bit
+// or four 2-bit elements each).
+int64_t TypedValueCount(DataType dt, int64_t n) {
+  return PackedBits(dt) != 0 ? OnnxPayloadBytes(dt, n) : n;
+}
+
+// "need N" of a size error, saying how the packed types count.
+std::string Need(DataType dt, int64_t count, const char* unit) {
+  const int bits = PackedBits(dt);
+  if (bits == 0) return absl::StrCat(count, unit);
+  return absl::StrCat(count, unit, " (", DataTypeOnnxName(dt), " packs ", 8 / bits,
+                      " elements per byte)");
+}
+
+// Copies typed repeated fields into the tensor buffer. ONNX stores int8/16, uint8/16, bool, fp16,
+// bf16 and the float8 types in int32_data (fp16/bf16/float8 as their bit patterns), int4, uint4,
+// float4e2m1, int2 and uint2 there as packed bytes, uint32/uint64 in uint64_data.
 absl::Status CopyTypedData(const onnx::TensorProto& p, ir::Tensor& t, const std::string& ctx) {
   int64_t n = t.num_elements();
   auto check = [&](int64_t have) -> absl::Status {
-    if (have != n) {
+    const int64_t want = TypedValueCount(t.dtype(), n);
+    if (have != want) {
       return Bad(ctx, absl::StrCat("holds ", have, " values but dims ", ir::DimsToString(t.dims()),
-                                   " need ", n));
+                                   " need ", Need(t.dtype(), want, "")));
     }
     return absl::OkStatus();
   };
@@ -78,9 +96,27 @@ absl::Status CopyTypedData(const onnx::TensorProto& p, ir::Tensor& t, const std:
     case DataType::kI8:
     case DataType::kU8:
     case DataType::kBool:
+    case DataType::kF8E4M3FN:
+    case DataType::kF8E4M3FNUZ:
+    case DataType::kF8E5M2:
+    case DataType::kF8E5M2FNUZ:
+    case DataType::kF8E8M0:
       RETURN_IF_ERROR(check(p.int32_data_size()));
       for (int64_t i = 0; i < n; ++i) t.data<uint8_t>()[i] = static_cast<uint8_t>(p.int32_data(i));
       return absl::OkStatus();
+    case DataType::kI4:
+    case DataType::kU4:
+    case DataType::kF4E2M1:
+    case DataType::kI2:
+    case DataType::kU2: {
+      RETURN_IF_ERROR(check(p.int32_data_size()));
+      std::vector<uint8_t> packed(static_cast<size_t>(p.int32_data_size()));
+      for (size_t i = 0; i < packed.size(); ++i) {
+        packed[i] = static_cast<uint8_t>(p.int32_data(static_cast<int>(i)));
+      }
+      UnpackLowBit(t.dtype(), packed.data(), n, t.data<uint8_t>());
+      return absl::OkStatus();
+    }
     default:
       return absl::UnimplementedError(
           absl::StrCat(ctx, ": unsupported dtype ", DataTypeOnnxName(t.dtype())));
@@ -114,7 +150,8 @@ absl::Status ReadExternal(const onnx::TensorProto& p, const ExternalDataPolicy& 
     close(fd);
     return Bad(ctx, absl::StrCat("external_data '", location, "' is not a regular file"));
   }
-  int64_t need = ir::NumElementsOf(dims) * static_cast<int64_t>(DataTypeSize(dt));
+  const int64_t n = ir::NumElementsOf(dims);
+  const int64_t need = OnnxPayloadBytes(dt, n);
   auto outside = [&]() {
     close(fd);
     // offset + length may overflow int64 here: print the two numbers, not their sum.
@@ -127,6 +164,10 @@ absl::Status ReadExternal(const onnx::TensorProto& p, const ExternalDataPolicy& 
   if (length < 0) length = st.st_size - offset;
   if (length != need) {
     close(fd);
+    if (PackedBits(dt) != 0) {
+      return Bad(ctx, absl::StrCat("external_data length ", length, " != dims ",
+                                   ir::DimsToString(dims), " need ", Need(dt, need, " bytes")));
+    }
     return Bad(ctx,
                absl::StrCat("external_data length ", length, " != dims ", ir::DimsToString(dims),
                             " x ", DataTypeSize(dt), " bytes = ", need));
@@ -138,7 +179,10 @@ absl::Status ReadExternal(const onnx::TensorProto& p, const ExternalDataPolicy& 
     return Bad(ctx, std::string(alloc.status().message()));
   }
   t = std::move(alloc).value();
-  char* dst = static_cast<char*>(t.raw_data());
+  // The packed types are read into a buffer of their ONNX size and unpacked after.
+  std::vector<uint8_t> packed(PackedBits(dt) != 0 ? static_cast<size_t>(length) : 0);
+  char* dst = PackedBits(dt) != 0 ? reinterpret_cast<char*>(packed.data())
+                                  : static_cast<char*>(t.raw_data());
   int64_t done = 0;
   while (done < length) {
     ssize_t r = pread(fd, dst + done, length - done, offset + done);
@@ -149,6 +193,7 @@ absl::Status ReadExternal(const onnx::TensorProto& p, const ExternalDataPolicy& 
     done += r;
   }
   close(fd);
+  if (PackedBits(dt) != 0) UnpackLowBit(dt, packed.data(), n, t.data<uint8_t>());
   return absl::OkStatus();
 }
 
@@ -250,19 +295,30 @@ absl::StatusOr<ir::Tensor> TensorFromProto(const onnx::TensorProto& p,
   if (p.data_location() == onnx::TensorProto::EXTERNAL) {
     RETURN_IF_ERROR(ReadExternal(p, external, dt, dims, t, context));
   } else if (p.has_raw_data()) {
-    if (static_cast<int64_t>(p.raw_data().size()) != n * esize) {
+    const int64_t need = OnnxPayloadBytes(dt, n);
+    if (static_cast<int64_t>(p.raw_data().size()) != need) {
+      if (PackedBits(dt) != 0) {
+        return Bad(context,
+                   absl::StrCat("raw_data has ", p.raw_data().size(), " bytes but dims ",
+                                ir::DimsToString(dims), " need ", Need(dt, need, " bytes")));
+      }
       return Bad(context,
                  absl::StrCat("raw_data has ", p.raw_data().size(), " bytes but dims ",
                               ir::DimsToString(dims), " x ", esize, " bytes need ", n * esize));
     }
     ASSIGN_OR_RETURN(t, allocate());
-    std::memcpy(t.raw_data(), p.raw_data().data(), t.byte_size());
+    if (PackedBits(dt) != 0) {
+      UnpackLowBit(dt, reinterpret_cast<const uint8_t*>(p.raw_data().data()), n, t.data<uint8_t>());
+    } else {
+      std::memcpy(t.raw_data(), p.raw_data().data(), t.byte_size());
+    }
   } else {
     int64_t have = p.float_data_size() + p.double_data_size() + p.int64_data_size() +
                    p.uint64_data_size() + p.int32_data_size();
-    if (have != n) {
+    const int64_t want = TypedValueCount(dt, n);
+    if (have != want) {
       return Bad(context, absl::StrCat("holds ", have, " values but dims ", ir::DimsToString(dims),
-                                       " need ", n));
+                                       " need ", Need(dt, want, "")));
     }
     ASSIGN_OR_RETURN(t, allocate());
     RETURN_IF_ERROR(CopyTypedData(p, t, context));
@@ -273,12 +329,24 @@ absl::StatusOr<ir::Tensor> TensorFromProto(const onnx::TensorProto& p,
   return t;
 }
 
+absl::string_view TensorProtoPayload(const ir::Tensor& t, std::string* storage) {
+  if (PackedBits(t.dtype()) == 0) {
+    return absl::string_view(static_cast<const char*>(t.raw_data()), t.byte_size());
+  }
+  storage->resize(static_cast<size_t>(OnnxPayloadBytes(t.dtype(), t.num_elements())));
+  PackLowBit(t.dtype(), t.data<uint8_t>(), t.num_elements(),
+             reinterpret_cast<uint8_t*>(storage->data()));
+  return *storage;
+}
+
 void TensorToProto(const ir::Tensor& t, const std::string& name, onnx::TensorProto* p) {
   p->Clear();
   if (!name.empty()) p->set_name(name);
   p->set_data_type(static_cast<int32_t>(t.dtype()));
   for (int64_t d : t.dims()) p->add_dims(d);
-  p->set_raw_data(t.raw_data(), t.byte_size());
+  std::string packed;
+  const absl::string_view payload = TensorProtoPayload(t, &packed);
+  p->set_raw_data(payload.data(), payload.size());
 }
 
 absl::StatusOr<std::pair<std::string, ir::Tensor>> ParseNamedTensorProto(
@@ -313,7 +381,7 @@ constexpr char kRawDataTag = (9 << 3) | 2;
 }  // namespace
 
 int64_t SerializedTensorProtoSize(const ir::Tensor& t, const std::string& name) {
-  const auto payload = static_cast<uint64_t>(t.byte_size());
+  const auto payload = static_cast<uint64_t>(OnnxPayloadBytes(t.dtype(), t.num_elements()));
   return static_cast<int64_t>(HeaderProto(t, name).ByteSizeLong() + 1 +
                               google::protobuf::io::CodedOutputStream::VarintSize64(payload) +
                               payload);
@@ -333,7 +401,7 @@ absl::StatusOr<std::string> TensorProtoHead(const ir::Tensor& t, const std::stri
   // and length; the payload follows.
   std::string head = HeaderProto(t, name).SerializeAsString();
   head.push_back(kRawDataTag);
-  uint64_t n = static_cast<uint64_t>(t.byte_size());
+  uint64_t n = static_cast<uint64_t>(OnnxPayloadBytes(t.dtype(), t.num_elements()));
   while (n >= 0x80) {
     head.push_back(static_cast<char>((n & 0x7f) | 0x80));
     n >>= 7;
@@ -346,8 +414,10 @@ absl::StatusOr<std::string> SerializeTensorProto(const ir::Tensor& t, const std:
   ASSIGN_OR_RETURN(std::string out, TensorProtoHead(t, name));
   // The payload is copied once, not into the message and again into its serialization.
   try {
-    out.reserve(out.size() + t.byte_size());
-    out.append(static_cast<const char*>(t.raw_data()), t.byte_size());
+    std::string packed;
+    const absl::string_view payload = TensorProtoPayload(t, &packed);
+    out.reserve(out.size() + payload.size());
+    out.append(payload.data(), payload.size());
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError(absl::StrCat("out of memory serializing tensor '", name,
                                                      "' (", out.size() + t.byte_size(), " bytes)"));

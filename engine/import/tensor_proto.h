@@ -1,6 +1,7 @@
 // ONNX TensorProto <-> ir::Tensor, with the validation the importer relies on: dtype known,
 // dims non-negative and without overflow, payload size equal to dims x dtype size, and external
-// data confined to the model's own folder.
+// data confined to the model's own folder. The one place ONNX's packed layout of int4, uint4,
+// float4e2m1, int2 and uint2 is read and written (Kiln holds one element per byte).
 #pragma once
 
 #include <cstdint>
@@ -51,6 +52,11 @@ absl::StatusOr<ir::Tensor> TensorFromProto(const onnx::TensorProto& proto,
 /// Fills `proto` (dims, data_type, raw_data, name).
 void TensorToProto(const ir::Tensor& t, const std::string& name, onnx::TensorProto* proto);
 
+/// The raw_data payload of `t` in ONNX's layout: a view of the tensor's own bytes, except for
+/// the packed types (int4, uint4, float4e2m1: two elements per byte; int2, uint2: four), which
+/// are packed into `storage` and viewed there. The one way a writer gets a tensor's payload.
+absl::string_view TensorProtoPayload(const ir::Tensor& t, std::string* storage);
+
 /// Parses a serialized TensorProto (the ONNX backend-test `input_N.pb` files).
 absl::StatusOr<ir::Tensor> ParseTensorProto(absl::string_view bytes, const std::string& context);
 
@@ -66,8 +72,9 @@ inline constexpr int64_t kMaxTensorProtoBytes = INT32_MAX;
 int64_t SerializedTensorProtoSize(const ir::Tensor& t, const std::string& name);
 
 /// The serialized TensorProto of `t` named `name` up to its payload: `head + payload bytes` is
-/// the whole message, so a writer can send the payload straight from the tensor. ResourceExhausted
-/// naming `name` when the message would pass protobuf's 2 GiB limit.
+/// the whole message (the payload as TensorProtoPayload gives it), so a writer can send the
+/// payload straight from the tensor. ResourceExhausted naming `name` when the message would
+/// pass protobuf's 2 GiB limit.
 absl::StatusOr<std::string> TensorProtoHead(const ir::Tensor& t, const std::string& name);
 
 /// Serialises a tensor as a TensorProto (raw_data): TensorProtoHead then the payload.

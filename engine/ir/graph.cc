@@ -8,6 +8,70 @@
 
 namespace kiln::ir {
 
+const char* ValueKindName(ValueKind k) {
+  switch (k) {
+    case ValueKind::kTensor:
+      return "tensor";
+    case ValueKind::kSequence:
+      return "sequence";
+    case ValueKind::kOptionalTensor:
+      return "optional tensor";
+    case ValueKind::kOptionalSequence:
+      return "optional sequence";
+  }
+  return "?";
+}
+
+bool IsContainerOp(OpType op) {
+  switch (op) {
+    case OpType::kSequenceEmpty:
+    case OpType::kSequenceConstruct:
+    case OpType::kSequenceInsert:
+    case OpType::kSequenceErase:
+    case OpType::kSequenceAt:
+    case OpType::kSequenceLength:
+    case OpType::kSplitToSequence:
+    case OpType::kConcatFromSequence:
+    case OpType::kSequenceMap:
+    case OpType::kOptional:
+    case OpType::kOptionalHasElement:
+    case OpType::kOptionalGetElement:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool HasSubgraphs(OpType op) {
+  return op == OpType::kIf || op == OpType::kLoop || op == OpType::kScan ||
+         op == OpType::kSequenceMap;
+}
+
+bool Node::TouchesContainers() const {
+  if (IsContainerOp(op)) return true;
+  for (const Value* v : inputs) {
+    if (v && v->kind != ValueKind::kTensor) return true;
+  }
+  for (const Value* v : outputs) {
+    if (v && v->kind != ValueKind::kTensor) return true;
+  }
+  return false;
+}
+
+bool Node::HasSubgraphAttributes() const {
+  for (const auto& [key, a] : attrs) {
+    if (a.type == Attribute::Type::kGraph) return true;
+  }
+  return false;
+}
+
+std::string ValueTypeName(ValueKind k, DataType dtype) {
+  std::string t = absl::StrCat("tensor(", DataTypeOnnxName(dtype), ")");
+  if (ElementKind(k) == ValueKind::kSequence) t = absl::StrCat("seq(", t, ")");
+  if (IsOptionalKind(k)) t = absl::StrCat("optional(", t, ")");
+  return t;
+}
+
 const char* AttributeTypeName(Attribute::Type t) {
   switch (t) {
     case Attribute::Type::kFloat:

@@ -45,10 +45,39 @@ struct Shape {
 
 class Node;
 
+/// The ONNX type of a value: a tensor (nearly always), a sequence of tensors (seq(tensor)), or
+/// an optional tensor or sequence. A value's `dtype` and `shape` describe the tensor, or each
+/// element of the sequence. At run time a sequence is a Tensor of kind kSequence and an empty
+/// optional one of kind kNone (ir/tensor.h).
+enum class ValueKind : uint8_t { kTensor, kSequence, kOptionalTensor, kOptionalSequence };
+
+/// "tensor", "sequence", "optional tensor", "optional sequence".
+const char* ValueKindName(ValueKind k);
+/// The ONNX spelling of a value's type: "tensor(float)", "seq(tensor(float))",
+/// "optional(seq(tensor(int64)))".
+std::string ValueTypeName(ValueKind k, DataType dtype);
+inline bool IsOptionalKind(ValueKind k) {
+  return k == ValueKind::kOptionalTensor || k == ValueKind::kOptionalSequence;
+}
+/// kSequence for kSequence and kOptionalSequence, else kTensor: what an optional holds.
+inline ValueKind ElementKind(ValueKind k) {
+  return k == ValueKind::kSequence || k == ValueKind::kOptionalSequence ? ValueKind::kSequence
+                                                                        : ValueKind::kTensor;
+}
+
+/// True for the ops of sequences and optionals (SequenceConstruct, SequenceAt, SplitToSequence,
+/// ConcatFromSequence, SequenceMap, Optional, OptionalGetElement, ...).
+bool IsContainerOp(OpType op);
+
+/// True for the ops whose attributes hold subgraphs (If, Loop, Scan, SequenceMap): the import,
+/// the build and the runtime handle them as graphs of their own.
+bool HasSubgraphs(OpType op);
+
 /// A named value: graph input, initializer, or node output.
 struct Value {
   int id = -1;
   std::string name;
+  ValueKind kind = ValueKind::kTensor;
   DataType dtype = DataType::kUndefined;
   Shape shape;
   Node* producer = nullptr;
@@ -77,6 +106,12 @@ class Node {
 
   /// "[node 'conv1' (Conv) #12]": the context every node error message starts with.
   std::string Label() const;
+  /// True when the node is a sequence/optional op or reads or writes a sequence or an optional
+  /// (Identity, If, Loop passing one on): such nodes run at their authored types.
+  bool TouchesContainers() const;
+  /// True when an attribute holds a subgraph (If, Loop, Scan, SequenceMap, FlexAttention's
+  /// score_mod...): such a node runs only where its subgraphs can (never in constant folding).
+  bool HasSubgraphAttributes() const;
 
   const Attribute* attr(const std::string& key) const;
   bool has_attr(const std::string& key) const { return attr(key) != nullptr; }

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/common/half.h"
+#include "engine/common/lowbit.h"
 #include "engine/common/status.h"
 
 namespace kiln::ir {
@@ -70,7 +71,34 @@ Tensor Tensor::Borrow(DataType dtype, std::vector<int64_t> dims, void* data,
   return t;
 }
 
+Tensor Tensor::Sequence(DataType elem_dtype, std::vector<Tensor> elements) {
+  Tensor t;
+  t.dtype_ = elem_dtype;
+  t.kind_ = TensorKind::kSequence;
+  t.elements_ = std::make_shared<const std::vector<Tensor>>(std::move(elements));
+  return t;
+}
+
+Tensor Tensor::None(DataType elem_dtype) {
+  Tensor t;
+  t.dtype_ = elem_dtype;
+  t.kind_ = TensorKind::kNone;
+  return t;
+}
+
+const std::vector<Tensor>& Tensor::elements() const {
+  static const std::vector<Tensor>* const kEmpty = new std::vector<Tensor>();
+  return elements_ ? *elements_ : *kEmpty;
+}
+
 Tensor Tensor::Clone() const {
+  if (kind_ == TensorKind::kNone) return *this;
+  if (kind_ == TensorKind::kSequence) {
+    std::vector<Tensor> copies;
+    copies.reserve(elements().size());
+    for (const Tensor& e : elements()) copies.push_back(e.Clone());
+    return Sequence(dtype_, std::move(copies));
+  }
   if (!defined()) return Tensor();
   Tensor t = *Allocate(dtype_, dims_);
   if (byte_size() > 0) std::memcpy(t.data_, data_, byte_size());
@@ -160,7 +188,8 @@ double ElementAsDouble(const Tensor& t, int64_t i) {
     case DataType::kBool:
       return t.data<uint8_t>()[i] ? 1.0 : 0.0;
     default:
-      return 0.0;
+      // float8, float4e2m1, int4, uint4, int2, uint2: one element per byte, decoded exactly.
+      return IsLowBit(t.dtype()) ? LowBitToDouble(t.dtype(), t.data<uint8_t>()[i]) : 0.0;
   }
 }
 

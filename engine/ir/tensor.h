@@ -20,10 +20,32 @@ int64_t NumElementsOf(absl::Span<const int64_t> dims);
 /// "[2,3,4]".
 std::string DimsToString(absl::Span<const int64_t> dims);
 
-/// A dense tensor. The buffer is 64-byte aligned when allocated here.
+/// What a run-time value is: a dense tensor (nearly always), an ONNX sequence of tensors
+/// (seq(tensor)), or an ONNX optional without a value. An optional holding a value is that
+/// tensor or sequence itself: the graph's ValueKind says the value is optional.
+enum class TensorKind : uint8_t { kDense, kSequence, kNone };
+
+/// A dense tensor, or (kind() != kDense) a sequence of tensors or an empty optional. The buffer
+/// is 64-byte aligned when allocated here.
+///
+/// Sequences and empty optionals have no buffer of their own (num_elements() 0, raw_data()
+/// null), so code that walks the elements of a tensor does nothing with them; their dtype is the
+/// element type. Their elements own (share) their storage, never an arena slot: a sequence
+/// lives as long as any copy of it, across the nodes and iterations that pass it on.
 class Tensor {
  public:
   Tensor() = default;
+
+  /// A sequence of `elements` (each dense, of `elem_dtype`; the caller checks).
+  static Tensor Sequence(DataType elem_dtype, std::vector<Tensor> elements);
+  /// An optional without a value; `elem_dtype` is its element type (may be kUndefined).
+  static Tensor None(DataType elem_dtype);
+
+  TensorKind kind() const { return kind_; }
+  bool is_sequence() const { return kind_ == TensorKind::kSequence; }
+  bool is_none() const { return kind_ == TensorKind::kNone; }
+  /// The elements of a sequence (empty for any other kind).
+  const std::vector<Tensor>& elements() const;
 
   /// Allocates a zero-filled tensor. Fails on negative dims, overflow or more than `max_bytes`.
   static absl::StatusOr<Tensor> Allocate(DataType dtype, std::vector<int64_t> dims);
@@ -40,7 +62,8 @@ class Tensor {
   int64_t dim(int i) const { return dims_[i]; }
   int64_t num_elements() const { return num_elements_; }
   size_t byte_size() const { return static_cast<size_t>(num_elements_) * DataTypeSize(dtype_); }
-  bool defined() const { return dtype_ != DataType::kUndefined; }
+  /// A value is present: a dense tensor with a dtype, a sequence or an empty optional.
+  bool defined() const { return dtype_ != DataType::kUndefined || kind_ != TensorKind::kDense; }
 
   void* raw_data() { return data_; }
   const void* raw_data() const { return data_; }
@@ -53,7 +76,7 @@ class Tensor {
     return static_cast<const T*>(data_);
   }
 
-  /// A deep copy with its own storage.
+  /// A deep copy with its own storage (of every element, for a sequence).
   Tensor Clone() const;
 
   /// Same storage, new dims with the same element count (caller checks).
@@ -61,6 +84,8 @@ class Tensor {
 
  private:
   DataType dtype_ = DataType::kUndefined;
+  TensorKind kind_ = TensorKind::kDense;
+  std::shared_ptr<const std::vector<Tensor>> elements_;  // kSequence only
   std::vector<int64_t> dims_;
   int64_t num_elements_ = 0;
   void* data_ = nullptr;

@@ -41,6 +41,16 @@ class KernelContext {
   virtual absl::StatusOr<ir::Tensor*> output(int i, DataType dtype, std::vector<int64_t> dims) = 0;
   /// False when output `i` is omitted in the graph (optional output nobody asked for).
   virtual bool output_requested(int i) const = 0;
+  /// Makes output `i` `value` itself, sharing its storage: a sequence, an empty optional, or
+  /// (for an optional or sequence output's element) a dense tensor that owns its storage —
+  /// never one over an arena slot or an input's buffer, which later nodes reuse. Its kind must
+  /// fit the output's (ir::ValueKind) and its dtype the output's. Contexts that cannot hold
+  /// such values (build-time folding, probes) refuse.
+  virtual absl::Status set_output(int i, ir::Tensor value) {
+    (void)i;
+    (void)value;
+    return absl::UnimplementedError("sequences and optionals are not run here");
+  }
   /// Interior taps, for the accuracy report (DESIGN.md §7): a fused kernel may offer the value
   /// of a tensor it keeps inside, the output of its member at position `member` of the node's
   /// `sources`, as `n` floats. Returns where to write them, or nullptr when nobody asked (plain

@@ -171,11 +171,11 @@ class Lowering {
       // The dtype this node reads the slot at: T-typed slots follow the node's precision, fixed
       // ones and authored non-fp32 ones (double) keep their authored dtype.
       DataType want = authored_[v->id];
-      // If / Loop / Scan feed their subgraphs the authored types: the subgraphs' interfaces
-      // keep them, as an engine's do (their nodes are lowered inside).
-      const bool control_flow =
-          n.op == ir::OpType::kIf || n.op == ir::OpType::kLoop || n.op == ir::OpType::kScan;
-      if (!FixedInput(n, i) && Retypable(want) && !control_flow) want = pdt;
+      // If / Loop / Scan / SequenceMap feed their subgraphs the authored types: the subgraphs'
+      // interfaces keep them, as an engine's do (their nodes are lowered inside). Sequences and
+      // optionals keep their authored types too (a Cast takes no sequence).
+      const bool authored_types = ir::HasSubgraphs(n.op) || n.TouchesContainers();
+      if (!FixedInput(n, i) && Retypable(want) && !authored_types) want = pdt;
       if (v->dtype != want) {
         ASSIGN_OR_RETURN(n.inputs[i], Convert(v, want, n));
       }
@@ -184,6 +184,7 @@ class Lowering {
     for (int k = 0; k < n.num_outputs(); ++k) {
       ir::Value* v = n.outputs[k];
       if (!v || !Retypable(authored_[v->id]) || FixedOutput(n, k)) continue;
+      if (n.TouchesContainers()) continue;  // authored types, as its inputs
       if (v->dtype == pdt) continue;
       changed_output = true;
       Record(v->name, v->dtype, pdt,
@@ -257,6 +258,12 @@ class Lowering {
         break;
       case ir::OpType::kEyeLike:
         n.attrs["dtype"] = ir::Attribute::Int(static_cast<int64_t>(pdt));
+        break;
+      case ir::OpType::kHannWindow:
+      case ir::OpType::kHammingWindow:
+      case ir::OpType::kBlackmanWindow:
+      case ir::OpType::kMelWeightMatrix:
+        n.attrs["output_datatype"] = ir::Attribute::Int(static_cast<int64_t>(pdt));
         break;
       case ir::OpType::kConstant:
       case ir::OpType::kConstantOfShape: {

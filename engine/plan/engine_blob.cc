@@ -223,6 +223,9 @@ absl::Status CheckMemoryPlan(const v1::EngineMetadata& meta, const std::vector<i
           es == 0 || n < 0 ? " (no static size)" : absl::StrCat(" (", n * es, " bytes)")));
     }
     if (v.constant) return Corrupt(absl::StrCat(what, ": the tensor is a constant"));
+    if (v.kind != ir::ValueKind::kTensor) {
+      return Corrupt(absl::StrCat(what, ": the value is a ", ir::ValueKindName(v.kind)));
+    }
   }
   for (int idx : meta.graph_inputs()) {
     if (slot_of[idx] >= 0) {
@@ -330,6 +333,14 @@ absl::StatusOr<std::unique_ptr<Engine>> Rebuild(v1::EngineMetadata meta, const c
     if (!v.ok()) return Corrupt(absl::StrCat("tensor ", i, " '", t.name(), "' is duplicated"));
     ir::Value* val = *v;
     val->dtype = DataTypeFromOnnx(t.dtype());
+    if (t.kind() < v1::TensorInfo::TENSOR || t.kind() > v1::TensorInfo::OPTIONAL_SEQUENCE) {
+      return Corrupt(absl::StrCat("tensor ", i, " '", t.name(), "' has unknown kind ", t.kind()));
+    }
+    val->kind = static_cast<ir::ValueKind>(t.kind());
+    if (val->kind != ir::ValueKind::kTensor && t.is_constant()) {
+      return Corrupt(absl::StrCat("tensor ", i, " '", t.name(), "' is a constant ",
+                                  ir::ValueKindName(val->kind)));
+    }
     val->shape.rank_known = t.rank_known();
     for (const auto& d : t.dims()) {
       val->shape.dims.push_back(d.value() >= 0 ? ir::Dim::Static(d.value())
@@ -515,6 +526,7 @@ absl::StatusOr<std::string> WriteEngine(const ir::Graph& graph, const std::vecto
     v1::TensorInfo* t = meta.add_tensors();
     t->set_name(v->name);
     t->set_dtype(static_cast<int32_t>(v->dtype));
+    t->set_kind(static_cast<v1::TensorInfo::Kind>(v->kind));
     t->set_rank_known(v->shape.rank_known);
     auto enc = encodings.find(v->id);
     const WeightEncoding* e = enc != encodings.end() && v->constant ? &enc->second : nullptr;

@@ -37,9 +37,31 @@ std::vector<bool> ShapeDerivedValues(const ir::Graph& g, const std::vector<ir::N
   return derived;
 }
 
+// The int32 sums of an integer GEMM or convolution (MatMulInteger, ConvInteger), with their
+// bias added (Add, Sub) or cast to float: they exceed fp16 (an int8 3x3x64 convolution sums past
+// 1e5; fp16 stops at 65504), so dynamic quantization's Cast of them, the bias added to them and
+// its Mul by the scales (which brings them back to the activation's range) are the integer
+// arithmetic's, never reduced.
+bool IsIntegerSums(const ir::Value* v, int depth = 0) {
+  if (v == nullptr || v->producer == nullptr || depth > 8) return false;
+  const ir::Node& p = *v->producer;
+  if (p.op == ir::OpType::kMatMulInteger || p.op == ir::OpType::kConvInteger) return true;
+  if (p.op != ir::OpType::kCast && p.op != ir::OpType::kAdd && p.op != ir::OpType::kSub) {
+    return false;
+  }
+  return std::any_of(p.inputs.begin(), p.inputs.end(),
+                     [depth](const ir::Value* in) { return IsIntegerSums(in, depth + 1); });
+}
+
 // A node computes in floating point when one of its outputs is floating, or (comparisons,
 // IsNaN, ArgMax, ...) it reads a floating input; Shape and Size only read dims.
 bool ComputesFloating(const ir::Node& n) {
+  if ((n.op == ir::OpType::kCast || n.op == ir::OpType::kMul || n.op == ir::OpType::kAdd ||
+       n.op == ir::OpType::kSub) &&
+      std::any_of(n.inputs.begin(), n.inputs.end(),
+                  [](const ir::Value* v) { return IsIntegerSums(v); })) {
+    return false;
+  }
   if (n.op == ir::OpType::kShape || n.op == ir::OpType::kSize) return false;
   // QLinearConv / QLinearMatMul read fp32 scales but compute in integers (int32 accumulators,
   // integer outputs): like MatMulInteger / ConvInteger they are never reduced. Nor is
@@ -49,13 +71,15 @@ bool ComputesFloating(const ir::Node& n) {
       n.op == ir::OpType::kDynamicQuantizeLinear) {
     return false;
   }
+  // NonMaxSuppression computes indices: its IoU and score thresholds compared in fp16 would move
+  // the boundary (1/7 becomes 0.14282), so it always selects at the authored precision.
+  if (n.op == ir::OpType::kNonMaxSuppression) return false;
   // BitCast reinterprets bits: its input and output are the bits they are, at their authored
   // dtypes (precision_lowering.cc fixes both slots), so no precision applies to it.
   if (n.op == ir::OpType::kBitCast) return false;
-  // If / Loop / Scan pass values to their subgraphs, whose nodes carry their own precision.
-  if (n.op == ir::OpType::kIf || n.op == ir::OpType::kLoop || n.op == ir::OpType::kScan) {
-    return false;
-  }
+  // If / Loop / Scan / SequenceMap pass values to their subgraphs, whose nodes carry their own
+  // precision; sequences and optionals are passed on at their authored types.
+  if (ir::HasSubgraphs(n.op) || n.TouchesContainers()) return false;
   for (const ir::Value* v : n.outputs) {
     if (IsFloat(v)) return true;
   }

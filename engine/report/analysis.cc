@@ -47,6 +47,13 @@ class AloneContext final : public kernels::KernelContext {
   bool output_requested(int i) const override {
     return i < node_.num_outputs() && node_.outputs[i] != nullptr;
   }
+  absl::Status set_output(int i, ir::Tensor value) override {
+    if (i < 0 || i >= node_.num_outputs()) {
+      return absl::InternalError(absl::StrCat(node_.Label(), " set output ", i));
+    }
+    outputs_[i] = std::move(value);  // a sequence or an optional: shared, never written to
+    return absl::OkStatus();
+  }
   absl::StatusOr<ir::Tensor*> output(int i, DataType dtype, std::vector<int64_t> dims) override {
     if (i < 0 || i >= node_.num_outputs()) {
       return absl::InternalError(absl::StrCat(node_.Label(), " asked for output ", i));

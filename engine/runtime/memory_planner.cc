@@ -88,7 +88,8 @@ MemoryPlan PlanMemory(const ir::Graph& graph, const std::vector<ir::Node*>& orde
       if (slot_of[in->id] >= 0 && last_use[in->id] == i && reads == 1) view_of = in;
     }
     for (const ir::Value* v : node.outputs) {
-      if (!v || v->is_graph_output || v->constant) continue;
+      // Sequences and optionals hold tensors of their own (ir/tensor.h), never an arena slot.
+      if (!v || v->is_graph_output || v->constant || v->kind != ir::ValueKind::kTensor) continue;
       if (!v->shape.is_static() || DataTypeSize(v->dtype) == 0) {
         ++plan.dynamic_values;
         continue;

@@ -62,6 +62,26 @@ class SessionRunner final : public kernels::SubgraphRunner {
 
 namespace {
 
+// Whether run-time `t` may be the value of `v` (output `k` of `n`): its kind fits v's (a dense
+// tensor an optional tensor or a tensor, a sequence an optional sequence or a sequence, an
+// empty optional an optional) and its dtype is v's.
+absl::Status FitsValue(const ir::Node& n, int k, const ir::Value& v, const ir::Tensor& t) {
+  const ir::ValueKind elem = ir::ElementKind(v.kind);
+  const bool fits = t.is_none() ? ir::IsOptionalKind(v.kind)
+                                : (t.is_sequence() == (elem == ir::ValueKind::kSequence));
+  const char* got = t.is_none() ? "an empty optional" : t.is_sequence() ? "a sequence" : "a tensor";
+  if (!fits) {
+    return absl::InternalError(absl::StrCat(n.Label(), " output ", k, " '", v.name, "' is ",
+                                            ir::ValueTypeName(v.kind, v.dtype), ", got ", got));
+  }
+  if (t.dtype() != v.dtype && !(t.is_none() && t.dtype() == DataType::kUndefined)) {
+    return absl::InternalError(absl::StrCat(n.Label(), " output ", k, " '", v.name, "' is ",
+                                            ir::ValueTypeName(v.kind, v.dtype), ", got ", got,
+                                            " of ", DataTypeOnnxName(t.dtype())));
+  }
+  return absl::OkStatus();
+}
+
 // The context a kernel sees for one node in one run.
 class NodeContext final : public kernels::KernelContext {
  public:
@@ -99,6 +119,18 @@ class NodeContext final : public kernels::KernelContext {
   bool output_requested(int i) const override {
     return i < node_.num_outputs() && node_.outputs[i] != nullptr;
   }
+  absl::Status set_output(int i, ir::Tensor value) override {
+    if (i < 0 || i >= node_.num_outputs()) {
+      return absl::InternalError(
+          absl::StrCat(node_.Label(), " kernel set output ", i, " of ", node_.num_outputs()));
+    }
+    const ir::Value* v = node_.outputs[i];
+    if (v == nullptr) return absl::OkStatus();  // omitted: nobody reads it
+    RETURN_IF_ERROR(FitsValue(node_, i, *v, value));
+    values_[v->id] = std::move(value);
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<ir::Tensor*> output(int i, DataType dtype, std::vector<int64_t> dims) override {
     if (i < 0 || i >= node_.num_outputs()) {
       return absl::InternalError(
@@ -289,11 +321,32 @@ absl::Status Session::CheckInputs(const std::vector<ir::Tensor>& inputs) const {
     const ir::Value* v = gin[i];
     const ir::Tensor& t = inputs[i];
     std::string what = absl::StrCat("input ", i, " '", v->name, "'");
+    const bool kind_fits =
+        t.is_none() ? ir::IsOptionalKind(v->kind)
+                    : t.is_sequence() == (ir::ElementKind(v->kind) == ir::ValueKind::kSequence);
+    if (!kind_fits) {
+      return absl::InvalidArgumentError(absl::StrCat(what, " must be ",
+                                                     ir::ValueTypeName(v->kind, v->dtype), ", got ",
+                                                     t.is_none()       ? "an empty optional"
+                                                     : t.is_sequence() ? "a sequence"
+                                                                       : "a tensor"));
+    }
+    if (t.is_sequence()) {
+      for (size_t e = 0; e < t.elements().size(); ++e) {
+        if (t.elements()[e].is_sequence() || t.elements()[e].is_none() ||
+            t.elements()[e].dtype() != v->dtype) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              what, " element ", e, " must be a tensor of ", DataTypeOnnxName(v->dtype)));
+        }
+      }
+    }
+    if (t.is_none() && t.dtype() == DataType::kUndefined) continue;
     if (t.dtype() != v->dtype) {
       return absl::InvalidArgumentError(absl::StrCat(what, " must be ", DataTypeOnnxName(v->dtype),
                                                      ", got ", DataTypeOnnxName(t.dtype())));
     }
-    if (!v->shape.rank_known) continue;
+    // A sequence's shape is its elements', which may differ from one another: not checked.
+    if (!v->shape.rank_known || t.kind() != ir::TensorKind::kDense) continue;
     if (t.rank() != v->shape.rank()) {
       return absl::InvalidArgumentError(absl::StrCat(what, " must have shape ", v->shape.ToString(),
                                                      ", got ", ir::DimsToString(t.dims())));

@@ -1,6 +1,6 @@
 // BitCast and TensorScatter through the whole build (import, shape inference, precision,
 // kernels, run), and the errors for ONNX dtypes Kiln does not have: they name the type
-// ("float8e4m3fn", "int4") and the tensor or node, not a number.
+// ("float6e2m3", "complex64") and the tensor or node, not a number.
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -126,45 +126,46 @@ TEST(BitCastBuildTest, WidthMismatchFailsTheBuildNamingTheNode) {
 }
 
 TEST(UnsupportedDtypeTest, NamesTheOnnxTypeAndTheTensorOrNode) {
-  // A graph input of float8e4m3fn (17).
+  // A graph input of float6e2m3 (27).
   onnx::ModelProto in = ReluBitCastModel();
-  in.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->set_elem_type(17);
+  in.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->set_elem_type(27);
   auto a = builder::BuildEngine(SerializeModel(in), {}, nullptr);
   ASSERT_FALSE(a.ok());
   EXPECT_EQ(a.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(a.status().message(), HasSubstr("'x' has unsupported dtype float8e4m3fn"));
-  // BitCast to int4 (22): the node and the attribute.
+  EXPECT_THAT(a.status().message(), HasSubstr("'x' has unsupported dtype float6e2m3"));
+  // BitCast to float6e3m2 (28): the node and the attribute.
   onnx::ModelProto to = ReluBitCastModel();
-  to.mutable_graph()->mutable_node(1)->mutable_attribute(0)->set_i(22);
+  to.mutable_graph()->mutable_node(1)->mutable_attribute(0)->set_i(28);
   to.mutable_graph()->mutable_output(0)->mutable_type()->mutable_tensor_type()->clear_elem_type();
   auto b = builder::BuildEngine(SerializeModel(to), {}, nullptr);
   ASSERT_FALSE(b.ok());
   EXPECT_EQ(b.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(b.status().message(),
-              HasSubstr("[node 'bits' (BitCast) #1] unsupported dtype int4: attribute 'to' = 22"));
-  // Cast to float4e2m1 (23).
+  EXPECT_THAT(
+      b.status().message(),
+      HasSubstr("[node 'bits' (BitCast) #1] unsupported dtype float6e3m2: attribute 'to' = 28"));
+  // Cast to complex64 (14).
   onnx::ModelProto cast = EmptyModel(26);
   onnx::GraphProto* g = cast.mutable_graph();
   AddTensorValueInfo(g->mutable_input(), "x", {4});
-  AddIntAttribute(AddOnnxNode(g, "Cast", {"x"}, {"y"}, "to_fp4"), "to", 23);
+  AddIntAttribute(AddOnnxNode(g, "Cast", {"x"}, {"y"}, "to_c64"), "to", 14);
   g->add_output()->set_name("y");
   auto c = builder::BuildEngine(SerializeModel(cast), {}, nullptr);
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(c.status().message(), HasSubstr("[node 'to_fp4' (Cast)"));
-  EXPECT_THAT(c.status().message(), HasSubstr("unsupported dtype float4e2m1"));
-  // An initializer of uint2 (25): the tensor is named.
+  EXPECT_THAT(c.status().message(), HasSubstr("[node 'to_c64' (Cast)"));
+  EXPECT_THAT(c.status().message(), HasSubstr("unsupported dtype complex64"));
+  // An initializer of float6e2m3 (27): the tensor is named.
   onnx::ModelProto init = ReluBitCastModel();
   onnx::TensorProto* w = init.mutable_graph()->add_initializer();
   w->set_name("w2");
-  w->set_data_type(25);
+  w->set_data_type(27);
   w->add_dims(1);
   w->add_int32_data(1);
   auto d = builder::BuildEngine(SerializeModel(init), {}, nullptr);
   ASSERT_FALSE(d.ok());
   EXPECT_EQ(d.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(d.status().message(), HasSubstr("w2"));
-  EXPECT_THAT(d.status().message(), HasSubstr("unsupported dtype uint2"));
+  EXPECT_THAT(d.status().message(), HasSubstr("unsupported dtype float6e2m3"));
 }
 
 // past: float[2, 4, 2], update: float[2, 1, 2], write_indices: int64[2] -> TensorScatter "kv".

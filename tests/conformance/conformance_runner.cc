@@ -116,6 +116,26 @@ std::vector<Case> FindCases(const std::string& root) {
 }
 
 std::string Compare(const ir::Tensor& got, const ir::Tensor& want, const std::string& what) {
+  // Sequences element by element; an empty optional equals only an empty optional.
+  if (got.kind() != want.kind()) {
+    auto name = [](const ir::Tensor& t) {
+      return t.is_none() ? "an empty optional" : t.is_sequence() ? "a sequence" : "a tensor";
+    };
+    return absl::StrCat(what, ": got ", name(got), ", expected ", name(want));
+  }
+  if (want.is_none()) return "";
+  if (want.is_sequence()) {
+    if (got.elements().size() != want.elements().size()) {
+      return absl::StrCat(what, ": a sequence of ", got.elements().size(), " tensors, expected ",
+                          want.elements().size());
+    }
+    for (size_t e = 0; e < want.elements().size(); ++e) {
+      std::string d =
+          Compare(got.elements()[e], want.elements()[e], absl::StrCat(what, " element ", e));
+      if (!d.empty()) return d;
+    }
+    return "";
+  }
   if (got.dtype() != want.dtype()) {
     return absl::StrCat(what, ": dtype ", DataTypeOnnxName(got.dtype()), " != expected ",
                         DataTypeOnnxName(want.dtype()));
@@ -124,7 +144,8 @@ std::string Compare(const ir::Tensor& got, const ir::Tensor& want, const std::st
     return absl::StrCat(what, ": shape ", ir::DimsToString(got.dims()), " != expected ",
                         ir::DimsToString(want.dims()));
   }
-  bool exact = !IsFloating(want.dtype());
+  // float8/float4 compare by decoded value (ElementAsDouble), NaN equal to NaN; int4/int2 exactly.
+  bool exact = !IsFloating(want.dtype()) && !IsLowBitFloat(want.dtype());
   int64_t bad = 0, first = -1;
   double worst = 0;
   for (int64_t i = 0; i < want.num_elements(); ++i) {
@@ -225,8 +246,8 @@ std::string RunCase(const Case& c) {
     sets.push_back({std::move(*in), {std::move(*want)}});
   } else {
     for (const std::string& ds : c.data_sets) {
-      auto ins = tools::ReadTensorDir(ds, "input");
-      auto outs = ins.ok() ? tools::ReadTensorDir(ds, "output") : ins;
+      auto ins = tools::ReadTensorDir(ds, "input", &eng->graph->inputs());
+      auto outs = ins.ok() ? tools::ReadTensorDir(ds, "output", &eng->graph->outputs()) : ins;
       for (const auto* r : {&ins, &outs}) {
         if (r->ok()) continue;
         if (r->status().code() == absl::StatusCode::kUnimplemented) {

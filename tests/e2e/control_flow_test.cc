@@ -15,6 +15,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/onnx_models.h"
+#include "tests/testing/run_model.h"
 
 namespace kiln {
 namespace {
@@ -23,17 +24,12 @@ using testing::AddFloatInitializer;
 using testing::AddOnnxNode;
 using testing::AddSubgraph;
 using testing::AddTensorValueInfo;
+using testing::BuildAndRun;
+using testing::Floats;
 using ::testing::HasSubstr;
-
-onnx::ModelProto NewModel(int64_t opset = 17) {
-  onnx::ModelProto m;
-  m.set_ir_version(8);
-  auto* imp = m.add_opset_import();
-  imp->set_domain("");
-  imp->set_version(opset);
-  m.mutable_graph()->set_name("control_flow");
-  return m;
-}
+using testing::NewModel;
+using testing::Scalar;
+using testing::Values;
 
 // A ValueInfo whose negative dims are the symbol `symbol` (known only at run time).
 void AddDynamicValueInfo(google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>* list,
@@ -51,37 +47,6 @@ void AddIntAttr(onnx::NodeProto* node, const std::string& name, int64_t v) {
   a->set_name(name);
   a->set_type(onnx::AttributeProto::INT);
   a->set_i(v);
-}
-
-ir::Tensor Floats(std::vector<int64_t> dims, std::vector<float> v) {
-  ir::Tensor t = *ir::Tensor::Allocate(DataType::kF32, std::move(dims));
-  std::memcpy(t.raw_data(), v.data(), v.size() * sizeof(float));
-  return t;
-}
-
-template <typename T>
-ir::Tensor Scalar(DataType dt, T v) {
-  ir::Tensor t = *ir::Tensor::Allocate(dt, {});
-  *static_cast<T*>(t.raw_data()) = v;
-  return t;
-}
-
-std::vector<float> Values(const ir::Tensor& t) {
-  const float* p = t.data<float>();
-  return std::vector<float>(p, p + t.num_elements());
-}
-
-// Builds (blob written and loaded again) and runs `m`.
-absl::StatusOr<std::vector<ir::Tensor>> BuildAndRun(const onnx::ModelProto& m,
-                                                    const std::vector<ir::Tensor>& inputs,
-                                                    builder::BuildOptions opts = {}) {
-  ASSIGN_OR_RETURN(builder::BuildResult built,
-                   builder::BuildEngine(testing::SerializeModel(m), opts, nullptr));
-  ASSIGN_OR_RETURN(std::unique_ptr<plan::Engine> engine,
-                   plan::LoadEngineFromBytes(std::make_shared<std::string>(built.blob)));
-  ASSIGN_OR_RETURN(auto session,
-                   runtime::Session::Create(std::shared_ptr<plan::Engine>(std::move(engine))));
-  return session->Run(inputs);
 }
 
 // y = If(c) then (x + h) else (x * h), with h = x + w computed outside: the branches capture

@@ -219,8 +219,8 @@ struct Data {
 absl::StatusOr<Data> DataOf(const ModelCase& c, const ir::Graph& imported) {
   Data d;
   if (!c.data.empty()) {
-    ASSIGN_OR_RETURN(d.inputs, tools::ReadTensorDir(c.data, "input"));
-    ASSIGN_OR_RETURN(d.outputs, tools::ReadTensorDir(c.data, "output"));
+    ASSIGN_OR_RETURN(d.inputs, tools::ReadTensorDir(c.data, "input", &imported.inputs()));
+    ASSIGN_OR_RETURN(d.outputs, tools::ReadTensorDir(c.data, "output", &imported.outputs()));
     for (size_t i = 0; i < d.inputs.size() && i < imported.inputs().size(); ++i) {
       d.inputs[i] = AsBFloat16IfBits(d.inputs[i], imported.inputs()[i]->dtype);
     }
@@ -298,7 +298,7 @@ std::string BuildAndRun(const ir::Graph& imported, const Data& data, const std::
   for (size_t k = 0; k < data.outputs.size(); ++k) {
     const ir::Tensor& g = (*got)[k];
     const ir::Tensor w = AsBFloat16IfBits(data.outputs[k], g.dtype());
-    if (g.dtype() != w.dtype() || g.dims() != w.dims()) {
+    if (g.kind() != w.kind() || g.dtype() != w.dtype() || g.dims() != w.dims()) {
       return absl::StrCat("run: output ", k, " is ", DataTypeOnnxName(g.dtype()),
                           ir::DimsToString(g.dims()), ", the test data's ",
                           DataTypeOnnxName(w.dtype()), ir::DimsToString(w.dims()));

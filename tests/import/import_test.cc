@@ -149,16 +149,30 @@ TEST(ImportBytes, NestingDeeperThanRecursionLimit) {
   ExpectError(Import(m), absl::StatusCode::kInvalidArgument, {"recursion limit"});
 }
 
-TEST(ImportBytes, ShallowSequenceInputIsUnimplemented) {
+TEST(ImportBytes, MapAndNestedSequenceInputsAreUnimplemented) {
+  // Sequences of tensors and optionals are values Kiln runs; maps and sequences of sequences
+  // are not.
   onnx::ModelProto m = AddReluMulModel();
   onnx::ValueInfoProto* vi = m.mutable_graph()->add_input();
-  vi->set_name("seq");
+  vi->set_name("table");
+  vi->mutable_type()->mutable_map_type()->set_key_type(onnx::TensorProto::INT64);
   vi->mutable_type()
+      ->mutable_map_type()
+      ->mutable_value_type()
+      ->mutable_tensor_type()
+      ->set_elem_type(onnx::TensorProto::FLOAT);
+  ExpectError(Import(m), absl::StatusCode::kUnimplemented, {"'table'", "a map"});
+  onnx::ModelProto n = AddReluMulModel();
+  vi = n.mutable_graph()->add_input();
+  vi->set_name("seqs");
+  vi->mutable_type()
+      ->mutable_sequence_type()
+      ->mutable_elem_type()
       ->mutable_sequence_type()
       ->mutable_elem_type()
       ->mutable_tensor_type()
       ->set_elem_type(onnx::TensorProto::FLOAT);
-  ExpectError(Import(m), absl::StatusCode::kUnimplemented, {"'seq'", "sequence"});
+  ExpectError(Import(n), absl::StatusCode::kUnimplemented, {"'seqs'", "nested containers"});
 }
 
 // ---- Versions ----------------------------------------------------------------------------
@@ -462,19 +476,20 @@ TEST(ImportShapes, SliceWithConstantBoundsHasAStaticShape) {
 TEST(ImportOps, UnimplementedOpsAreListedTogether) {
   onnx::ModelProto m = AddReluMulModel();
   onnx::GraphProto* g = m.mutable_graph();
-  AddOnnxNode(g, "STFT", {"x", "x"}, {"stft_out"}, "my_stft");
+  AddOnnxNode(g, "ImageDecoder", {"x"}, {"img_out"}, "my_decoder");
   AddOnnxNode(g, "Bernoulli", {"x"}, {"b_out"}, "my_bernoulli");
-  AddOnnxNode(g, "SequenceEmpty", {}, {"seq_out"}, "my_seq");
-  ExpectError(
-      Import(m), absl::StatusCode::kUnimplemented,
-      {"3 node(s)", "'my_stft' (STFT)", "'my_bernoulli' (Bernoulli)", "'my_seq' (SequenceEmpty)"});
+  AddOnnxNode(g, "StringSplit", {"x"}, {"s_out", "n_out"}, "my_split");
+  ExpectError(Import(m), absl::StatusCode::kUnimplemented,
+              {"3 node(s)", "'my_decoder' (ImageDecoder)", "'my_bernoulli' (Bernoulli)",
+               "'my_split' (StringSplit)"});
 }
 
 TEST(ImportOps, UnknownAndUnimplementedTogetherAreInvalidAndListAll) {
   onnx::ModelProto m = AddReluMulModel();
-  AddOnnxNode(m.mutable_graph(), "STFT", {"x", "x"}, {"stft_out"}, "my_stft");
+  AddOnnxNode(m.mutable_graph(), "ImageDecoder", {"x"}, {"img_out"}, "my_decoder");
   AddOnnxNode(m.mutable_graph(), "Frobnicate", {"x"}, {"f1"}, "frob");
-  ExpectError(Import(m), absl::StatusCode::kInvalidArgument, {"'my_stft' (STFT)", "'frob'"});
+  ExpectError(Import(m), absl::StatusCode::kInvalidArgument,
+              {"'my_decoder' (ImageDecoder)", "'frob'"});
 }
 
 TEST(ImportOps, UnknownDomain) {

@@ -71,16 +71,37 @@ TEST(BitCastTest, BytesAndBool) {
   EXPECT_THAT(Values<uint8_t>(to_bool), ElementsAre(0, 1, 1, 1));
 }
 
+TEST(BitCastTest, FourBitTypesKeepTheirFourBits) {
+  // Kiln holds int4 -1 as byte 0xff and uint4 15 as 0x0f: the same four bits, re-extended.
+  ir::Tensor u =
+      RunNodeOk0(BitCast(MakeTensor<int8_t>({3}, {-1, -8, 7}, DataType::kI4), DataType::kU4));
+  EXPECT_EQ(u.dtype(), DataType::kU4);
+  EXPECT_THAT(Values<uint8_t>(u), ElementsAre(15, 8, 7));
+  ir::Tensor i = RunNodeOk0(BitCast(u, DataType::kI4));
+  EXPECT_THAT(Values<int8_t>(i), ElementsAre(-1, -8, 7));
+  // float4e2m1 code 0xa is -1.0; the same bits as int4 -6.
+  ir::Tensor f =
+      RunNodeOk0(BitCast(MakeTensor<int8_t>({1}, {-6}, DataType::kI4), DataType::kF4E2M1));
+  EXPECT_THAT(Values<uint8_t>(f), ElementsAre(0x0a));
+}
+
 TEST(BitCastTest, Errors) {
   const ir::Tensor x = MakeFloat({2}, {1, 2});
   ExpectNodeError(BitCast(x, DataType::kI16), absl::StatusCode::kInvalidArgument,
                   "float (32 bits) as int16 (16 bits)");
   ExpectNodeError(BitCast(x, DataType::kF64), absl::StatusCode::kInvalidArgument, "same bit width");
-  // ONNX types Kiln has no DataType for are named, not numbered.
+  // Low-bit widths are ONNX's (int4 is 4 bits, although Kiln stores it in a byte).
   ExpectNodeError({OpType::kBitCast, {{"to", IntAttr(17)}}, {x}, 1, 26},
-                  absl::StatusCode::kUnimplemented, "unsupported dtype float8e4m3fn");
-  ExpectNodeError({OpType::kBitCast, {{"to", IntAttr(22)}}, {x}, 1, 26},
-                  absl::StatusCode::kUnimplemented, "unsupported dtype int4");
+                  absl::StatusCode::kInvalidArgument, "float (32 bits) as float8e4m3fn (8 bits)");
+  ExpectNodeError({OpType::kBitCast,
+                   {{"to", IntAttr(22)}},
+                   {MakeTensor<uint8_t>({1}, {1}, DataType::kU8)},
+                   1,
+                   26},
+                  absl::StatusCode::kInvalidArgument, "uint8 (8 bits) as int4 (4 bits)");
+  // ONNX types Kiln has no DataType for are named, not numbered.
+  ExpectNodeError({OpType::kBitCast, {{"to", IntAttr(27)}}, {x}, 1, 26},
+                  absl::StatusCode::kUnimplemented, "unsupported dtype float6e2m3");
   ExpectNodeError({OpType::kBitCast, {{"to", IntAttr(1000)}}, {x}, 1, 26},
                   absl::StatusCode::kUnimplemented, "unsupported dtype number 1000");
   ExpectNodeError({OpType::kBitCast, {}, {x}, 1, 26}, absl::StatusCode::kInvalidArgument,

@@ -58,6 +58,10 @@ class Case:
     tolerance = {"*": (1e-4, 1e-4)}
     # The reference: ONNX Runtime with its graph optimisations (False: the graph as written).
     reference_optimized = True
+    # Why Kiln cannot build or run this model yet, per policy ("*": every policy; empty: it must
+    # pass). A known failure's FAIL row is reported as KNOWN, not failed; a policy listed here
+    # that passes fails the test (a stale entry).
+    known_failure = {}
 
     def __init__(self, name):
         self.name = name
@@ -311,26 +315,29 @@ DDDD_TEXTS = ["A7K9X", "3PQ8"]
 
 
 class DdddOcrCase(Case):
-    """ddddocr's default ('beta') model: each captcha (text rendered with grain noise) at height
-    64, gray /255, one call each -> [T, 1, 8210] scores; the task is the CTC-decoded text
-    (CHARSET_BETA of the same wheel)."""
+    """ddddocr's beta model (common.onnx, `DdddOcr(beta=True)`): each captcha (text rendered
+    with grain noise) at height 64, gray /255, one call each -> [T, 1, 8210] scores; the task is
+    the CTC-decoded text (CHARSET_BETA of the same wheel)."""
     # Raw scores (|s| up to ~36) after 21 convolutions and a bidirectional LSTM over ~25 steps:
     # fp32 reordering of ~1e3-term sums ~1e-5 relative (ONNX Runtime optimised vs
     # unoptimised: 1.1e-5 absolute); 1e-3 absolute (3e-5 of the scale) + 1e-4 relative.
     tolerance = {"*": (1e-3, 1e-4)}
+    texts = DDDD_TEXTS
+    charset_name = "CHARSET_BETA"
+    px = 5
 
     def prepare(self, path):
         super().prepare(path)
         with open(os.path.join(self.aux, "charsets.py"), encoding="utf-8") as f:
             tree = ast.parse(f.read())
         self.charset = next(ast.literal_eval(n.value) for n in tree.body
-                            if isinstance(n, ast.Assign) and n.targets[0].id == "CHARSET_BETA")
+                            if isinstance(n, ast.Assign) and n.targets[0].id == self.charset_name)
 
     def evaluate(self, infer):
         rng = np.random.default_rng(3)
         outputs, texts = {}, []
-        for k, text in enumerate(DDDD_TEXTS):
-            img = synth.render_text(text, px=5).astype(np.float32)
+        for k, text in enumerate(self.texts):
+            img = synth.render_text(text, px=self.px).astype(np.float32)
             img = np.clip(img + rng.normal(0, 12, img.shape), 0, 255)
             x = (synth.resize(img, 64) / 255.0)[None, None].astype(np.float32)
             scores = next(iter(infer({"input1": x}).values()))
@@ -341,9 +348,29 @@ class DdddOcrCase(Case):
 
     def sanity(self, ref):
         # The captcha model reads case-insensitively (its charset's Latin letters are lower).
-        want = [t.lower() for t in DDDD_TEXTS]
+        want = [t.lower() for t in self.texts]
         got = [t.lower() for t in ref.task]
-        return [] if got == want else [f"reads {ref.task}, not {DDDD_TEXTS}"]
+        return [] if got == want else [f"reads {ref.task}, not {self.texts}"]
+
+
+class DdddOcrQuantCase(DdddOcrCase):
+    """ddddocr's default OCR model (common_old.onnx, which `ddddocr.DdddOcr()` loads), dynamically
+    quantized by ONNX Runtime's tool: ConvInteger x21, MatMulInteger, DynamicQuantizeLinear x22,
+    com.microsoft DynamicQuantizeLSTM. Same preprocessing (height 64, gray /255) -> [T, 1, 8210];
+    the task is the CTC-decoded text over CHARSET_OLD."""
+    # Ill-conditioned at fp32, like every dynamically quantized model: each DynamicQuantizeLinear
+    # rounds to a uint8 step, so an fp32 difference of an ulp flips the roundings of values on a
+    # step's edge and the flips cascade through 21 convolutions and the LSTM. Measured with ONNX
+    # Runtime as written on five captchas: perturbing the input by 1e-7 / 1e-6 / 1e-5 relative
+    # (what reordering a sum does) moves the scores (scale ~34) by up to 0.41 / 0.83 / 0.58.
+    # 1.5 absolute covers that; the texts are compared exactly on top (these two captchas were
+    # chosen for their top-1 vs top-2 score margins, >= 2.1 at every step, above 2 x 0.83).
+    tolerance = {"*": (1.5, 0)}
+    texts = ["7K9X", "2024"]
+    charset_name = "CHARSET_OLD"
+    px = 6
+    # Its ConvInteger sums reach 1.8e5, past fp16: their Cast to float and the Mul by the scales
+    # stay fp32 under every policy (precision/assign.cc, IsIntegerSums).
 
 
 DDDD_CHARS = [(20, 20, "K", 4, (20, 20, 200)), (60, 150, "7", 4, (200, 30, 30)),
@@ -458,7 +485,8 @@ def pypi_cases():
     return [SileroStreamCase("silero_vad"), SileroStreamCase("silero_vad_ifless"),
             SileroSequenceCase("silero_vad_seq"), PaddleDetCase("ppocr_det"),
             PaddleRecCase("ppocr_rec"), PaddleClsCase("ppocr_cls"), DdddOcrCase("ddddocr_ocr"),
-            DdddDetCase("ddddocr_det"), MagikaCase("magika"), SmartTurnCase("smart_turn")]
+            DdddOcrQuantCase("ddddocr_ocr_quant"), DdddDetCase("ddddocr_det"), MagikaCase("magika"),
+            SmartTurnCase("smart_turn")]
 
 
 # ---- committed PyTorch exports -------------------------------------------------------------

@@ -104,6 +104,16 @@ MODELS = {
         task="captcha reading: CTC-decoded text",
         aux=[("ddddocr/charsets.py",
               "ae99cf71e1dd738d50d2c2d2bf8544c16a7d23452e9b64346d3ac4dbff83510f", "charsets.py")]),
+    "ddddocr_ocr_quant": dict(
+        wheel="ddddocr", member="ddddocr/common_old.onnx",
+        sha256="b8f2ad9cbc1f2e3922a6cb9459e30824e7e2467f3fb4fd61420640e34ea0bf68",
+        producer="onnx.quantize 0.1.0 (ONNX Runtime's quantizer, dynamic format)", opset=12, ir=6,
+        ops="ConvInteger x21, DynamicQuantizeLinear x22, MatMulInteger x1, "
+            "com.microsoft.DynamicQuantizeLSTM x1 (bidirectional, hidden 512, int8 W/R)",
+        task="captcha reading with ddddocr's default model (DdddOcr() loads it): CTC-decoded "
+             "text (CHARSET_OLD)",
+        aux=[("ddddocr/charsets.py",
+              "ae99cf71e1dd738d50d2c2d2bf8544c16a7d23452e9b64346d3ac4dbff83510f", "charsets.py")]),
     "ddddocr_det": dict(
         wheel="ddddocr", member="ddddocr/common_det.onnx",
         sha256="6faa8ea85a8c1a634e5050c4a138fca10f30194e0d7abbe9ade1fcd423af6ed6",

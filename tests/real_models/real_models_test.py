@@ -9,7 +9,8 @@ model's tolerance is justified in cases.py) and so must the task result; under
 `fp32-layernorm` and `bf16-layernorm` the task result must be the same as ONNX Runtime's (CTC
 text, class argmax, boxes above a threshold, speech/non-speech decisions; for the PyTorch
 exports, outputs within a bound derived from the type's unit roundoff). A model that does not
-build or run fails: nothing here is expected to fail.
+build or run fails, except a case with a `known_failure` (cases.py: what Kiln lacks for it),
+whose failures are reported as KNOWN; such a case that passes fails, so the entry is removed.
 
 usage: real_models_test.py [--kiln BIN] [--only NAME[,NAME]]... [--policy P]... [--cache DIR]
                            [--json OUT] [--keep DIR] [--self-check]
@@ -184,6 +185,20 @@ def run_case(case, policies, kiln, work, self_check):
             rows.append((policy, "FAIL", "match: " + "; ".join(bad) + extra + secs))
         else:
             rows.append((policy, "ok", "; ".join(m for _, m in checks) + extra + secs))
+    if case.known_failure and not self_check:
+        # A known failure's build / run / match failure is reported, not failed; a policy listed
+        # as a known failure that passes fails, so that the entry is removed.
+        out = []
+        for p, s, m in rows:
+            why = case.known_failure.get(p, case.known_failure.get("*")) if p in policies else None
+            if why and s == "FAIL":
+                out.append((p, "KNOWN", f"known failure ({why}): {m}"))
+            elif why:
+                out.append((p, "FAIL", f"listed as a known failure ({why}) but passes: remove "
+                            f"it from known_failure; {m}"))
+            else:
+                out.append((p, s, m))
+        rows = out
     return rows
 
 
@@ -236,7 +251,8 @@ def main():
         work_ctx.cleanup()
 
     passed = sum(1 for r in results if r[2] == "ok")
-    failed = sum(1 for r in results if r[2] != "ok")
+    known = sum(1 for r in results if r[2] == "KNOWN")
+    failed = sum(1 for r in results if r[2] not in ("ok", "KNOWN"))
     print(f"\n{'model':20} {'policy':15} status")
     for name, policy, status, msg in results:
         first = msg.split(";")[0]
@@ -249,7 +265,7 @@ def main():
             json.dump({"results": [dict(model=n, policy=p, status=s, message=m)
                                    for n, p, s, m in results],
                        "skipped": [dict(model=n, reason=w) for n, w in skipped]}, f, indent=1)
-    print(f"{passed} passed, {failed} failed, {len(skipped)} skipped")
+    print(f"{passed} passed, {failed} failed, {known} known failure(s), {len(skipped)} skipped")
     if failed:
         return 1
     return SKIP if skipped else 0

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/common/lowbit.h"
 #include "engine/kernels/cpu/ref/common.h"
 #include "engine/kernels/cpu/ref/register.h"
 
@@ -39,10 +40,11 @@ absl::StatusOr<DataType> BitCastTarget(const ir::Node& node, DataType from) {
                                                : OnnxDataTypeName(static_cast<int32_t>(to->i)),
         ": attribute 'to' = ", to->i));
   }
-  if (from != DataType::kUndefined && DataTypeSize(from) != DataTypeSize(dt)) {
+  // ONNX widths (int4 is 4 bits although Kiln stores it in a byte).
+  if (from != DataType::kUndefined && DataTypeBits(from) != DataTypeBits(dt)) {
     return InvalidNode(node, "cannot reinterpret ", DataTypeOnnxName(from), " (",
-                       8 * DataTypeSize(from), " bits) as ", DataTypeOnnxName(dt), " (",
-                       8 * DataTypeSize(dt), " bits): BitCast requires the same bit width");
+                       DataTypeBits(from), " bits) as ", DataTypeOnnxName(dt), " (",
+                       DataTypeBits(dt), " bits): BitCast requires the same bit width");
   }
   return dt;
 }
@@ -64,6 +66,12 @@ class BitCastKernel final : public Kernel {
       const uint8_t* src = x->data<uint8_t>();
       uint8_t* dst = y->data<uint8_t>();
       for (int64_t i = 0; i < x->num_elements(); ++i) dst[i] = src[i] != 0 ? 1 : 0;
+    } else if (PackedBits(to_) != 0) {
+      // 4-bit and 2-bit elements: the element's own bits, re-extended as `to` stores them
+      // (int4 -1 is byte 0xff, the same bits as uint4 15, byte 0x0f).
+      const uint8_t* src = x->data<uint8_t>();
+      uint8_t* dst = y->data<uint8_t>();
+      for (int64_t i = 0; i < x->num_elements(); ++i) dst[i] = LowBitStorageByte(to_, src[i]);
     } else if (x->byte_size() > 0 && y->raw_data() != x->raw_data()) {
       ParallelCopy(y->raw_data(), x->raw_data(), x->byte_size());
     }
@@ -164,7 +172,7 @@ class TensorScatterKernel final : public Kernel {
 }  // namespace
 
 void RegisterBitCastTensorScatter(Registry& r) {
-  r.AddRef(ir::OpType::kBitCast, AllTypes(), &BitCastKernel::Create);
+  r.AddRef(ir::OpType::kBitCast, MovementTypes(), &BitCastKernel::Create);
   r.AddRef(ir::OpType::kTensorScatter, AllTypes(), &TensorScatterKernel::Create);
 }
 

@@ -186,6 +186,22 @@ inline std::vector<DataType> AllTypes() {
   v.push_back(DataType::kBool);
   return v;
 }
+/// The low-bit dtypes (float8 x5, float4e2m1, int4, uint4, int2, uint2), one element per byte
+/// inside Kiln: only Cast, CastLike, QuantizeLinear, DequantizeLinear and byte-moving ops take
+/// them.
+inline std::vector<DataType> LowBitTypes() {
+  return {DataType::kF8E4M3FN, DataType::kF8E4M3FNUZ, DataType::kF8E5M2, DataType::kF8E5M2FNUZ,
+          DataType::kF8E8M0,   DataType::kF4E2M1,     DataType::kU4,     DataType::kI4,
+          DataType::kU2,       DataType::kI2};
+}
+/// AllTypes() and LowBitTypes(): ops that only move or reinterpret bytes and whose ONNX schema
+/// lists the low-bit types (Reshape, Identity, Transpose, Constant, Shape, ...).
+inline std::vector<DataType> MovementTypes() {
+  auto v = AllTypes();
+  auto low = LowBitTypes();
+  v.insert(v.end(), low.begin(), low.end());
+  return v;
+}
 
 /// Error with the node's label: `NodeError(node, absl::InvalidArgumentError, "...")`.
 template <typename... Args>

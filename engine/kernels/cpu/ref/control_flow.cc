@@ -11,6 +11,7 @@
 #include "engine/common/status.h"
 #include "engine/kernels/cpu/ref/common.h"
 #include "engine/kernels/cpu/ref/register.h"
+#include "engine/kernels/cpu/ref/subgraphs.h"
 
 namespace kiln::kernels::cpu::ref {
 namespace {
@@ -19,32 +20,6 @@ namespace {
 /// condition): far past what exported decoders and while-loops run (thousands), and low enough
 /// that a runaway loop ends in an error in minutes rather than hanging a build or a server.
 constexpr int64_t kMaxLoopIterations = 10'000'000;
-
-int Captured(const ir::Node& n) { return static_cast<int>(n.GetInt(ir::kCapturedInputsAttr, 0)); }
-
-absl::Status CheckSubgraphs(const ir::Node& n, std::initializer_list<const char*> attrs) {
-  for (const char* a : attrs) {
-    const ir::Attribute* at = n.attr(a);
-    if (at == nullptr || at->type != ir::Attribute::Type::kGraph) {
-      return InvalidNode(n, "needs the subgraph attribute '", a, "'");
-    }
-  }
-  const int captured = Captured(n);
-  if (captured < 0 || captured > n.num_inputs()) {
-    return InvalidNode(n, "attribute '", ir::kCapturedInputsAttr, "' is ", captured, " for ",
-                       n.num_inputs(), " inputs");
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<SubgraphRunner*> Runner(const ir::Node& n, KernelContext& ctx, const char* attr) {
-  SubgraphRunner* r = ctx.subgraph(attr);
-  if (r == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(n.Label(), " subgraph '", attr, "' cannot run here"));
-  }
-  return r;
-}
 
 // A single-element tensor's value as bool / int64.
 absl::StatusOr<bool> ScalarBool(const ir::Node& n, const ir::Tensor& t, const char* what) {
@@ -63,9 +38,10 @@ absl::StatusOr<int64_t> ScalarInt64(const ir::Node& n, const ir::Tensor& t, cons
   return t.data<int64_t>()[0];
 }
 
-// Copies `t` into output `k` (when requested).
+// Copies `t` into output `k` (when requested); a sequence or an empty optional is passed on.
 absl::Status Emit(KernelContext& ctx, int k, const ir::Tensor& t) {
   if (!ctx.output_requested(k)) return absl::OkStatus();
+  if (t.kind() != ir::TensorKind::kDense) return ctx.set_output(k, t);
   ASSIGN_OR_RETURN(ir::Tensor * out, ctx.output(k, t.dtype(), t.dims()));
   if (t.byte_size() > 0) std::memcpy(out->raw_data(), t.raw_data(), t.byte_size());
   return absl::OkStatus();

@@ -433,12 +433,12 @@ absl::Status RunTrilu(const ir::Node& node, KernelContext& ctx) {
 }  // namespace
 
 void RegisterIndexingGenerators(Registry& r) {
-  r.AddRef(ir::OpType::kShape, AllTypes(), CheckedFactory<CheckShape, RunShape>);
-  r.AddRef(ir::OpType::kSize, AllTypes(), CheckedFactory<NoCheck, RunSize>);
+  r.AddRef(ir::OpType::kShape, MovementTypes(), CheckedFactory<CheckShape, RunShape>);
+  r.AddRef(ir::OpType::kSize, MovementTypes(), CheckedFactory<NoCheck, RunSize>);
   // Constant and ConstantOfShape are keyed by their output dtype, which the importer derives
   // from the value attribute. String is listed so a string Constant reaches the factory and
   // gets its clear Unimplemented error instead of a generic "unsupported dtype".
-  std::vector<DataType> constant_types = AllTypes();
+  std::vector<DataType> constant_types = MovementTypes();
   constant_types.push_back(DataType::kString);
   r.AddRef(ir::OpType::kConstant, constant_types, CheckedFactory<CheckConstant, RunConstant>,
            kOutputType);

@@ -5,7 +5,8 @@
 // Quantize: y = saturate(round_half_even(x / scale) + zero_point). Dequantize:
 // y = (x - zero_point) * scale. fp16/bf16 inputs and scales compute in fp32 and each output is
 // rounded once (DESIGN.md §5); int32 data computes in double so no integer is rounded before the
-// arithmetic. float8/int4/float4 types are not Kiln dtypes, so they never reach these kernels.
+// arithmetic. The low-bit types (int4/uint4/int2/uint2 saturating like the wider integers; float8
+// and float4e2m1 with `saturate`; a float8e8m0 scale) convert through engine/common/lowbit.h.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/common/lowbit.h"
 #include "engine/kernels/cpu/ref/common.h"
 #include "engine/kernels/cpu/ref/register.h"
 
@@ -92,8 +94,11 @@ std::vector<C> ReadAs(const ir::Tensor& t) {
   return v;
 }
 
+// The quantized types of QuantizeLinear's y and DequantizeLinear's x (not int32, which only
+// DequantizeLinear reads, and not float8e8m0, which is a scale type only).
 bool IsQuantType(DataType t) {
-  return t == DataType::kU8 || t == DataType::kI8 || t == DataType::kU16 || t == DataType::kI16;
+  return t == DataType::kU8 || t == DataType::kI8 || t == DataType::kU16 || t == DataType::kI16 ||
+         (IsLowBit(t) && t != DataType::kF8E8M0);
 }
 
 absl::Status CheckCommon(const ir::Node& node) {
@@ -121,11 +126,14 @@ absl::StatusOr<DataType> QuantOutputType(const ir::Node& node, DataType zero_poi
     if (node.since_version < 21) {
       return InvalidNode(node, "output_dtype is not defined before opset 21");
     }
-    attr = DataTypeFromOnnx(static_cast<int32_t>(node.GetInt("output_dtype", 0)));
+    const int64_t v = node.GetInt("output_dtype", 0);
+    attr = v < INT32_MIN || v > INT32_MAX ? DataType::kUndefined
+                                          : DataTypeFromOnnx(static_cast<int32_t>(v));
     if (!IsQuantType(attr)) {
       return absl::UnimplementedError(absl::StrCat(
-          node.Label(), " unsupported attribute output_dtype=", node.GetInt("output_dtype", 0),
-          ": only uint8/int8/uint16/int16 are supported"));
+          node.Label(), " unsupported attribute output_dtype=", v,
+          ": only uint8/int8/uint16/int16, the float8 types (not float8e8m0), float4e2m1, "
+          "uint4/int4 and uint2/int2 are supported"));
     }
   }
   if (zero_point != DataType::kUndefined) {
@@ -157,10 +165,18 @@ absl::StatusOr<DataType> QuantPrecision(const ir::Node& node) {
   return p;
 }
 
+// The `saturate` attribute (opset 19, default 1): float8 outputs only.
+absl::StatusOr<bool> QuantSaturate(const ir::Node& node) {
+  const int64_t v = node.GetInt("saturate", 1);
+  if (v != 0 && v != 1) return InvalidNode(node, "attribute saturate must be 0 or 1, got ", v);
+  return v != 0;
+}
+
 absl::Status CheckQuantize(const ir::Node& node) {
   RETURN_IF_ERROR(CheckCommon(node));
   const ir::Value* zp = node.input(2);
   RETURN_IF_ERROR(QuantOutputType(node, zp ? zp->dtype : DataType::kUndefined).status());
+  RETURN_IF_ERROR(QuantSaturate(node).status());
   return QuantPrecision(node).status();
 }
 
@@ -179,8 +195,31 @@ C RoundToPrecision(C q, DataType precision) {
   }
 }
 
-// X: storage type of x; Q: quantized type; C: division type (float, or double for int32 data
-// or precision=double).
+// Calls `f.template operator()<X, C>()` with X the storage type of x and C the division type
+// (float, or double for int32 data or precision=double).
+template <typename F>
+absl::Status WithQuantizeTypes(DataType x, DataType precision, F&& f) {
+  const bool wide = x == DataType::kI32 || precision == DataType::kF64;
+  switch (x) {
+    case DataType::kF32:
+      wide ? f.template operator()<float, double>() : f.template operator()<float, float>();
+      return absl::OkStatus();
+    case DataType::kF16:
+      wide ? f.template operator()<Float16, double>() : f.template operator()<Float16, float>();
+      return absl::OkStatus();
+    case DataType::kBF16:
+      wide ? f.template operator()<BFloat16, double>() : f.template operator()<BFloat16, float>();
+      return absl::OkStatus();
+    case DataType::kI32:
+      f.template operator()<int32_t, double>();
+      return absl::OkStatus();
+    default:
+      return absl::UnimplementedError(
+          absl::StrCat("unsupported QuantizeLinear input dtype ", DataTypeOnnxName(x)));
+  }
+}
+
+// Q: quantized storage type (uint8/int8/uint16/int16).
 template <typename X, typename Q, typename C>
 void QuantizeImpl(const ir::Tensor& x, const ir::Tensor& scale, const ir::Tensor* zp,
                   const QuantLayout& l, DataType precision, ir::Tensor& y) {
@@ -199,61 +238,74 @@ void QuantizeImpl(const ir::Tensor& x, const ir::Tensor& scale, const ir::Tensor
   });
 }
 
-template <typename Q>
-absl::Status QuantizeTo(const ir::Tensor& x, const ir::Tensor& scale, const ir::Tensor* zp,
-                        const QuantLayout& l, DataType precision, ir::Tensor& y) {
-  const bool wide = x.dtype() == DataType::kI32 || precision == DataType::kF64;
-  switch (x.dtype()) {
-    case DataType::kF32:
-      wide ? QuantizeImpl<float, Q, double>(x, scale, zp, l, precision, y)
-           : QuantizeImpl<float, Q, float>(x, scale, zp, l, precision, y);
-      return absl::OkStatus();
-    case DataType::kF16:
-      wide ? QuantizeImpl<Float16, Q, double>(x, scale, zp, l, precision, y)
-           : QuantizeImpl<Float16, Q, float>(x, scale, zp, l, precision, y);
-      return absl::OkStatus();
-    case DataType::kBF16:
-      wide ? QuantizeImpl<BFloat16, Q, double>(x, scale, zp, l, precision, y)
-           : QuantizeImpl<BFloat16, Q, float>(x, scale, zp, l, precision, y);
-      return absl::OkStatus();
-    case DataType::kI32:
-      QuantizeImpl<int32_t, Q, double>(x, scale, zp, l, precision, y);
-      return absl::OkStatus();
-    default:
-      return absl::UnimplementedError(
-          absl::StrCat("unsupported QuantizeLinear input dtype ", DataTypeOnnxName(x.dtype())));
-  }
+// The low-bit outputs (one element per byte). int4/uint4/int2/uint2 round half to even and
+// saturate to their range like the wider integers; the float8 types and float4e2m1 encode
+// x / y_scale + y_zero_point (the zero point's value, usually 0) rounding to nearest even, with
+// `saturate` as lowbit.h describes (float4e2m1 always saturates).
+template <typename X, typename C>
+void QuantizeLowBitImpl(const ir::Tensor& x, const ir::Tensor& scale, const ir::Tensor* zp,
+                        const QuantLayout& l, DataType precision, bool saturate, ir::Tensor& y) {
+  const DataType qtype = y.dtype();
+  const std::vector<C> s = ReadAs<C>(scale);
+  const std::vector<double> z = zp ? ReadAs<double>(*zp) : std::vector<double>(s.size(), 0.0);
+  const X* px = x.data<X>();
+  uint8_t* py = y.data<uint8_t>();
+  const auto [lo, hi] = LowBitIntRange(qtype);
+  const bool integer = IsLowBitInteger(qtype);
+  ForEachQuantElement(l, [&](int64_t e, int64_t si) {
+    const C q = RoundToPrecision<C>(static_cast<C>(Load<X>(px[e])) / s[si], precision);
+    if (integer) {
+      double v = std::isnan(q) ? 0.0 : static_cast<double>(std::nearbyint(q));
+      v = std::min(std::max(v + z[si], static_cast<double>(lo)), static_cast<double>(hi));
+      py[e] = SaturateLowBitInt(qtype, static_cast<int64_t>(v));
+    } else {
+      py[e] = EncodeMiniFloat(qtype, static_cast<double>(q + static_cast<C>(z[si])), saturate);
+    }
+  });
 }
 
 absl::Status RunQuantize(const ir::Node& node, KernelContext& ctx) {
   ASSIGN_OR_RETURN(const ir::Tensor* x, RequireInput(node, ctx, 0));
   ASSIGN_OR_RETURN(const ir::Tensor* scale, RequireInput(node, ctx, 1));
   const ir::Tensor* zp = ctx.input(2);
-  if (!IsFloating(scale->dtype()) && scale->dtype() != DataType::kI32) {
+  if (!IsFloating(scale->dtype()) && scale->dtype() != DataType::kI32 &&
+      scale->dtype() != DataType::kF8E8M0) {
     return InvalidNode(node, "y_scale dtype ", DataTypeOnnxName(scale->dtype()),
-                       " is not float, float16, bfloat16 or int32");
+                       " is not float, float16, bfloat16, int32 or float8e8m0");
   }
   ASSIGN_OR_RETURN(DataType qtype, QuantOutputType(node, zp ? zp->dtype() : DataType::kUndefined));
   ASSIGN_OR_RETURN(DataType precision, QuantPrecision(node));
+  ASSIGN_OR_RETURN(bool saturate, QuantSaturate(node));
   ASSIGN_OR_RETURN(QuantLayout l, MakeLayout(node, *x, *scale, zp));
   ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, qtype, x->dims()));
+  auto to = [&]<typename Q>() {
+    return WithQuantizeTypes(x->dtype(), precision, [&]<typename X, typename C>() {
+      QuantizeImpl<X, Q, C>(*x, *scale, zp, l, precision, *y);
+    });
+  };
   switch (qtype) {
     case DataType::kU8:
-      return QuantizeTo<uint8_t>(*x, *scale, zp, l, precision, *y);
+      return to.template operator()<uint8_t>();
     case DataType::kI8:
-      return QuantizeTo<int8_t>(*x, *scale, zp, l, precision, *y);
+      return to.template operator()<int8_t>();
     case DataType::kU16:
-      return QuantizeTo<uint16_t>(*x, *scale, zp, l, precision, *y);
+      return to.template operator()<uint16_t>();
     case DataType::kI16:
-      return QuantizeTo<int16_t>(*x, *scale, zp, l, precision, *y);
+      return to.template operator()<int16_t>();
     default:
-      return InvalidNode(node, "unsupported quantized dtype ", DataTypeOnnxName(qtype));
+      if (!IsQuantType(qtype)) {
+        return InvalidNode(node, "unsupported quantized dtype ", DataTypeOnnxName(qtype));
+      }
+      return WithQuantizeTypes(x->dtype(), precision, [&]<typename X, typename C>() {
+        QuantizeLowBitImpl<X, C>(*x, *scale, zp, l, precision, saturate, *y);
+      });
   }
 }
 
 // ---- DequantizeLinear -----------------------------------------------------------------------
 
-// The output dtype: output_dtype (opset 23), else x_scale's.
+// The output dtype: output_dtype (opset 23), else x_scale's (which must then be a float type:
+// a float8e8m0 scale needs output_dtype).
 absl::StatusOr<DataType> DequantOutputType(const ir::Node& node, DataType scale) {
   if (node.has_attr("output_dtype") && node.GetInt("output_dtype", 0) != 0) {
     if (node.since_version < 23) {
@@ -265,6 +317,11 @@ absl::StatusOr<DataType> DequantOutputType(const ir::Node& node, DataType scale)
                          node.GetInt("output_dtype", 0));
     }
     return t;
+  }
+  if (scale == DataType::kF8E8M0) {
+    return InvalidNode(node,
+                       "x_scale is float8e8m0, which cannot be the output type: output_dtype "
+                       "(float, float16 or bfloat16) is required");
   }
   return scale;
 }
@@ -281,18 +338,33 @@ absl::Status CheckDequantize(const ir::Node& node) {
   return DequantOutputType(node, scale ? scale->dtype : DataType::kUndefined).status();
 }
 
-// X: quantized storage type, Y: output storage type, C: arithmetic type.
-template <typename X, typename Y, typename C>
-void DequantizeImpl(const ir::Tensor& x, const ir::Tensor& scale, const ir::Tensor* zp,
-                    const QuantLayout& l, ir::Tensor& y) {
+// y[e] = diff(e, s) * scale[s] for every element, Y the output storage type and C the
+// arithmetic type; diff(e, s) is x[e] - zero_point[s] as C.
+template <typename Y, typename C, typename Diff>
+void DequantizeLoop(const ir::Tensor& scale, const QuantLayout& l, ir::Tensor& y, Diff&& diff) {
   const std::vector<C> s = ReadAs<C>(scale);
-  const std::vector<int64_t> z = zp ? ReadAs<int64_t>(*zp) : std::vector<int64_t>(s.size(), 0);
-  const X* px = x.data<X>();
   Y* py = y.data<Y>();
-  ForEachQuantElement(l, [&](int64_t e, int64_t si) {
-    // The difference is exact in int64; it is converted to C once.
-    py[e] = Store<Y>(static_cast<C>(static_cast<int64_t>(px[e]) - z[si]) * s[si]);
-  });
+  ForEachQuantElement(l, [&](int64_t e, int64_t si) { py[e] = Store<Y>(diff(e, si) * s[si]); });
+}
+
+template <typename C, typename Diff>
+absl::Status DequantizeTo(const ir::Tensor& scale, const QuantLayout& l, ir::Tensor& y,
+                          Diff&& diff) {
+  switch (y.dtype()) {
+    case DataType::kF32:
+      DequantizeLoop<float, C>(scale, l, y, diff);
+      break;
+    case DataType::kF16:
+      DequantizeLoop<Float16, C>(scale, l, y, diff);
+      break;
+    case DataType::kBF16:
+      DequantizeLoop<BFloat16, C>(scale, l, y, diff);
+      break;
+    default:
+      return absl::UnimplementedError(
+          absl::StrCat("unsupported DequantizeLinear output dtype ", DataTypeOnnxName(y.dtype())));
+  }
+  return absl::OkStatus();
 }
 
 template <typename X>
@@ -300,21 +372,34 @@ absl::Status DequantizeFrom(const ir::Tensor& x, const ir::Tensor& scale, const 
                             const QuantLayout& l, ir::Tensor& y) {
   // int32 data (accumulators) needs more than fp32's 24-bit mantissa before the multiply.
   using C = std::conditional_t<std::is_same_v<X, int32_t>, double, float>;
-  switch (y.dtype()) {
-    case DataType::kF32:
-      DequantizeImpl<X, float, C>(x, scale, zp, l, y);
-      break;
-    case DataType::kF16:
-      DequantizeImpl<X, Float16, C>(x, scale, zp, l, y);
-      break;
-    case DataType::kBF16:
-      DequantizeImpl<X, BFloat16, C>(x, scale, zp, l, y);
-      break;
-    default:
-      return absl::UnimplementedError(
-          absl::StrCat("unsupported DequantizeLinear output dtype ", DataTypeOnnxName(y.dtype())));
+  const std::vector<int64_t> z =
+      zp ? ReadAs<int64_t>(*zp)
+         : std::vector<int64_t>(static_cast<size_t>(scale.num_elements()), 0);
+  const X* px = x.data<X>();
+  // The difference is exact in int64; it is converted to C once.
+  return DequantizeTo<C>(scale, l, y, [&](int64_t e, int64_t si) {
+    return static_cast<C>(static_cast<int64_t>(px[e]) - z[si]);
+  });
+}
+
+// The low-bit inputs (one element per byte), decoded exactly: int4/uint4/int2/uint2 subtract the
+// zero point in int64 like the wider integers; the float8 types and float4e2m1 subtract the zero
+// point's value (usually 0) in double, so NaN and inf propagate.
+absl::Status DequantizeLowBit(const ir::Tensor& x, const ir::Tensor& scale, const ir::Tensor* zp,
+                              const QuantLayout& l, ir::Tensor& y) {
+  const DataType xt = x.dtype();
+  const uint8_t* px = x.data<uint8_t>();
+  const size_t scales = static_cast<size_t>(scale.num_elements());
+  if (IsLowBitInteger(xt)) {
+    const std::vector<int64_t> z = zp ? ReadAs<int64_t>(*zp) : std::vector<int64_t>(scales, 0);
+    return DequantizeTo<float>(scale, l, y, [&](int64_t e, int64_t si) {
+      return static_cast<float>(static_cast<int64_t>(LowBitToDouble(xt, px[e])) - z[si]);
+    });
   }
-  return absl::OkStatus();
+  const std::vector<double> z = zp ? ReadAs<double>(*zp) : std::vector<double>(scales, 0.0);
+  return DequantizeTo<float>(scale, l, y, [&](int64_t e, int64_t si) {
+    return static_cast<float>(LowBitToDouble(xt, px[e]) - z[si]);
+  });
 }
 
 absl::Status RunDequantize(const ir::Node& node, KernelContext& ctx) {
@@ -326,9 +411,9 @@ absl::Status RunDequantize(const ir::Node& node, KernelContext& ctx) {
                        " differs from x dtype ", DataTypeOnnxName(x->dtype()));
   }
   if (scale->dtype() != DataType::kF32 && scale->dtype() != DataType::kF16 &&
-      scale->dtype() != DataType::kBF16) {
+      scale->dtype() != DataType::kBF16 && scale->dtype() != DataType::kF8E8M0) {
     return InvalidNode(node, "x_scale dtype ", DataTypeOnnxName(scale->dtype()),
-                       " is not float, float16 or bfloat16");
+                       " is not float, float16, bfloat16 or float8e8m0");
   }
   ASSIGN_OR_RETURN(DataType ytype, DequantOutputType(node, scale->dtype()));
   ASSIGN_OR_RETURN(QuantLayout l, MakeLayout(node, *x, *scale, zp));
@@ -345,7 +430,10 @@ absl::Status RunDequantize(const ir::Node& node, KernelContext& ctx) {
     case DataType::kI32:
       return DequantizeFrom<int32_t>(*x, *scale, zp, l, *y);
     default:
-      return InvalidNode(node, "unsupported quantized dtype ", DataTypeOnnxName(x->dtype()));
+      if (!IsQuantType(x->dtype())) {
+        return InvalidNode(node, "unsupported quantized dtype ", DataTypeOnnxName(x->dtype()));
+      }
+      return DequantizeLowBit(*x, *scale, zp, l, *y);
   }
 }
 
@@ -356,9 +444,12 @@ void RegisterIndexingQuant(Registry& r) {
   r.AddRef(ir::OpType::kQuantizeLinear,
            {DataType::kF32, DataType::kF16, DataType::kBF16, DataType::kI32},
            CheckedFactory<CheckQuantize, RunQuantize>);
-  r.AddRef(ir::OpType::kDequantizeLinear,
-           {DataType::kU8, DataType::kI8, DataType::kU16, DataType::kI16, DataType::kI32},
-           CheckedFactory<CheckDequantize, RunDequantize>);
+  std::vector<DataType> dequant = {DataType::kU8, DataType::kI8, DataType::kU16, DataType::kI16,
+                                   DataType::kI32};
+  for (DataType t : LowBitTypes()) {
+    if (IsQuantType(t)) dequant.push_back(t);  // float8e8m0 is a scale type only
+  }
+  r.AddRef(ir::OpType::kDequantizeLinear, dequant, CheckedFactory<CheckDequantize, RunDequantize>);
 }
 
 }  // namespace kiln::kernels::cpu::ref

@@ -524,7 +524,7 @@ absl::StatusOr<std::unique_ptr<Kernel>> CreatePad(const ir::Node& node) {
 
 void RegisterLayout(Registry& r) {
   const auto all = AllTypes();
-  r.AddRef(ir::OpType::kTranspose, all, FunctionKernel<RunTranspose>::Create);
+  r.AddRef(ir::OpType::kTranspose, MovementTypes(), FunctionKernel<RunTranspose>::Create);
   r.AddRef(ir::OpType::kSlice, all, FunctionKernel<RunSlice>::Create);
   r.AddRef(ir::OpType::kPad, all, CreatePad);
   r.AddRef(ir::OpType::kTile, all, FunctionKernel<RunTile>::Create);

@@ -144,6 +144,8 @@ absl::Status RunUnsqueeze(const ir::Node& node, KernelContext& ctx) {
 
 absl::Status RunIdentity(const ir::Node& node, KernelContext& ctx) {
   ASSIGN_OR_RETURN(const ir::Tensor* x, RequireInput(node, ctx, 0));
+  // A sequence or an empty optional is passed on as it is (immutable, owning its elements).
+  if (x->kind() != ir::TensorKind::kDense) return ctx.set_output(0, *x);
   return CopyWithDims(ctx, *x, x->dims());
 }
 
@@ -193,7 +195,7 @@ absl::Status RunDropout(const ir::Node& node, KernelContext& ctx) {
 }  // namespace
 
 void RegisterLayoutShape(Registry& r) {
-  const auto all = AllTypes();
+  const auto all = MovementTypes();  // shape-only: any byte-sized element, low-bit types too
   r.AddRef(ir::OpType::kReshape, all, FunctionKernel<RunReshape>::Create);
   r.AddRef(ir::OpType::kFlatten, all, FunctionKernel<RunFlatten>::Create);
   r.AddRef(ir::OpType::kSqueeze, all, FunctionKernel<RunSqueeze>::Create);

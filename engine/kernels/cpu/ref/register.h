@@ -29,6 +29,34 @@ void RegisterQuantInteger(Registry& r);
 void RegisterRecentOps(Registry& r);
 // bitcast_tensor_scatter.cc: BitCast (opset 26), TensorScatter (opset 24)
 void RegisterBitCastTensorScatter(Registry& r);
+// signal_dft.cc: DFT, STFT
+void RegisterSignalDft(Registry& r);
+// signal_windows.cc: HannWindow, HammingWindow, BlackmanWindow, MelWeightMatrix
+void RegisterSignalWindows(Registry& r);
+// detection_nms.cc: NonMaxSuppression
+void RegisterDetectionNms(Registry& r);
+// detection_roialign.cc: RoiAlign
+void RegisterDetectionRoiAlign(Registry& r);
+// nn_deform_conv.cc: DeformConv
+void RegisterDeformConv(Registry& r);
+// nn_rotary.cc: RotaryEmbedding (opset 23)
+void RegisterRotaryEmbedding(Registry& r);
+// nn_linear_attention.cc: LinearAttention (opset 27)
+void RegisterLinearAttention(Registry& r);
+// nn_causal_conv.cc: CausalConvWithState (opset 27)
+void RegisterCausalConvWithState(Registry& r);
+
+// sequence.cc: Sequence*, SplitToSequence, ConcatFromSequence, SequenceMap, Optional*
+void RegisterSequences(Registry& r);
+
+// ml.cc: ai.onnx.ml ArrayFeatureExtractor, Binarizer, LabelEncoder
+void RegisterMl(Registry& r);
+void RegisterMlTreeEnsemble(Registry& r);  // ml_tree_ensemble.cc: ai.onnx.ml TreeEnsemble
+// training.cc: ai.onnx.preview.training Adagrad, Adam, Momentum
+void RegisterTraining(Registry& r);
+void RegisterFlexAttention(Registry& r);  // flex_attention.cc: ai.onnx.preview FlexAttention
+void RegisterLinalgUnique(Registry& r);   // linalg_unique.cc: Det, Unique, Scatter (opset 9-10)
+void RegisterTfIdf(Registry& r);          // tfidf.cc: TfIdfVectorizer
 
 /// Registers every reference kernel.
 inline void RegisterAll(Registry& r) {
@@ -46,10 +74,25 @@ inline void RegisterAll(Registry& r) {
   RegisterDataOps(r);
   RegisterRecurrent(r);
   RegisterControlFlow(r);
+  RegisterSequences(r);
   RegisterRecentOps(r);
   RegisterBitCastTensorScatter(r);
+  RegisterSignalDft(r);
+  RegisterSignalWindows(r);
+  RegisterDetectionNms(r);
+  RegisterDetectionRoiAlign(r);
+  RegisterDeformConv(r);
+  RegisterRotaryEmbedding(r);
+  RegisterLinearAttention(r);
+  RegisterCausalConvWithState(r);
   RegisterQuantInteger(r);
   RegisterFused(r);
+  RegisterMl(r);
+  RegisterMlTreeEnsemble(r);
+  RegisterTraining(r);
+  RegisterFlexAttention(r);
+  RegisterLinalgUnique(r);
+  RegisterTfIdf(r);
 }
 
 }  // namespace kiln::kernels::cpu::ref

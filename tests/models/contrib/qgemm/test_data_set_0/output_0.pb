@@ -1,0 +1,1 @@
+ByJƒo¨[OœØ¬Bly‰ÍUekaR‘iNØb

@@ -1,0 +1,1 @@
+ByJ0HcNALbLBÊvSS„¤sªN¤ocQzmˆ¡HrZU-›ƒS®ixf·©†§œŒ“Ê„Â
