@@ -235,11 +235,20 @@ std::string ShapeString(const v1::TensorInfo& t) {
   return absl::StrCat("[", absl::StrJoin(parts, ","), "]");
 }
 
-// "name:dtype[dims]" of tensor `i` of `m`; "-" for an omitted one.
+// "name:dtype[dims]" of tensor `i` of `m` ("name:seq(dtype[dims])" for a sequence,
+// "name:optional(...)" for an optional: the dims of the elements); "-" for an omitted one.
 std::string TensorText(const v1::EngineMetadata& m, int i) {
   if (i < 0 || i >= m.tensors_size()) return "-";
   const auto& t = m.tensors(i);
-  return absl::StrCat(t.name(), ":", DataTypeName(DataTypeFromOnnx(t.dtype())), ShapeString(t));
+  std::string type = absl::StrCat(DataTypeName(DataTypeFromOnnx(t.dtype())), ShapeString(t));
+  if (t.kind() == v1::TensorInfo::SEQUENCE || t.kind() == v1::TensorInfo::OPTIONAL_SEQUENCE) {
+    type = absl::StrCat("seq(", type, ")");
+  }
+  if (t.kind() == v1::TensorInfo::OPTIONAL_TENSOR ||
+      t.kind() == v1::TensorInfo::OPTIONAL_SEQUENCE) {
+    type = absl::StrCat("optional(", type, ")");
+  }
+  return absl::StrCat(t.name(), ":", type);
 }
 
 // The kernels of `m` with the nodes each implements; a kernel with subgraphs (If, Loop, Scan)
