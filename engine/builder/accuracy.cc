@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "engine/builder/quantization_reference.h"
 #include "engine/common/cpu_features.h"
 #include "engine/common/status.h"
 #include "engine/import/onnx_importer.h"
@@ -71,27 +73,43 @@ struct OutputCheck {
   double worst_max_abs = 0;
 };
 
-// Reference outputs per sample (f32 copies; non-floating outputs left undefined).
-using SampleOutputs = std::vector<std::vector<ir::Tensor>>;
-
+// Outputs of an engine per sample (f32 copies; non-floating outputs left undefined).
 absl::StatusOr<SampleOutputs> RunOutputs(std::shared_ptr<const plan::Engine> engine,
                                          const std::vector<std::vector<ir::Tensor>>& samples) {
-  ASSIGN_OR_RETURN(auto session, runtime::Session::Create(std::move(engine)));
-  SampleOutputs all;
-  for (const auto& in : samples) {
-    ASSIGN_OR_RETURN(std::vector<ir::Tensor> out, session->Run(in));
-    std::vector<ir::Tensor> f32(out.size());
-    for (size_t i = 0; i < out.size(); ++i) {
-      if (!IsFloating(out[i].dtype())) continue;
-      if (out[i].dtype() == DataType::kF32) {
-        f32[i] = out[i].Clone();
-      } else {
-        ASSIGN_OR_RETURN(f32[i], report::ToF32(out[i]));
+  return RunOutputsF32(std::move(engine), samples);
+}
+
+// The quantization summary (quantization_reference.h), detected on the graph as imported: the
+// build's when it kept it, else imported here from `model_bytes` or the model's `path`. For a
+// QDQ model the reference's outputs are run into `ref_out` (the search reuses them).
+absl::StatusOr<v1::QuantizationSummary> Quantization(
+    const std::string& model_bytes, const std::string& path, const BuildOptions& options,
+    const BuildResult& built, std::shared_ptr<const plan::Engine> reference,
+    const std::vector<std::vector<ir::Tensor>>& samples, const report::Tolerance& tolerance,
+    std::optional<SampleOutputs>& ref_out) {
+  std::shared_ptr<const ir::Graph> imported = built.imported;
+  if (!imported) {
+    std::string bytes;
+    if (model_bytes.empty()) {
+      if (path.empty()) {
+        return absl::InvalidArgumentError(
+            "the accuracy report's quantization summary needs the model (its bytes or path)");
       }
+      ASSIGN_OR_RETURN(bytes, import::ReadFile(path, options.import.max_model_bytes));
     }
-    all.push_back(std::move(f32));
+    ASSIGN_OR_RETURN(
+        std::unique_ptr<ir::Graph> g,
+        import::ImportModel(model_bytes.empty() ? bytes : model_bytes, options.import, nullptr));
+    imported = std::move(g);
   }
-  return all;
+  const QuantizationForm form = DetectQuantization(*imported);
+  if (form.qdq() && !ref_out) {
+    ASSIGN_OR_RETURN(ref_out, RunOutputs(std::move(reference), samples));
+  }
+  std::vector<std::string> names;
+  for (const ir::Value* v : imported->outputs()) names.push_back(v ? v->name : "");
+  return SummarizeQuantization(form, *imported, built.summary.model_sha256, options, samples,
+                               ref_out ? &*ref_out : nullptr, names, tolerance);
 }
 
 OutputCheck Judge(const SampleOutputs& got, const SampleOutputs& ref,
@@ -244,6 +262,7 @@ absl::StatusOr<v1::AccuracyReport> BuildAccuracyReport(
     ASSIGN_OR_RETURN(BuildResult ref_built,
                      path.empty() ? BuildEngine(model_bytes, ref_options, nullptr)
                                   : BuildEngine(std::move(model_bytes), ref_options, nullptr));
+    if (!path.empty()) model_bytes.clear();  // moved from: read again from the path
     ASSIGN_OR_RETURN(reference, plan::LoadEngineFromBytes(
                                     std::make_shared<const std::string>(std::move(ref_built.blob)),
                                     /*trusted=*/true));
@@ -296,6 +315,34 @@ absl::StatusOr<v1::AccuracyReport> BuildAccuracyReport(
   }
   std::vector<int> ranked = analysis->RankedSources();
   analysis.reset();  // the search needs only the outputs
+  // The quantization form, and for a QDQ model the quantization error against its float
+  // computation: separate from the policy's error above, whose reference is the model as
+  // written.
+  std::optional<SampleOutputs> reference_outputs;
+  {
+    auto status_or = Quantization(model_bytes, path, options, built, reference, samples,
+                                  report_options.tolerance, reference_outputs);
+    if (!status_or.ok()) {
+      return absl::Status(status_or.status().code(),
+                          absl::StrCat("accuracy report, ", status_or.status().message()));
+    }
+    *rep.mutable_quantization() = *std::move(status_or);
+  }
+  if (logger) {
+    const v1::QuantizationSummary& q = rep.quantization();
+    std::string measured;
+    if (q.error_measured()) {
+      double worst = 0;
+      for (const auto& o : q.outputs()) {
+        const bool nonfinite = report::NonFiniteErrors(o.error()) > 0;
+        worst = std::max(worst, nonfinite ? INFINITY : o.error().max_abs());
+      }
+      measured =
+          absl::StrFormat(", worst output max_abs %s against the float computation (%.0f ms)",
+                          Sci(worst), q.float_reference_ms());
+    }
+    logger->info("report: quantization: {}{}: {}", q.form(), measured, q.note());
+  }
   if (logger) {
     logger->info("report: {} tensor(s) compared over {} sample(s): {}", rep.tensors_size(),
                  samples.size(), rep.pass() ? "every output passes" : "some output fails");
@@ -315,7 +362,10 @@ absl::StatusOr<v1::AccuracyReport> BuildAccuracyReport(
     v1::Suggestion* sug = rep.mutable_suggestion();
     sug->set_searched(true);
     if (report_options.on_samples_done) report_options.on_samples_done();
-    ASSIGN_OR_RETURN(SampleOutputs ref_out, RunOutputs(reference, samples));
+    if (!reference_outputs) {
+      ASSIGN_OR_RETURN(reference_outputs, RunOutputs(reference, samples));
+    }
+    const SampleOutputs ref_out = *std::move(reference_outputs);
     reference.reset();  // the search builds need the memory
     ASSIGN_OR_RETURN(SampleOutputs cur_out, RunOutputs(engine, samples));
     OutputCheck before = Judge(cur_out, ref_out, report_options.tolerance);

@@ -168,6 +168,53 @@ void AppendVerdicts(const v1::AccuracyReport& r, std::string* out) {
   absl::StrAppend(out, "</tbody></table>\n");
 }
 
+// The quantization form and, for a QDQ model, the quantization error per output; nothing for a
+// report without the summary (`kiln compare`).
+void AppendQuantization(const v1::AccuracyReport& r, std::string* out) {
+  if (!r.has_quantization()) return;
+  const v1::QuantizationSummary& q = r.quantization();
+  absl::StrAppend(out, "<h2>Quantization</h2>\n<dl class=\"meta\" id=\"quantization\">\n");
+  auto row = [out](absl::string_view key, const std::string& html_value) {
+    absl::StrAppend(out, "<dt>", key, "</dt><dd>", html_value, "</dd>\n");
+  };
+  row("form", absl::StrCat("<code>", Esc(q.form().empty() ? "unknown" : q.form()), "</code>"));
+  if (q.activation_pairs_bypassed() + q.weight_pairs_bypassed() > 0) {
+    row("bypassed", absl::StrFormat("%d activation Q&#8594;DQ pair(s), %d on float weights",
+                                    q.activation_pairs_bypassed(), q.weight_pairs_bypassed()));
+  }
+  if (q.weight_dequantize_kept() > 0) {
+    row("quantized weights", absl::StrFormat("%d kept as stored", q.weight_dequantize_kept()));
+  }
+  if (q.integer_ops_size() > 0) {
+    std::string ops;
+    for (const v1::OpCount& c : q.integer_ops()) {
+      absl::StrAppend(&ops, ops.empty() ? "" : ", ", Esc(c.op_type()), " &#215;", c.count());
+    }
+    row("integer ops", ops);
+  }
+  if (!q.note().empty()) row("note", Esc(q.note()));
+  absl::StrAppend(out, "</dl>\n");
+  if (!q.error_measured()) return;
+  absl::StrAppend(out,
+                  "<p class=\"muted\">Quantization error: the model at fp32 (the reference) "
+                  "against its float computation (the float reference), ",
+                  Esc(FormatNumber(q.float_reference_ms())),
+                  " ms. Not part of the verdicts, which judge the policy.</p>\n"
+                  "<table class=\"data\" id=\"quantization-error\"><thead><tr><th>output</th>"
+                  "<th>max_abs</th><th>mean_abs</th><th>max_rel</th><th>cosine</th>"
+                  "<th>snr_db</th><th>NaN / Inf</th><th>outside</th><th>elements</th></tr>"
+                  "</thead><tbody>\n");
+  for (const v1::QuantizationError& o : q.outputs()) {
+    const v1::ErrorStats& e = o.error();
+    absl::StrAppend(out, "<tr><td class=\"name\">", Esc(o.tensor()), "</td>", NumCell(e.max_abs()),
+                    NumCell(e.mean_abs()), NumCell(e.max_rel()),
+                    NumCell(e.cosine(), FormatCosine(e.cosine())), NumCell(e.snr_db()),
+                    NanInfCell(e), OutsideCell(e.fraction_outside()));
+    absl::StrAppendFormat(out, "<td class=\"n\">%d</td></tr>\n", e.elements());
+  }
+  absl::StrAppend(out, "</tbody></table>\n");
+}
+
 // The If / Loop / Scan subgraphs and how their runs compared; nothing for a model without.
 void AppendSubgraphs(const v1::AccuracyReport& r, std::string* out) {
   if (r.subgraphs().runs_size() == 0) return;
@@ -369,6 +416,7 @@ std::string RenderHtml(const v1::AccuracyReport& report) {
                   "</style>\n</head>\n<body>\n");
   AppendHeader(report, &out);
   AppendVerdicts(report, &out);
+  AppendQuantization(report, &out);
   AppendSubgraphs(report, &out);
   AppendChart(report, &out);
   AppendOffenders(report, row_of, &out);

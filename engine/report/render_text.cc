@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "engine/report/render.h"
 #include "engine/report/render_util.h"
 
@@ -60,6 +61,49 @@ void AppendVerdicts(const v1::AccuracyReport& r, std::string* out) {
     rows.push_back({Shorten(o.tensor()), FormatNumber(e.max_abs()), FormatNumber(e.max_rel()),
                     FormatCosine(e.cosine()), FormatPercent(e.fraction_outside()),
                     FormatNonFinite(e), o.pass() ? "pass" : "FAIL"});
+  }
+  absl::StrAppend(out, FormatTable(rows, {false, true, true, true, true, true, false}));
+}
+
+// The quantization form and, for a QDQ model, its quantization error per output (the model at
+// fp32 against its float computation): apart from the verdicts, which judge the policy alone.
+// Nothing for a report without the summary (`kiln compare`).
+void AppendQuantization(const v1::AccuracyReport& r, std::string* out) {
+  if (!r.has_quantization()) return;
+  const v1::QuantizationSummary& q = r.quantization();
+  absl::StrAppend(out, "\nQuantization: ", q.form().empty() ? "unknown" : q.form(), "\n");
+  std::vector<std::string> counts;
+  if (q.activation_pairs_bypassed() + q.weight_pairs_bypassed() > 0) {
+    counts.push_back(
+        absl::StrCat(q.activation_pairs_bypassed(), " activation Q->DQ pair(s)",
+                     q.weight_pairs_bypassed() > 0
+                         ? absl::StrCat(" and ", q.weight_pairs_bypassed(), " on float weights")
+                         : "",
+                     " bypassed in the float reference"));
+  }
+  if (q.weight_dequantize_kept() > 0) {
+    counts.push_back(absl::StrCat(q.weight_dequantize_kept(), " quantized weight(s) kept"));
+  }
+  if (!counts.empty()) absl::StrAppend(out, "  ", absl::StrJoin(counts, "; "), "\n");
+  if (q.integer_ops_size() > 0) {
+    std::string ops;
+    for (const v1::OpCount& c : q.integer_ops()) {
+      absl::StrAppend(&ops, ops.empty() ? "" : ", ", c.op_type(), " x", c.count());
+    }
+    absl::StrAppend(out, "  integer ops: ", ops, "\n");
+  }
+  if (!q.note().empty()) absl::StrAppend(out, "  note: ", q.note(), "\n");
+  if (!q.error_measured()) return;
+  absl::StrAppend(out,
+                  "  Quantization error per output (the model at fp32 against its float "
+                  "computation; not part of the verdict):\n");
+  std::vector<std::vector<std::string>> rows = {
+      {"tensor", "max_abs", "max_rel", "cosine", "snr_db", "outside", "NaN/Inf"}};
+  for (const v1::QuantizationError& o : q.outputs()) {
+    const v1::ErrorStats& e = o.error();
+    rows.push_back({Shorten(o.tensor()), FormatNumber(e.max_abs()), FormatNumber(e.max_rel()),
+                    FormatCosine(e.cosine()), FormatNumber(e.snr_db()),
+                    FormatPercent(e.fraction_outside()), FormatNonFinite(e)});
   }
   absl::StrAppend(out, FormatTable(rows, {false, true, true, true, true, true, false}));
 }
@@ -180,6 +224,7 @@ std::string RenderTable(const v1::AccuracyReport& report, int max_rows) {
       report.sample_source().empty() ? "" : absl::StrCat(" (", report.sample_source(), ")"),
       FormatNumber(report.atol()), FormatNumber(report.rtol()));
   AppendVerdicts(report, &out);
+  AppendQuantization(report, &out);
   AppendOffenders(report, max_rows, &out);
   AppendSubgraphs(report, max_rows, &out);
   AppendSuggestion(report, &out);

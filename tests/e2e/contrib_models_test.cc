@@ -85,6 +85,8 @@ struct Case {
   double fp32_tol;
 };
 
+void PrintTo(const Case& c, std::ostream* os) { *os << c.model; }
+
 // fp32 bounds. Float expansions run the same fp32 arithmetic as ORT's fused kernels in another
 // order (sums, exp, tanh, erf of another library): 1e-5 relative to the output's magnitude is
 // ~80 fp32 ulps, far below any wrong bias, mask, scale or head split (measured <= 1.5e-6).
