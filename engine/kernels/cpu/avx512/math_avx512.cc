@@ -49,11 +49,115 @@ __m512 Exp16(__m512 x) {
   return _mm512_maskz_scalef_ps(live, p, n);
 }
 
-// SigmoidF32 of 16 floats.
+// y[i] = f(x[i]) 16 at a time for a functor `f` (an activation's attributes captured).
+template <typename F>
+void MapWith(const float* x, float* y, int64_t n, F f) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, f(_mm512_loadu_ps(x + i)));
+  if (i < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1u);
+    _mm512_mask_storeu_ps(y + i, m, f(_mm512_maskz_loadu_ps(m, x + i)));
+  }
+}
+
+// SigmoidF32 of 16 floats: e = exp(-|x|), then (x >= 0 ? 1 : e) / (1 + e).
 __m512 Sigmoid16(__m512 x) {
   const __m512 one = _mm512_set1_ps(1.0f);
-  const __m512 e = Exp16(_mm512_sub_ps(_mm512_setzero_ps(), x));
-  return _mm512_div_ps(one, _mm512_add_ps(one, e));
+  const __m512 e = Exp16(_mm512_or_ps(x, _mm512_set1_ps(-0.0f)));
+  const __mmask16 pos = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GE_OQ);
+  return _mm512_div_ps(_mm512_mask_mov_ps(e, pos, one), _mm512_add_ps(one, e));
+}
+
+// log(m) for m in [0.75, 1.5) plus `d` (small beside the result): f = m - 1 (exact), f +
+// (f^2 q(f) + d), q fitted (weighted least squares at Chebyshev nodes over [-0.25, 0.5), relative
+// to log1p(f), coefficients rounded to fp32) to (log1p(f) - f) / f^2; then + e ln2 in two parts
+// (e times the high part exact: it has 15 significant bits, |e| <= 149 has 8).
+__m512 LogOfReduced(__m512 m, __m512 e, __m512 d) {
+  const __m512 f = _mm512_sub_ps(m, _mm512_set1_ps(1.0f));
+  __m512 q = _mm512_set1_ps(0.03678262233734131f);
+  q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(-0.09067042917013168f));
+  q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(0.11744706332683563f));
+  q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(-0.12757770717144012f));
+  q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(0.14274105429649353f));
+  q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(-0.16651873290538788f));
+  q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(0.1999952644109726f));
+  q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(-0.25000303983688354f));
+  q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(0.33333343267440796f));
+  q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(-0.4999999701976776f));
+  const __m512 p = _mm512_add_ps(f, _mm512_fmadd_ps(_mm512_mul_ps(f, f), q, d));
+  const __m512 lo = _mm512_fmadd_ps(e, _mm512_set1_ps(1.42860682030941723e-6f), p);
+  return _mm512_fmadd_ps(e, _mm512_set1_ps(0.693145751953125f), lo);
+}
+
+// x = 2^e m, m in [0.75, 1.5): vgetmantps gives the significand in [1, 2) halved when it is
+// 1.5 or more, the exponent then one more than vgetexpps's (both exact for subnormal x).
+void Reduce(__m512 x, __m512& m, __m512& e) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  m = _mm512_getmant_ps(x, _MM_MANT_NORM_p75_1p5, _MM_MANT_SIGN_zero);
+  e = _mm512_getexp_ps(x);
+  e = _mm512_mask_add_ps(e, _mm512_cmp_ps_mask(m, one, _CMP_LT_OQ), e, one);
+}
+
+// LogF32 of 16 floats.
+__m512 Log16(__m512 x) {
+  __m512 m, e;
+  Reduce(x, m, e);
+  __m512 y = LogOfReduced(m, e, _mm512_setzero_ps());
+  const __m512 inf = _mm512_set1_ps(__builtin_inff());
+  y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, inf, _CMP_EQ_OQ), inf);
+  y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_EQ_OQ),
+                         _mm512_set1_ps(-__builtin_inff()));
+  y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ),
+                         _mm512_set1_ps(__builtin_nanf("")));
+  return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
+}
+
+// log1p(u) for u in [0, 1] (NaN stays NaN): w = 1 + u rounded, log(w) as Log16's reduction, plus
+// w's rounding error c = u - (w - 1) (exact: w - 1 is, as 1 >= u) as log(w + c) - log(w) ~ c / w,
+// that is c 2^-e / m (the next term, c^2 / 2w^2, is below 2^-48 of the result).
+__m512 Log1p16(__m512 u) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 w = _mm512_add_ps(one, u);
+  const __m512 c = _mm512_sub_ps(u, _mm512_sub_ps(w, one));
+  __m512 m, e;
+  Reduce(w, m, e);
+  const __m512 d = _mm512_div_ps(_mm512_scalef_ps(c, _mm512_sub_ps(_mm512_setzero_ps(), e)), m);
+  return LogOfReduced(m, e, d);
+}
+
+// SoftplusF32 of 16 floats: max(x, 0) + log1p(exp(-|x|)) (x > 0: x + L; else L alone).
+__m512 Softplus16(__m512 x) {
+  const __m512 l = Log1p16(Exp16(_mm512_or_ps(x, _mm512_set1_ps(-0.0f))));
+  const __mmask16 pos = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GT_OQ);
+  return _mm512_mask_add_ps(l, pos, x, l);
+}
+
+// expm1(x) of 16 floats (EluF32): x clamped to [-30, 89] (expm1 is -1 in fp32 below -17.4 and
+// overflows above 88.73), k = round(x / ln2), r = x - k ln2 (two parts, as Exp16), q = expm1(r)
+// = r + r^2 (1/2 + r/6 + ... + r^6/8!) (|r| <= 0.347: truncation r^9/9! under 2^-31 of q),
+// then 2^k q + (2^k - 1) in one fma for k <= 24 (2^k - 1 exact), 2^k (1 + q) by vscalefps above
+// (overflowing to +Inf). |x| < 2^-30 returns x (expm1 rounds to it; keeps -0).
+__m512 Expm1_16(__m512 x) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __mmask16 tiny = _mm512_cmp_ps_mask(_mm512_abs_ps(x), _mm512_set1_ps(0x1p-30f), _CMP_LT_OQ);
+  const __m512 xc = _mm512_min_ps(_mm512_set1_ps(89.0f), _mm512_max_ps(_mm512_set1_ps(-30.0f), x));
+  const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693145751953125f), xc);
+  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(1.42860682030941723e-6f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 40320.0f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 5040.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  const __m512 q = _mm512_fmadd_ps(_mm512_mul_ps(r, r), p, r);
+  const __m512 t = _mm512_scalef_ps(one, k);
+  const __m512 small = _mm512_fmadd_ps(t, q, _mm512_sub_ps(t, one));
+  const __m512 big = _mm512_scalef_ps(_mm512_add_ps(q, one), k);
+  const __mmask16 is_big = _mm512_cmp_ps_mask(k, _mm512_set1_ps(24.0f), _CMP_GT_OQ);
+  return _mm512_mask_mov_ps(_mm512_mask_mov_ps(small, is_big, big), tiny, x);
 }
 
 // TanhF32 of 16 floats. The polynomial's coefficients were fitted (weighted least squares at
@@ -95,6 +199,70 @@ void SigmoidF32(const float* x, float* y, int64_t n) { Map16<Sigmoid16>(x, y, n)
 void TanhF32(const float* x, float* y, int64_t n) { Map16<Tanh16>(x, y, n); }
 
 void GeluF32(const float* x, float* y, int64_t n) { Map16<Gelu16>(x, y, n); }
+
+void LogF32(const float* x, float* y, int64_t n) { Map16<Log16>(x, y, n); }
+
+void SoftplusF32(const float* x, float* y, int64_t n) { Map16<Softplus16>(x, y, n); }
+
+void MishF32(const float* x, float* y, int64_t n) {
+  MapWith(x, y, n, [](__m512 v) {
+    // tanh(log(1 + e)) = p / (p + 2) with p = e (e + 2) = e^2 + 2e (one fma): one exp, one
+    // division. From x = 20 on, tanh(Softplus(x)) is 1 in fp32 (it is from 9.1) and p would
+    // overflow past 44: y = x (+Inf included).
+    const __m512 e = Exp16(v);
+    const __m512 p = _mm512_fmadd_ps(e, e, _mm512_add_ps(e, e));
+    const __m512 t = _mm512_div_ps(p, _mm512_add_ps(p, _mm512_set1_ps(2.0f)));
+    const __mmask16 big = _mm512_cmp_ps_mask(v, _mm512_set1_ps(20.0f), _CMP_GE_OQ);
+    return _mm512_mask_mov_ps(_mm512_mul_ps(v, t), big, v);
+  });
+}
+
+void SwishF32(const float* x, float* y, int64_t n, float alpha) {
+  const __m512 neg_alpha = _mm512_set1_ps(-alpha);
+  MapWith(x, y, n, [neg_alpha](__m512 v) {
+    const __m512 e = Exp16(_mm512_mul_ps(neg_alpha, v));
+    return _mm512_div_ps(v, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+  });
+}
+
+void EluF32(const float* x, float* y, int64_t n, float alpha) {
+  const __m512 a = _mm512_set1_ps(alpha);
+  MapWith(x, y, n, [a](__m512 v) {
+    const __mmask16 neg = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ);
+    return _mm512_mask_mul_ps(v, neg, a, Expm1_16(v));
+  });
+}
+
+void CeluF32(const float* x, float* y, int64_t n, float alpha) {
+  const __m512 a = _mm512_set1_ps(alpha);
+  MapWith(x, y, n, [a](__m512 v) {
+    const __m512 zero = _mm512_setzero_ps();
+    const __m512 neg = _mm512_mul_ps(a, Expm1_16(_mm512_div_ps(v, a)));
+    // (x > 0 ? x : 0) + (neg < 0 ? neg : 0), ordered comparisons: NaN gives 0 + 0.
+    const __m512 pos_part = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, zero, _CMP_GT_OQ), v);
+    const __m512 neg_part = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(neg, zero, _CMP_LT_OQ), neg);
+    return _mm512_add_ps(pos_part, neg_part);
+  });
+}
+
+void SeluF32(const float* x, float* y, int64_t n, float alpha, float gamma) {
+  const __m512 a = _mm512_set1_ps(alpha), g = _mm512_set1_ps(gamma);
+  MapWith(x, y, n, [a, g](__m512 v) {
+    const __m512 neg = _mm512_mul_ps(g, _mm512_sub_ps(_mm512_mul_ps(a, Exp16(v)), a));
+    const __mmask16 pos = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ);
+    return _mm512_mask_mul_ps(neg, pos, g, v);
+  });
+}
+
+void GeluTanhF32(const float* x, float* y, int64_t n) {
+  MapWith(x, y, n, [](__m512 v) {
+    const __m512 cube =
+        _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.044715f), v), v), v);
+    const __m512 z = _mm512_mul_ps(_mm512_set1_ps(0.79788456080286535588f), _mm512_add_ps(v, cube));
+    return _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), v),
+                         _mm512_add_ps(_mm512_set1_ps(1.0f), Tanh16(z)));
+  });
+}
 
 void SoftmaxRowF32(const float* x, float* y, int64_t n) {
   const int64_t full = n / 16 * 16;

@@ -20,6 +20,7 @@ void RegisterNormOps(Registry& r);      // norm_ops.cc: LayerNormalization, AddL
 void RegisterConvChain(Registry& r);    // conv_chain_ops.cc: channels-last FusedConvChain
 void RegisterTranspose(Registry& r);    // transpose_ops.cc: few-row Transpose of 4-byte types
 void RegisterRecurrent(Registry& r);    // recurrent_ops.cc: LSTM, GRU, RNN
+void RegisterActivation(Registry& r);   // activation_ops.cc: Sigmoid, Tanh, Exp, Log, Clip, ...
 
 /// Registers every AVX-512 kernel.
 inline void RegisterAvx512(Registry& r) {
@@ -32,6 +33,7 @@ inline void RegisterAvx512(Registry& r) {
   RegisterConvChain(r);
   RegisterTranspose(r);
   RegisterRecurrent(r);
+  RegisterActivation(r);
 }
 
 }  // namespace kiln::kernels::cpu::avx512
