@@ -303,6 +303,7 @@ absl::StatusOr<DataType> BitCastType(const Node& n) {
 
 // Output dtype of output `k` of node `n`.
 absl::StatusOr<DataType> OutputType(const Node& n, int k) {
+  if (IsSignalOp(n.op)) return SignalOutputType(n, k);  // shape_inference_signal.h
   DataType t0 = InType(n, 0);
   ASSIGN_OR_RETURN(std::optional<DataType> domain_type, DomainOpOutputType(n, k));
   if (domain_type) return *domain_type;  // shape_inference_domains.h
@@ -388,16 +389,6 @@ absl::StatusOr<DataType> OutputType(const Node& n, int k) {
     case OpType::kCausalConvWithState:
     case OpType::kRotaryEmbedding:
       return StatefulOutputType(n, k);
-    case OpType::kDFT:  // shape_inference_signal.h
-    case OpType::kSTFT:
-    case OpType::kHannWindow:
-    case OpType::kHammingWindow:
-    case OpType::kBlackmanWindow:
-    case OpType::kMelWeightMatrix:
-    case OpType::kNonMaxSuppression:
-    case OpType::kRoiAlign:
-    case OpType::kDeformConv:
-      return SignalOutputType(n, k);
     case OpType::kSequenceEmpty:
       return AttrDataType(n, "dtype", static_cast<int64_t>(DataType::kF32));
     case OpType::kSequenceLength:
@@ -430,6 +421,7 @@ absl::StatusOr<DataType> OutputType(const Node& n, int k) {
 }
 
 Shape InferShape(const Node& n, int k) {
+  if (IsSignalOp(n.op)) return SignalOutputShape(n, k);
   const Value* x = In(n, 0);
   if (std::optional<Shape> s = DomainOpShape(n, k)) return *s;  // shape_inference_domains.h
   switch (n.op) {
@@ -855,16 +847,6 @@ Shape InferShape(const Node& n, int k) {
     case OpType::kCausalConvWithState:
     case OpType::kRotaryEmbedding:
       return StatefulOutputShape(n, k);
-    case OpType::kDFT:
-    case OpType::kSTFT:
-    case OpType::kHannWindow:
-    case OpType::kHammingWindow:
-    case OpType::kBlackmanWindow:
-    case OpType::kMelWeightMatrix:
-    case OpType::kNonMaxSuppression:
-    case OpType::kRoiAlign:
-    case OpType::kDeformConv:
-      return SignalOutputShape(n, k);
     // Sequences: the shape of a sequence value is its elements' (where they agree).
     case OpType::kSequenceLength:
     case OpType::kOptionalHasElement:

@@ -112,6 +112,23 @@ Shape StftShape(const Node& n) {
 
 }  // namespace
 
+bool IsSignalOp(ir::OpType op) {
+  switch (op) {
+    case ir::OpType::kDFT:
+    case ir::OpType::kSTFT:
+    case ir::OpType::kHannWindow:
+    case ir::OpType::kHammingWindow:
+    case ir::OpType::kBlackmanWindow:
+    case ir::OpType::kMelWeightMatrix:
+    case ir::OpType::kNonMaxSuppression:
+    case ir::OpType::kRoiAlign:
+    case ir::OpType::kDeformConv:
+      return true;
+    default:
+      return false;
+  }
+}
+
 absl::StatusOr<DataType> SignalOutputType(const Node& n, int k) {
   (void)k;
   switch (n.op) {

@@ -20,6 +20,10 @@
 
 namespace kiln::import {
 
+/// True for the ops above (DFT, STFT, the windows, MelWeightMatrix, NonMaxSuppression, RoiAlign,
+/// DeformConv).
+bool IsSignalOp(ir::OpType op);
+
 /// The dtype of output `k` of such a node: output_datatype for the windows and MelWeightMatrix
 /// (Unimplemented naming a type Kiln lacks), int64 for NonMaxSuppression, input 0's otherwise.
 absl::StatusOr<DataType> SignalOutputType(const ir::Node& n, int k);

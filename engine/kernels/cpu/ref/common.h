@@ -203,6 +203,27 @@ inline std::vector<DataType> MovementTypes() {
   return v;
 }
 
+/// Writes `v` into element i of a tensor of any floating dtype (f32, f64, f16, bf16; other
+/// dtypes are the caller's to refuse before any store), rounding once to that dtype.
+inline void StoreFloat(ir::Tensor& t, int64_t i, double v) {
+  switch (t.dtype()) {
+    case DataType::kF32:
+      t.data<float>()[i] = static_cast<float>(v);
+      break;
+    case DataType::kF64:
+      t.data<double>()[i] = v;
+      break;
+    case DataType::kF16:
+      t.data<Float16>()[i] = Float16(static_cast<float>(v));
+      break;
+    case DataType::kBF16:
+      t.data<BFloat16>()[i] = BFloat16(static_cast<float>(v));
+      break;
+    default:
+      break;
+  }
+}
+
 /// Error with the node's label: `NodeError(node, absl::InvalidArgumentError, "...")`.
 template <typename... Args>
 absl::Status InvalidNode(const ir::Node& node, const Args&... args) {

@@ -78,24 +78,6 @@ absl::Status ApplyModifier(const ir::Node& node, KernelContext& ctx, const char*
 // Reads element i of a floating tensor as double.
 double At(const ir::Tensor& t, int64_t i) { return ir::ElementAsDouble(t, i); }
 
-// Writes v to element i of a floating tensor of dtype `dt`.
-void Put(ir::Tensor& t, int64_t i, double v) {
-  switch (t.dtype()) {
-    case DataType::kF64:
-      t.data<double>()[i] = v;
-      break;
-    case DataType::kF16:
-      t.data<Float16>()[i] = Float16(static_cast<float>(v));
-      break;
-    case DataType::kBF16:
-      t.data<BFloat16>()[i] = BFloat16(static_cast<float>(v));
-      break;
-    default:
-      t.data<float>()[i] = static_cast<float>(v);
-      break;
-  }
-}
-
 absl::Status RunFlexAttention(const ir::Node& node, KernelContext& ctx) {
   ASSIGN_OR_RETURN(const ir::Tensor* q, RequireInput(node, ctx, 0));
   ASSIGN_OR_RETURN(const ir::Tensor* k, RequireInput(node, ctx, 1));
@@ -132,7 +114,7 @@ absl::Status RunFlexAttention(const ir::Node& node, KernelContext& ctx) {
         for (int64_t x = 0; x < e; ++x) {
           dot += At(*q, (bh * l + i) * e + x) * At(*k, (kvh * s + j) * e + x);
         }
-        Put(scores, (bh * l + i) * s + j, dot * scale);
+        StoreFloat(scores, (bh * l + i) * s + j, dot * scale);
       }
     }
   }
@@ -145,7 +127,7 @@ absl::Status RunFlexAttention(const ir::Node& node, KernelContext& ctx) {
     for (int64_t j = 0; j < s; ++j) mx = std::max(mx, row[j] = At(scores, r * s + j));
     double sum = 0;
     for (int64_t j = 0; j < s; ++j) sum += row[j] = std::exp(row[j] - mx);
-    for (int64_t j = 0; j < s; ++j) Put(scores, r * s + j, row[j] / sum);
+    for (int64_t j = 0; j < s; ++j) StoreFloat(scores, r * s + j, row[j] / sum);
   }
   RETURN_IF_ERROR(ApplyModifier(node, ctx, "prob_mod", scores));
   for (int64_t bh = 0; bh < b * hq; ++bh) {
@@ -156,7 +138,7 @@ absl::Status RunFlexAttention(const ir::Node& node, KernelContext& ctx) {
         for (int64_t j = 0; j < s; ++j) {
           acc += At(scores, (bh * l + i) * s + j) * At(*v, (kvh * s + j) * ev + x);
         }
-        Put(*y, (bh * l + i) * ev + x, acc);
+        StoreFloat(*y, (bh * l + i) * ev + x, acc);
       }
     }
   }

@@ -32,27 +32,6 @@ struct BatchNormConfig {
   float momentum = 0.9f;
 };
 
-// Writes `v` into element i of a float tensor of any float dtype (running statistics keep the
-// dtype of their input, which opset 15 lets differ from X).
-void StoreFloat(ir::Tensor& t, int64_t i, double v) {
-  switch (t.dtype()) {
-    case DataType::kF32:
-      t.data<float>()[i] = static_cast<float>(v);
-      break;
-    case DataType::kF64:
-      t.data<double>()[i] = v;
-      break;
-    case DataType::kF16:
-      t.data<Float16>()[i] = Float16(static_cast<float>(v));
-      break;
-    case DataType::kBF16:
-      t.data<BFloat16>()[i] = BFloat16(static_cast<float>(v));
-      break;
-    default:
-      break;  // dtypes are checked before any store
-  }
-}
-
 class BatchNormKernel final : public Kernel {
  public:
   BatchNormKernel(const ir::Node& node, BatchNormConfig cfg) : node_(node), cfg_(cfg) {}
