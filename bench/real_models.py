@@ -223,25 +223,10 @@ def error_line(result):
     return lines[0] if lines else f"exit code {result.returncode}"
 
 
-def ort_session(path, threads):
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 3  # ddddocr's model declares an output shape it does not produce
-    return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-
-
-def ort_median_ms(sess, feeds, runs, warmup):
-    for _ in range(warmup):
-        sess.run(None, feeds)
-    ms = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        sess.run(None, feeds)
-        ms.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(ms)
+# ONNX Runtime as bench/run_all.py runs it (ORT_ENABLE_ALL, intra-op N, inter-op 1, sequential
+# by default), so the two suites' ratios mean the same thing.
+ort_session = run_all.ort_session
+ort_median_ms = run_all.ort_median_ms
 
 
 def kiln_median_ms(args, engine, in_dir, threads, runs, warmup):
