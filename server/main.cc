@@ -9,12 +9,17 @@
 #include <iostream>
 #include <string>
 
+#include "engine/runtime/threads.h"
 #include "server/config.h"
 #include "server/server.h"
 #include "server/trim.h"
 #include "server/worker_main.h"
 
 int main(int argc, char** argv) {
+  // OpenMP threads that spin briefly, then sleep while they wait (the server runs several
+  // builds and reports at once, often on a busy machine); may execute the server again, before
+  // any thread starts.
+  kiln::runtime::UseBoundedOmpWait(argv);
   if (argc >= 3 && std::string(argv[1]) == "--worker") {
     // As in `kiln`: big buffers are mapped and unmapped on their own.
     mallopt(M_MMAP_THRESHOLD, 1 << 20);

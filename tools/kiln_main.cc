@@ -23,6 +23,7 @@
 #include "engine/plan/engine_blob.h"
 #include "engine/precision/assign.h"
 #include "engine/runtime/session.h"
+#include "engine/runtime/threads.h"
 #include "google/protobuf/util/json_util.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
@@ -420,6 +421,7 @@ int Main(int argc, char** argv) {
 }  // namespace kiln::tools
 
 int main(int argc, char** argv) {
+  kiln::runtime::UseBoundedOmpWait(argv);  // may execute kiln again, before any thread starts
   // Big buffers (weights, activations) are mapped and unmapped on their own: a fixed threshold
   // stops glibc from raising it after the first free and then keeping hundreds of MB of freed
   // weights in the heap, which a build followed by the accuracy report would carry to its peak.

@@ -1,5 +1,6 @@
 #include "engine/builder/compile.h"
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 
@@ -16,6 +17,7 @@
 #include "engine/passes/conv_chain.h"
 #include "engine/passes/layout.h"
 #include "engine/passes/precision_lowering.h"
+#include "engine/passes/qdq_integer.h"
 #include "engine/plan/arena_rules.h"
 #include "engine/precision/patterns.h"
 
@@ -52,8 +54,36 @@ bool AllInputsConstant(const ir::Node& n) {
   return true;
 }
 
+// A weight computed from a weight: dequantized, transposed or reshaped. Folded at any size up
+// to kWeightGrowth times its inputs' bytes: the fp32 weight is what every run computes anyway,
+// and a kernel given it as a constant prepacks it once (a oneDNN convolution takes only constant
+// weights; a QDQ model's Conv on a run-time DequantizeLinear output ran the reference kernel).
+bool IsWeightTransform(ir::OpType op) {
+  switch (op) {
+    case ir::OpType::kDequantizeLinear:
+    case ir::OpType::kTranspose:
+    case ir::OpType::kReshape:
+    case ir::OpType::kSqueeze:
+    case ir::OpType::kUnsqueeze:
+    case ir::OpType::kFlatten:
+      return true;
+    default:
+      return false;
+  }
+}
+constexpr int64_t kWeightGrowth = 4;  // int8 -> fp32
+
+int64_t ConstantInputBytes(const ir::Node& n) {
+  int64_t bytes = 0;
+  for (const ir::Value* v : n.inputs) {
+    if (v && v->constant) bytes += v->constant->num_elements() * DataTypeSize(v->constant->dtype());
+  }
+  return bytes;
+}
+
 // Upper bound of the output bytes of a foldable node, from inferred shapes (unknown = too big).
 bool SmallEnough(const ir::Node& n, int64_t limit) {
+  if (IsWeightTransform(n.op)) limit = std::max(limit, kWeightGrowth * ConstantInputBytes(n));
   for (const ir::Value* v : n.outputs) {
     if (!v) continue;
     if (!v->shape.is_static()) return false;
@@ -195,6 +225,22 @@ absl::Status FusePass(CompileState& s) {
   for (const std::string& f : s.fusion.applied) s.log.info("fusion {}", f);
   s.sum.fusions = static_cast<int>(s.fusion.applied.size());
   s.sum.fusion_refusals = s.fusion.refusals;
+  return absl::OkStatus();
+}
+
+// Whether the kernel `n` would get is faster than the reference backend's.
+bool HasFastKernel(const kernels::Registry& reg, const ir::Node& n) {
+  auto def = reg.Find(n);
+  return def.ok() && (*def)->isa != kernels::Isa::kRef;
+}
+
+// qdq-integer: QDQ MatMul / Conv on the integer GEMM (passes/qdq_integer.h), before folding turns
+// their dequantized weights into fp32 constants.
+absl::Status QdqIntegerPass(CompileState& s) {
+  auto fast_kernel = [&](const ir::Node& n) { return HasFastKernel(s.reg, n); };
+  ASSIGN_OR_RETURN(int rewrites,
+                   passes::QdqToInteger(s.g, s.options.fusion, s.fusion, fast_kernel, &s.log));
+  s.sum.fusions += rewrites;
   return absl::OkStatus();
 }
 
@@ -448,11 +494,6 @@ absl::Status DeadCodePass(CompileState& s) {
 }
 
 // Whether a kernel faster than the reference one runs `n`.
-bool HasFastKernel(const kernels::Registry& reg, const ir::Node& n) {
-  auto def = reg.Find(n);
-  return def.ok() && (*def)->isa != kernels::Isa::kRef;
-}
-
 // layout: convolutions (and the pools between them) keep their activations channels-last (NHWC)
 // where a kernel takes them so (BuildOptions::channels_last); an engine so built needs that
 // kernel (the reference ones are NCHW only).
@@ -615,6 +656,7 @@ constexpr CompilePass kPasses[] = {
     {"patterns", "policy", 0.30, FindPatternsPass},
     {"assign", "policy", 0.30, AssignPass},
     {"fuse", "fusion", 0.45, FusePass},
+    {"qdq-integer", "fusion", 0.45, QdqIntegerPass},
     {"lower", "lowering", 0.55, LowerPass},
     {"select", "lowering", 0.55, SelectKernelsPass},
     {"fold", "plan", 0.65, FoldPass},

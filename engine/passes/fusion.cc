@@ -831,13 +831,15 @@ absl::Status ValidateNoFuse(const std::vector<std::string>& selectors) {
     std::string name = s.substr(colon + 1);
     bool linear = name == "conv+batchnorm" || name == "conv+scale" || name == "batchnorm+scale" ||
                   name == "conv+activation" || name == "conv+residual" || name == "matmul+bias" ||
-                  name == "add+layernorm" || name == "conv-chain";
+                  name == "add+layernorm" || name == "conv-chain" || name == "qdq-matmul" ||
+                  name == "qdq-conv";
     if (kind == "pattern" && !precision::PatternFromName(name) && !linear) {
       return absl::InvalidArgumentError(
           absl::StrCat("--no-fuse '", s,
                        "': unknown pattern (layernorm, rmsnorm, gelu, softmax, attention, "
                        "conv+batchnorm, conv+scale, batchnorm+scale, conv+activation, "
-                       "conv+residual, matmul+bias, add+layernorm, conv-chain)"));
+                       "conv+residual, matmul+bias, add+layernorm, conv-chain, qdq-matmul, "
+                       "qdq-conv)"));
     }
   }
   return absl::OkStatus();

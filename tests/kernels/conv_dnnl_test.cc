@@ -208,6 +208,15 @@ std::vector<ConvCase> Cases() {
        {1, 3, 9},
        {4, 3, 5},
        {{"auto_pad", StringAttr("VALID")}, {"strides", IntsAttr({2})}}},
+      // 2-D along H alone (W 1 wide, unpadded): described to oneDNN as the H = 1 convolution.
+      {"2d_width1_magika_like", {2, 6, 17, 1}, {8, 6, 5, 1}, {}},
+      {"2d_width1_stride_pads_dilation",
+       {1, 5, 19, 1},
+       {7, 5, 3, 1},
+       {{"strides", IntsAttr({2, 3})},
+        {"dilations", IntsAttr({2, 4})},
+        {"pads", IntsAttr({1, 0, 2, 0})}}},
+      {"2d_width1_grouped", {1, 6, 11, 1}, {9, 2, 4, 1}, {{"group", IntAttr(3)}}},
   };
 }
 
@@ -345,20 +354,31 @@ TEST(DnnlConvTest, RebuildsWhenTheInputShapeChanges) {
   }
 }
 
-TEST(DnnlConvTest, Bf16SubnormalInputRunsTheReference) {
+// A bf16 subnormal in X or W is read as its value, not as zero (as the bf16 dot products would):
+// the run takes the fp32 primitive on widened tensors. One product each: exact, the reference's
+// bits, and not zero.
+TEST(DnnlConvTest, Bf16SubnormalIsNotFlushed) {
   if (!HasBf16()) GTEST_SKIP() << "needs AVX-512 with BF16";
   std::mt19937 rng(5);
-  ir::Tensor x = Random({1, 4, 6, 6}, DataType::kBF16, rng);
-  x.data<uint16_t>()[3] = 0x0001;  // the smallest positive subnormal bf16
-  const ir::Tensor w = Random({5, 4, 3, 3}, DataType::kBF16, rng);
-  ConvGraph graph(ir::OpType::kConv, {}, x, w, ir::Tensor());
-  auto fast = Make(*graph.Def(DetectCpuFeatures()), *graph.node);
-  auto ref = Make(*graph.Def(0), *graph.node);
-  EXPECT_EQ(Bits16(RunKernel(*fast, {x, w})), Bits16(RunKernel(*ref, {x, w})));
+  for (bool in_w : {false, true}) {
+    ir::Tensor x = Random({1, 4, 6, 6}, DataType::kBF16, rng);
+    ir::Tensor w = Random({5, 4, 3, 3}, DataType::kBF16, rng);
+    std::fill_n(x.data<uint16_t>(), x.num_elements(), 0);  // +0
+    std::fill_n(w.data<uint16_t>(), w.num_elements(), 0);
+    // 2^-133 (the smallest positive bf16 subnormal) times 2^10: 2^-123, a normal fp32.
+    (in_w ? w : x).data<uint16_t>()[0] = 0x0001;
+    (in_w ? x : w).data<uint16_t>()[0] = 0x4480;  // 1024
+    ConvGraph graph(ir::OpType::kConv, {}, x, w, ir::Tensor());
+    auto fast = Make(*graph.Def(DetectCpuFeatures()), *graph.node);
+    auto ref = Make(*graph.Def(0), *graph.node);
+    const ir::Tensor got = RunKernel(*fast, {x, w});
+    EXPECT_EQ(Bits16(got), Bits16(RunKernel(*ref, {x, w}))) << (in_w ? "in W" : "in X");
+    EXPECT_NE(got.data<uint16_t>()[0], 0) << (in_w ? "in W" : "in X");
+  }
 }
 
 // FusedConv with a residual Z (the conv+residual fusion) = Relu(Conv(X, W) + B + Z): on oneDNN
-// (Z through the sum post-op) and through the reference fallback (a bf16 subnormal in X), with
+// (Z through the sum post-op; with a bf16 subnormal in X, the fp32 primitive on widened X), with
 // NCHW tensors and channels-last ones, Y in memory of its own and over Z's bytes, against the
 // reference kernel on the NCHW tensors.
 TEST(DnnlConvTest, ResidualIsAddedBeforeTheActivation) {
@@ -401,11 +421,6 @@ TEST(DnnlConvTest, ResidualIsAddedBeforeTheActivation) {
               absl::StrCat(DataTypeName(dt), subnormal ? " subnormal" : "",
                            channels_last ? " channels-last" : " NCHW", over_z ? ", Y over Z" : "");
           for (size_t i = 0; i < got.size(); ++i) {
-            if (subnormal) {
-              // The reference kernel itself ran: the same bits.
-              ASSERT_EQ(got[i], want[i]) << what << " element " << i;
-              continue;
-            }
             // 37 products of N(0, 1) values, the bias and Z summed in fp32 in two orders: far
             // below 1e-4 apart; bf16 and fp16 add half an output ulp on each side.
             ASSERT_LE(std::fabs(got[i] - want[i]),
@@ -506,6 +521,88 @@ TEST(DnnlConvTest, SmallImagesAsGemmMatchReference) {
   }
 }
 
+// Channels-last fp32 convolutions along one spatial axis (the other 1 wide in X, the kernel and
+// Y, unpadded; magika's [N, C, 512, 1] by a 5 x 1 kernel) run as one GEMM per image on X's own
+// rows (conv_dnnl.cc, RunLineGemm): along H and along W, with stride, padding (the zero-padded
+// copy of X), a batch, channel counts that are no multiple of 16, the bias, the residual (also
+// with Y over Z) and activations, against the reference on the NCHW tensors (the bound of
+// Check).
+TEST(DnnlConvTest, ThinChannelsLastAsGemmMatchReference) {
+  if (!HasAvx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  std::mt19937 rng(29);
+  const std::vector<ConvCase> cases = {
+      {"along_h", {2, 40, 23, 1}, {70, 40, 5, 1}, {}},
+      {"along_h_stride2_pads",
+       {1, 33, 30, 1},
+       {48, 33, 3, 1},
+       {{"strides", IntsAttr({2, 5})}, {"pads", IntsAttr({2, 0, 1, 0})}}},
+      {"along_w_same_upper",
+       {3, 36, 1, 17},
+       {33, 36, 1, 4},
+       {{"auto_pad", StringAttr("SAME_UPPER")}}},
+  };
+  const std::vector<Act> acts = {{"", {}}, {"Relu", {}}, {"Sigmoid", {}}};
+  for (const ConvCase& cs : cases) {
+    const int64_t k = cs.w[1] * cs.w[2] * cs.w[3];
+    for (const Act& act : acts) {
+      for (bool with_bias : {false, true}) {
+        for (bool with_z : {false, true}) {
+          if (with_z && !with_bias) continue;  // Z is input 3: B comes with it
+          SCOPED_TRACE(::testing::Message() << cs.name << " act=\"" << act.name
+                                            << "\" bias=" << with_bias << " z=" << with_z);
+          const ir::Tensor x = Random(cs.x, DataType::kF32, rng);
+          const ir::Tensor w = Random(cs.w, DataType::kF32, rng);
+          const ir::Tensor b = with_bias ? Random({cs.w[0]}, DataType::kF32, rng) : ir::Tensor();
+          Attrs attrs = cs.attrs;
+          attrs.push_back({"activation", StringAttr(act.name)});
+          ConvGraph shape_graph(ir::OpType::kFusedConv, attrs, x, w, b);
+          auto shape_kernel = Make(*shape_graph.Def(0), *shape_graph.node);
+          ASSERT_TRUE(shape_kernel);
+          const Dims y_dims = RunKernel(*shape_kernel, {x, w, b}).dims();
+          const ir::Tensor z = with_z ? Random(y_dims, DataType::kF32, rng) : ir::Tensor();
+          ConvGraph ref_graph(ir::OpType::kFusedConv, attrs, x, w, b, true, z);
+          auto ref = Make(*ref_graph.Def(0), *ref_graph.node);
+          ASSERT_TRUE(ref);
+          const std::vector<float> want = ToFloats(RunKernel(*ref, {x, w, b, z}));
+          const ir::Tensor ab = with_bias ? Abs(b) : ir::Tensor();
+          const ir::Tensor az = with_z ? Abs(z) : ir::Tensor();
+          Attrs abs_attrs = cs.attrs;
+          abs_attrs.push_back({"activation", StringAttr("")});
+          ConvGraph abs_graph(ir::OpType::kFusedConv, abs_attrs, Abs(x), Abs(w), ab, true, az);
+          auto abs_kernel = Make(*abs_graph.Def(0), *abs_graph.node);
+          ASSERT_TRUE(abs_kernel);
+          const std::vector<float> mag = ToFloats(RunKernel(*abs_kernel, {Abs(x), Abs(w), ab, az}));
+          Attrs cl = attrs;
+          cl.push_back({kernels::kChannelsLastAttr, IntAttr(1)});
+          const ir::Tensor xi = *ir::ChannelsLastCopy(x, true);
+          const ir::Tensor zi = with_z ? *ir::ChannelsLastCopy(z, true) : ir::Tensor();
+          ConvGraph graph(ir::OpType::kFusedConv, cl, xi, w, b, true, zi);
+          const kernels::KernelDef* def = graph.Def(DetectCpuFeatures());
+          ASSERT_TRUE(def);
+          ASSERT_EQ(def->isa, Isa::kDnnl);
+          auto fast = Make(*def, *graph.node);
+          ASSERT_TRUE(fast);
+          // The second run reuses the packed W, and writes Y over Z when there is one.
+          for (int run = 0; run < 2; ++run) {
+            ir::Tensor y = RunKernel(*fast, {xi, w, b, zi}, run == 1 && with_z ? 3 : -1);
+            ASSERT_TRUE(y.defined());
+            y = *ir::ChannelsLastCopy(y, false);
+            const std::vector<float> got = ToFloats(y);
+            ASSERT_EQ(got.size(), want.size());
+            // The K products, the bias and Z summed in fp32 in two orders, each within
+            // (K + 2) 2^-24 sum|terms| of the exact sum; the activation's slope (at most 1.5
+            // over these) scales the difference.
+            for (size_t i = 0; i < got.size(); ++i) {
+              ASSERT_LE(std::fabs(got[i] - want[i]), 1.5 * 2 * (k + 2) * 0x1p-24 * mag[i])
+                  << "run " << run << " element " << i << ": " << got[i] << " vs " << want[i];
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // The build's W in the kernel's own layout (PrepackConvWeights, input kPrepackedWeightsInput):
 // read where it lies when its layout is the running primitive's (or the GEMM path's packing), so
 // the run gives the plain W's bits and zeroed bytes change the output; with a layout record that
@@ -595,7 +692,7 @@ TEST(DnnlConv1dTest, RebuildsWhenTheLengthChanges) {
 
 // 1-D FusedConv with a residual Z = Relu(Conv(X, W) + B + Z), through oneDNN's sum post-op on
 // the H = 1 view, Y in memory of its own and over Z's bytes; bf16 with a subnormal in X runs the
-// reference itself (the same bits).
+// fp32 primitive on widened X (the same bound).
 TEST(DnnlConv1dTest, ResidualIsAddedBeforeTheActivation) {
   std::mt19937 rng(19);
   for (DataType dt : {DataType::kF32, DataType::kBF16, DataType::kF16}) {
@@ -625,10 +722,6 @@ TEST(DnnlConv1dTest, ResidualIsAddedBeforeTheActivation) {
         const std::string what = absl::StrCat(DataTypeName(dt), subnormal ? " subnormal" : "",
                                               over_z ? ", Y over Z" : "");
         for (size_t i = 0; i < got.size(); ++i) {
-          if (subnormal) {
-            ASSERT_EQ(got[i], want[i]) << what << " element " << i;
-            continue;
-          }
           // 18 products of N(0, 1) values, the bias and Z summed in fp32 in two orders: far
           // below 1e-4 apart; bf16 and fp16 add half an output ulp on each side.
           ASSERT_LE(std::fabs(got[i] - want[i]),

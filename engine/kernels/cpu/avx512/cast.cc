@@ -1,4 +1,5 @@
-// Cast between float, float16 and bfloat16 with the vectorised conversions of convert.h,
+// Cast between float, float16 and bfloat16, and int32 to float (the integer GEMMs' sums: QDQ
+// models' MatMulInteger -> Cast -> Mul), with the vectorised conversions of convert.h,
 // bit-identical to the reference Cast. Other dtype pairs fall through to the reference kernel
 // (KernelDef::supports).
 #include <memory>
@@ -18,18 +19,22 @@ DataType CastTo(const ir::Node& node) {
 }
 
 // Pairs among float, float16, bfloat16 with at least one 16-bit side (float -> float is a copy
-// the reference does as well).
+// the reference does as well), and int32 -> float.
+bool Convertible(DataType from, DataType to) {
+  return (IsF32OrHalf(from) && IsF32OrHalf(to) && from != to) ||
+         (from == DataType::kI32 && to == DataType::kF32);
+}
+
 bool Supports(const ir::Node& node) {
   const ir::Value* x = node.input(0);
   if (x == nullptr) return false;
-  const DataType from = x->dtype, to = CastTo(node);
-  return IsF32OrHalf(from) && IsF32OrHalf(to) && from != to;
+  return Convertible(x->dtype, CastTo(node));
 }
 
 absl::Status CastRun(const ir::Node& node, KernelContext& ctx) {
   ASSIGN_OR_RETURN(const ir::Tensor* x, ref::RequireInput(node, ctx, 0));
   const DataType to = CastTo(node);
-  if (!IsF32OrHalf(x->dtype()) || !IsF32OrHalf(to)) {
+  if (!Convertible(x->dtype(), to)) {
     return absl::InternalError(node.Label() + " fast Cast selected for an unsupported dtype pair");
   }
   ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, to, x->dims()));
@@ -41,7 +46,7 @@ absl::Status CastRun(const ir::Node& node, KernelContext& ctx) {
 
 void RegisterCast(Registry& r) {
   KernelDef def{ir::OpType::kCast,
-                {DataType::kF32, DataType::kF16, DataType::kBF16},
+                {DataType::kF32, DataType::kF16, DataType::kBF16, DataType::kI32},
                 0,
                 Backend::kCpu,
                 Isa::kAvx512,

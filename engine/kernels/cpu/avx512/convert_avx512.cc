@@ -53,6 +53,15 @@ void ConvertChunk(DataType from, DataType to, const void* src, void* dst, int64_
     std::memcpy(dst, src, n * DataTypeSize(from));
     return;
   }
+  if (from == DataType::kI32) {  // to kF32: vcvtdq2ps rounds to nearest even, as a C++ cast
+    const auto* x = static_cast<const int32_t*>(src);
+    auto* f = static_cast<float*>(dst);
+    for (int64_t i = 0; i < n; i += 16) {
+      __mmask16 m = TailMask(n - i);
+      _mm512_mask_storeu_ps(f + i, m, _mm512_cvtepi32_ps(_mm512_maskz_loadu_epi32(m, x + i)));
+    }
+    return;
+  }
   if (from == DataType::kF32) {
     const auto* f = static_cast<const float*>(src);
     to == DataType::kF16 ? FloatToHalf(f, d16, n) : FloatToBf16(f, d16, n);

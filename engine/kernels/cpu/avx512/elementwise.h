@@ -1,6 +1,6 @@
-// Elementwise arithmetic on float, float16 and bfloat16 storage (elementwise_avx512.cc), same
-// shape or with a scalar, row or column operand, for the fast Add, Sub, Mul, Div, Sum and Relu
-// kernels (elementwise_ops.cc). The reference's numbers
+// Elementwise arithmetic on float, float16 and bfloat16 storage (elementwise_avx512.cc) on
+// inputs of one shape, for the fast Add, Sub, Mul, Div, Sum and Relu kernels (elementwise_ops.cc;
+// broadcast operands go through broadcast.h). The reference's numbers
 // to the bit: each element is computed in fp32 from its inputs widened exactly, folded left to
 // right (Sum: ((x0 + x1) + x2) ...), and rounded once to the storage type (round to nearest
 // even, the conversions of vec_convert_inl.h). Call only when the CPU has the kAvx512 features
@@ -19,18 +19,5 @@ enum class EwOp { kAdd, kSub, kMul, kDiv, kRelu };
 /// every pointer holds n elements of `dtype` (kF32, kF16 or kBF16). Runs on the OpenMP threads
 /// when n is large; `dst` may be one of the inputs.
 void EwSameShape(EwOp op, DataType dtype, const void* const* ins, int nin, void* dst, int64_t n);
-
-/// How an operand of EwBinary is read for output element i of a row-major output seen as rows
-/// of `row` elements: kFull x[i], kScalar x[0], kRow x[i % row] (the operand is the output's
-/// trailing dims), kCol x[i / row] (the output's leading dims).
-enum class EwRead { kFull, kScalar, kRow, kCol };
-struct EwOperand {
-  const void* data = nullptr;
-  EwRead read = EwRead::kFull;
-};
-
-/// dst[i] = a op b for i < n (n a multiple of `row`), the operands broadcast as their EwRead
-/// says; `dtype` as for EwSameShape; `op` not kRelu (nothing is written for it).
-void EwBinary(EwOp op, DataType dtype, EwOperand a, EwOperand b, void* dst, int64_t n, int64_t row);
 
 }  // namespace kiln::kernels::cpu::avx512

@@ -18,34 +18,6 @@ inline __m512 Apply(__m512 acc, __m512 x) {
   return acc;
 }
 
-// One element of `x` (index i) broadcast to 16 lanes.
-template <DataType T>
-inline __m512 Splat(const void* x, int64_t i) {
-  return _mm512_set1_ps(_mm512_cvtss_f32(Load16<T>(x, i, 1)));
-}
-
-// Rows [r0, r1) of a binary op over rows of `row` elements.
-template <EwOp Op, DataType T>
-void BinaryRows(EwOperand a, EwOperand b, void* dst, int64_t row, int64_t r0, int64_t r1) {
-  __m512 a_splat = a.read == EwRead::kScalar ? Splat<T>(a.data, 0) : _mm512_setzero_ps();
-  __m512 b_splat = b.read == EwRead::kScalar ? Splat<T>(b.data, 0) : _mm512_setzero_ps();
-  // The 16 operand values at column j of row r: loaded, or the splat of a scalar or column.
-  auto operand = [&](const EwOperand& x, __m512 splat, int64_t r, int64_t j, __mmask16 m) {
-    if (x.read == EwRead::kFull) return Load16<T>(x.data, r * row + j, m);
-    if (x.read == EwRead::kRow) return Load16<T>(x.data, j, m);
-    return splat;
-  };
-  for (int64_t r = r0; r < r1; ++r) {
-    if (a.read == EwRead::kCol) a_splat = Splat<T>(a.data, r);
-    if (b.read == EwRead::kCol) b_splat = Splat<T>(b.data, r);
-    for (int64_t j = 0; j < row; j += 16) {
-      const __mmask16 m = LaneMask(row - j);
-      Store16<T>(dst, r * row + j, m,
-                 Apply<Op>(operand(a, a_splat, r, j, m), operand(b, b_splat, r, j, m)));
-    }
-  }
-}
-
 template <EwOp Op, DataType T>
 void Loop(const void* const* ins, int nin, void* dst, int64_t begin, int64_t end) {
   for (int64_t i = begin; i < end; i += 16) {
@@ -101,20 +73,6 @@ void EwSameShape(EwOp op, DataType dtype, const void* const* ins, int nin, void*
     const int64_t begin = c * kPiece, end = std::min(n, begin + kPiece);
     WithOpAndType(op, dtype,
                   [&]<EwOp Op, DataType T>() { Loop<Op, T>(ins, nin, dst, begin, end); });
-  }
-}
-
-void EwBinary(EwOp op, DataType dtype, EwOperand a, EwOperand b, void* dst, int64_t n,
-              int64_t row) {
-  if (n <= 0 || row <= 0 || op == EwOp::kRelu) return;
-  const int64_t rows = n / row;
-  const int64_t per = std::max<int64_t>(1, kPiece / row);  // rows per piece
-  const int64_t pieces = (rows + per - 1) / per;
-#pragma omp parallel for schedule(static) if (pieces >= 4)
-  for (int64_t p = 0; p < pieces; ++p) {
-    const int64_t r0 = p * per, r1 = std::min(rows, r0 + per);
-    WithOpAndType(op, dtype,
-                  [&]<EwOp Op, DataType T>() { BinaryRows<Op, T>(a, b, dst, row, r0, r1); });
   }
 }
 

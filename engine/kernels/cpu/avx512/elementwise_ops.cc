@@ -1,15 +1,16 @@
-// Add, Sub, Mul, Div, Sum and Relu on float, float16 and bfloat16 without general broadcasting:
-// Sum and Relu on inputs of the output's shape; Add, Sub, Mul and Div also with an operand that
-// is a scalar, the output's trailing dims (a bias row) or its leading dims (a per-row column).
-// The residual sums and activations between convolutions, the bias and normalisation arithmetic
-// of unfused graphs. The reference's numbers to the bit (elementwise.h); a run whose operands
-// broadcast otherwise (a dynamic shape) goes to the reference kernel.
-#include <algorithm>
+// Add, Sub, Mul, Div, Sum, Max, Min, PRelu, Relu and Pow by a scalar on float, float16 and
+// bfloat16 with general numpy broadcasting, planned from the run-time dims (dynamic batch dims
+// included): the residual sums, per-channel scales and biases, SE-block gates and normalisation
+// arithmetic of real models. The reference's numbers to the bit (broadcast.h, elementwise.h);
+// a run the fast loops do not cover (more than kBcMaxInputs broadcast inputs, mixed dtypes, a
+// non-scalar exponent, shapes that do not broadcast) goes to the reference kernel, which also
+// reports the errors.
 #include <memory>
-#include <optional>
 #include <vector>
 
 #include "engine/common/cpu_features.h"
+#include "engine/common/half.h"
+#include "engine/kernels/cpu/avx512/broadcast.h"
 #include "engine/kernels/cpu/avx512/elementwise.h"
 #include "engine/kernels/cpu/avx512/register.h"
 #include "engine/kernels/cpu/ref/common.h"
@@ -17,86 +18,51 @@
 namespace kiln::kernels::cpu::avx512 {
 namespace {
 
-EwOp OpOf(ir::OpType op) {
+using ir::OpType;
+
+EwOp SameShapeOp(OpType op) {
   switch (op) {
-    case ir::OpType::kSub:
+    case OpType::kSub:
       return EwOp::kSub;
-    case ir::OpType::kMul:
+    case OpType::kMul:
       return EwOp::kMul;
-    case ir::OpType::kDiv:
+    case OpType::kDiv:
       return EwOp::kDiv;
-    case ir::OpType::kRelu:
+    case OpType::kRelu:
       return EwOp::kRelu;
     default:
       return EwOp::kAdd;  // Add, Sum
   }
 }
 
-bool IsBinary(ir::OpType op) {
-  return op == ir::OpType::kAdd || op == ir::OpType::kSub || op == ir::OpType::kMul ||
-         op == ir::OpType::kDiv;
+BcOp BroadcastOp(OpType op) {
+  switch (op) {
+    case OpType::kSub:
+      return BcOp::kSub;
+    case OpType::kMul:
+      return BcOp::kMul;
+    case OpType::kDiv:
+      return BcOp::kDiv;
+    case OpType::kMax:
+      return BcOp::kMax;
+    case OpType::kMin:
+      return BcOp::kMin;
+    case OpType::kPRelu:
+      return BcOp::kPRelu;
+    default:
+      return BcOp::kAdd;  // Add, Sum
+  }
 }
 
-int64_t Product(const std::vector<int64_t>& d, size_t from, size_t to) {
-  int64_t p = 1;
-  for (size_t i = from; i < to; ++i) p *= d[i];
-  return p;
+bool IsBinary(OpType op) {
+  return op == OpType::kAdd || op == OpType::kSub || op == OpType::kMul || op == OpType::kDiv ||
+         op == OpType::kPRelu;
 }
 
-// How a two-operand op reads its operands: each operand's EwRead and the row length.
-struct BinaryPlan {
-  EwRead read[2] = {EwRead::kFull, EwRead::kFull};
-  int64_t row = 0;
-  std::vector<int64_t> out;
-};
-
-// The plan for operand dims `a` and `b` (numpy broadcasting), or nullopt when an operand is
-// broadcast other than as EwRead describes (or the dims do not broadcast: the reference says so).
-std::optional<BinaryPlan> PlanBinary(std::vector<int64_t> a, std::vector<int64_t> b) {
-  const size_t rank = std::max(a.size(), b.size());
-  a.insert(a.begin(), rank - a.size(), 1);
-  b.insert(b.begin(), rank - b.size(), 1);
-  BinaryPlan p;
-  p.out.resize(rank);
-  for (size_t i = 0; i < rank; ++i) {
-    if (a[i] != b[i] && a[i] != 1 && b[i] != 1) return std::nullopt;
-    p.out[i] = a[i] == 1 ? b[i] : a[i];
-  }
-  const int64_t n = Product(p.out, 0, rank);
-  int64_t row = 0;  // the row length an operand fixes (kRow, kCol), 0 while none has
-  for (int k = 0; k < 2; ++k) {
-    const std::vector<int64_t>& x = k == 0 ? a : b;
-    if (x == p.out) continue;  // kFull
-    if (Product(x, 0, rank) == 1) {
-      p.read[k] = EwRead::kScalar;
-      continue;
-    }
-    size_t first = 0, last = rank;  // first dim != 1; one past the last dim != 1
-    while (x[first] == 1) ++first;
-    while (x[last - 1] == 1) --last;
-    int64_t len = 0;
-    if (std::equal(x.begin() + first, x.end(), p.out.begin() + first)) {
-      p.read[k] = EwRead::kRow;
-      len = Product(p.out, first, rank);
-    } else if (std::equal(x.begin(), x.begin() + last, p.out.begin())) {
-      p.read[k] = EwRead::kCol;
-      len = Product(p.out, last, rank);
-    } else {
-      return std::nullopt;
-    }
-    if (row != 0 && row != len) return std::nullopt;
-    row = len;
-  }
-  if (row == 0) {
-    // Full and scalar operands only: rows of the largest trailing block up to 64K elements
-    // (the rows are what the threads share).
-    row = n;
-    for (size_t i = 0; i < rank && row > 65536; ++i) {
-      if (Product(p.out, i + 1, rank) >= 256) row = Product(p.out, i + 1, rank);
-    }
-  }
-  p.row = std::max<int64_t>(row, 1);
-  return p;
+// Ops whose same-shape form EwSameShape computes (Max, Min and PRelu go through BcArith always).
+bool HasSameShapeLoop(OpType op) {
+  return op == OpType::kAdd || op == OpType::kSub || op == OpType::kMul || op == OpType::kDiv ||
+         op == OpType::kSum || op == OpType::kRelu;
 }
 
 class ElementwiseKernel final : public Kernel {
@@ -106,56 +72,51 @@ class ElementwiseKernel final : public Kernel {
     return std::unique_ptr<Kernel>(new ElementwiseKernel(node, std::move(reference)));
   }
 
-  // Inputs of one float dtype and static shapes: Add, Sub, Mul and Div two that PlanBinary
-  // takes; Sum one or more of one shape, Relu one.
+  // Inputs present and of one float dtype, shapes static or not: Add, Sub, Mul, Div and PRelu
+  // two; Sum one or more; Max and Min two or more; Relu one.
   static bool Supports(const ir::Node& node) {
     const int n = node.num_inputs();
     if (n < 1) return false;
     for (const ir::Value* v : node.inputs) {
-      if (!v || v->dtype != node.inputs[0]->dtype || !IsF32OrHalf(v->dtype) ||
-          !v->shape.rank_known || !v->shape.is_static()) {
-        return false;
-      }
+      if (!v || v->dtype != node.inputs[0]->dtype || !IsF32OrHalf(v->dtype)) return false;
     }
-    if (IsBinary(node.op)) {
-      return n == 2 &&
-             PlanBinary(node.inputs[0]->shape.StaticDims(), node.inputs[1]->shape.StaticDims())
-                 .has_value();
-    }
-    if (node.op != ir::OpType::kSum && (node.op != ir::OpType::kRelu || n != 1)) return false;
-    for (const ir::Value* v : node.inputs) {
-      if (v->shape.StaticDims() != node.inputs[0]->shape.StaticDims()) return false;
-    }
-    return true;
+    if (IsBinary(node.op)) return n == 2;
+    if (node.op == OpType::kRelu) return n == 1;
+    if (node.op == OpType::kMax || node.op == OpType::kMin) return n >= 2;
+    return node.op == OpType::kSum;
   }
 
   absl::Status Run(KernelContext& ctx) override {
+    const int nin = ctx.num_inputs();
     const ir::Tensor* x0 = ctx.input(0);
+    if (x0 == nullptr || !IsF32OrHalf(x0->dtype())) return reference_->Run(ctx);
     std::vector<const void*> ins;
-    bool same = x0 != nullptr && IsF32OrHalf(x0->dtype());
-    for (int i = 0; same && i < ctx.num_inputs(); ++i) {
+    std::vector<const std::vector<int64_t>*> dims;
+    bool same_shape = true;
+    for (int i = 0; i < nin; ++i) {
       const ir::Tensor* t = ctx.input(i);
-      same = t != nullptr && t->dtype() == x0->dtype() &&
-             (i == 0 || IsBinary(node_.op) || t->dims() == x0->dims());
-      if (same) ins.push_back(t->raw_data());
+      if (t == nullptr || t->dtype() != x0->dtype()) return reference_->Run(ctx);
+      ins.push_back(t->raw_data());
+      dims.push_back(&t->dims());
+      same_shape = same_shape && t->dims() == x0->dims();
     }
-    if (!same) return reference_->Run(ctx);
-    if (IsBinary(node_.op)) {
-      if (ins.size() != 2) return reference_->Run(ctx);
-      const std::optional<BinaryPlan> p = PlanBinary(x0->dims(), ctx.input(1)->dims());
-      if (!p) return reference_->Run(ctx);
-      ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, x0->dtype(), p->out));
-      if (p->read[0] == EwRead::kFull && p->read[1] == EwRead::kFull) {
-        EwSameShape(OpOf(node_.op), x0->dtype(), ins.data(), 2, y->raw_data(), y->num_elements());
-      } else {
-        EwBinary(OpOf(node_.op), x0->dtype(), {ins[0], p->read[0]}, {ins[1], p->read[1]},
-                 y->raw_data(), y->num_elements(), p->row);
-      }
+    const DataType dtype = x0->dtype();
+    if (same_shape && HasSameShapeLoop(node_.op) && (nin == 2 || !IsBinary(node_.op))) {
+      ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, dtype, x0->dims()));
+      EwSameShape(SameShapeOp(node_.op), dtype, ins.data(), nin, y->raw_data(), y->num_elements());
       return absl::OkStatus();
     }
-    ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, x0->dtype(), x0->dims()));
-    EwSameShape(OpOf(node_.op), x0->dtype(), ins.data(), static_cast<int>(ins.size()),
-                y->raw_data(), y->num_elements());
+    if (node_.op == OpType::kRelu || nin < 2 || nin > kBcMaxInputs ||
+        (IsBinary(node_.op) && nin != 2)) {
+      return reference_->Run(ctx);
+    }
+    BcPlan plan;
+    std::vector<int64_t> out_dims;
+    if (!MakeBcPlan(dims, &plan, &out_dims)) return reference_->Run(ctx);
+    // PRelu's output keeps X's shape: a slope that would widen it is the reference's error.
+    if (node_.op == OpType::kPRelu && out_dims != x0->dims()) return reference_->Run(ctx);
+    ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, dtype, out_dims));
+    BcArith(BroadcastOp(node_.op), dtype, plan, ins.data(), y->raw_data());
     return absl::OkStatus();
   }
 
@@ -167,21 +128,87 @@ class ElementwiseKernel final : public Kernel {
   std::unique_ptr<Kernel> reference_;
 };
 
+// ---- Pow by a scalar exponent ----------------------------------------------------------------
+
+bool IsExponentType(DataType t) {
+  return IsF32OrHalf(t) || t == DataType::kI32 || t == DataType::kI64;
+}
+
+// The one element of exponent tensor `t` as the reference reads it for a float base: widened
+// exactly from float16 / bfloat16, converted with static_cast from integers.
+float ExponentValue(const ir::Tensor& t) {
+  switch (t.dtype()) {
+    case DataType::kF16:
+      return HalfBitsToFloat(*static_cast<const uint16_t*>(t.raw_data()));
+    case DataType::kBF16:
+      return BFloat16BitsToFloat(*static_cast<const uint16_t*>(t.raw_data()));
+    case DataType::kI32:
+      return static_cast<float>(*static_cast<const int32_t*>(t.raw_data()));
+    case DataType::kI64:
+      return static_cast<float>(*static_cast<const int64_t*>(t.raw_data()));
+    default:
+      return *static_cast<const float*>(t.raw_data());
+  }
+}
+
+class PowKernel final : public Kernel {
+ public:
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const ir::Node& node) {
+    ASSIGN_OR_RETURN(std::unique_ptr<Kernel> reference, ReferenceKernel(node));
+    return std::unique_ptr<Kernel>(new PowKernel(node, std::move(reference)));
+  }
+
+  // A float base and a float or int32 / int64 exponent (the exponent's shape is checked at run
+  // time: one element).
+  static bool Supports(const ir::Node& node) {
+    return node.num_inputs() == 2 && node.inputs[0] && node.inputs[1] &&
+           IsF32OrHalf(node.inputs[0]->dtype) && IsExponentType(node.inputs[1]->dtype);
+  }
+
+  absl::Status Run(KernelContext& ctx) override {
+    const ir::Tensor* x = ctx.input(0);
+    const ir::Tensor* e = ctx.input(1);
+    if (x == nullptr || e == nullptr || !IsF32OrHalf(x->dtype()) || !IsExponentType(e->dtype()) ||
+        e->num_elements() != 1) {
+      return reference_->Run(ctx);
+    }
+    // The output is the broadcast of x with a one-element exponent: x's elements, perhaps under
+    // more leading dims of 1.
+    BcPlan plan;
+    std::vector<int64_t> out_dims;
+    if (!MakeBcPlan({&x->dims(), &e->dims()}, &plan, &out_dims)) return reference_->Run(ctx);
+    const float v = ExponentValue(*e);
+    ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, x->dtype(), out_dims));
+    PowScalar(v == 2.0f ? PowKind::kSquare : PowKind::kGeneral, v, x->dtype(), x->raw_data(),
+              y->raw_data(), y->num_elements());
+    return absl::OkStatus();
+  }
+
+ private:
+  PowKernel(const ir::Node& node, std::unique_ptr<Kernel> reference)
+      : node_(node), reference_(std::move(reference)) {}
+
+  const ir::Node& node_;
+  std::unique_ptr<Kernel> reference_;
+};
+
+KernelDef FloatDef(OpType op, KernelFactory factory, bool (*supports)(const ir::Node&)) {
+  KernelDef def{
+      op,     {DataType::kF32, DataType::kF16, DataType::kBF16}, 0, Backend::kCpu, Isa::kAvx512,
+      factory};
+  def.cpu_features = kCpuAvx512Bf16;  // vcvtneps2bf16 for bfloat16 outputs
+  def.supports = supports;
+  return def;
+}
+
 }  // namespace
 
 void RegisterElementwise(Registry& r) {
-  for (ir::OpType op : {ir::OpType::kAdd, ir::OpType::kSub, ir::OpType::kMul, ir::OpType::kDiv,
-                        ir::OpType::kSum, ir::OpType::kRelu}) {
-    KernelDef def{op,
-                  {DataType::kF32, DataType::kF16, DataType::kBF16},
-                  0,
-                  Backend::kCpu,
-                  Isa::kAvx512,
-                  &ElementwiseKernel::Create};
-    def.cpu_features = kCpuAvx512Bf16;  // vcvtneps2bf16 for bfloat16 outputs
-    def.supports = &ElementwiseKernel::Supports;
-    r.Add(def);
+  for (OpType op : {OpType::kAdd, OpType::kSub, OpType::kMul, OpType::kDiv, OpType::kSum,
+                    OpType::kRelu, OpType::kMax, OpType::kMin, OpType::kPRelu}) {
+    r.Add(FloatDef(op, &ElementwiseKernel::Create, &ElementwiseKernel::Supports));
   }
+  r.Add(FloatDef(OpType::kPow, &PowKernel::Create, &PowKernel::Supports));
 }
 
 }  // namespace kiln::kernels::cpu::avx512

@@ -2,8 +2,9 @@
 // bfloat16, through the rows of norm.h: the reference's arithmetic with the row sums in 16
 // lanes. A run the rows do not cover goes to the reference kernel: a scale or bias that
 // broadcasts within the normalized block, operands of mixed dtypes, an AddLayerNorm whose
-// operands broadcast, empty rows, double values. And BatchNormalization and LRN on
-// channels-last tensors (BatchNormNhwcKernel, LrnNhwcKernel).
+// operands broadcast, empty rows, double values. And inference BatchNormalization on
+// channels-last or channels-first tensors of any rank >= 2 (BatchNormNhwcKernel), and LRN on
+// channels-last tensors (LrnNhwcKernel).
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "engine/common/cpu_features.h"
+#include "engine/kernels/cpu/avx512/batchnorm_nchw.h"
 #include "engine/kernels/cpu/avx512/convert.h"
 #include "engine/kernels/cpu/avx512/norm.h"
 #include "engine/kernels/cpu/avx512/register.h"
@@ -121,29 +123,36 @@ class NormKernel final : public Kernel {
 };
 
 // BatchNormalization in inference mode on a channels-last X (kChannelsLastAttr: X and Y NHWC,
-// the layout pass's), per channel: float, float16 and bfloat16 X, parameters of any float
-// dtype widened to fp32 as the reference does. Training mode and opset-6/7 per-activation
-// (spatial = 0) statistics stay NCHW on the reference.
+// the layout pass's) or a channels-first one of any rank >= 2 (batchnorm_nchw.h), per channel:
+// float, float16 and bfloat16 X, parameters of any float dtype widened to fp32 as the
+// reference does. Training mode and opset-6/7 per-activation (spatial = 0) statistics stay
+// NCHW on the reference.
 class BatchNormNhwcKernel final : public Kernel {
  public:
   static bool Supports(const ir::Node& node) {
-    if (node.GetInt(kChannelsLastAttr, 0) == 0 || node.num_inputs() != 5 || !node.inputs[0] ||
-        !IsF32OrHalf(node.inputs[0]->dtype) || !Inference(node)) {
+    if (node.num_inputs() != 5 || !node.inputs[0] || !IsF32OrHalf(node.inputs[0]->dtype) ||
+        !Inference(node)) {
       return false;
     }
     return node.since_version >= 9 || node.GetInt("spatial", 1) != 0;
   }
 
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const ir::Node& node) {
-    return std::unique_ptr<Kernel>(new BatchNormNhwcKernel(node, node.GetFloat("epsilon", 1e-5f)));
+    auto k = new BatchNormNhwcKernel(node, node.GetFloat("epsilon", 1e-5f));
+    k->channels_last_ = node.GetInt(kChannelsLastAttr, 0) != 0;
+    return std::unique_ptr<Kernel>(k);
   }
 
   absl::Status Run(KernelContext& ctx) override {
     ASSIGN_OR_RETURN(const ir::Tensor* x, ref::RequireInput(node_, ctx, 0));
-    if (x->rank() != 4 || !IsF32OrHalf(x->dtype())) {
+    if (channels_last_ && (x->rank() != 4 || !IsF32OrHalf(x->dtype()))) {
       return ref::InvalidNode(node_, "a channels-last BatchNormalization needs a rank-4 float X");
     }
-    const int64_t c = x->dim(3);
+    if (!channels_last_ && (x->rank() < 2 || !IsF32OrHalf(x->dtype()))) {
+      return ref::InvalidNode(node_, "input must have rank >= 2 (N x C x ...) and a float type, ",
+                              "got ", DataTypeOnnxName(x->dtype()), ir::DimsToString(x->dims()));
+    }
+    const int64_t c = x->dim(channels_last_ ? 3 : 1);
     static constexpr const char* kNames[] = {"scale", "B", "mean", "var"};
     std::array<const void*, 4> sources;
     for (int i = 0; i < 4; ++i) {
@@ -171,6 +180,12 @@ class BatchNormNhwcKernel final : public Kernel {
       sources_ = sources;
     }
     ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, x->dtype(), x->dims()));
+    if (!channels_last_) {
+      BatchNormNchw(x->dtype(), x->raw_data(), y->raw_data(), x->dim(0), c,
+                    ref::Product(x->dims(), 2, x->rank()), params_[2].data(), stddev_.data(),
+                    params_[0].data(), params_[1].data());
+      return absl::OkStatus();
+    }
     BatchNormNhwc(x->dtype(), x->raw_data(), y->raw_data(),
                   x->num_elements() / std::max<int64_t>(c, 1), c, params_[2].data(), stddev_.data(),
                   params_[0].data(), params_[1].data());
@@ -191,6 +206,7 @@ class BatchNormNhwcKernel final : public Kernel {
 
   const ir::Node& node_;
   float epsilon_;
+  bool channels_last_ = false;
   std::vector<float> params_[4], stddev_;    // scale, B, mean, var; sqrt(var + epsilon)
   std::array<const void*, 4> sources_ = {};  // the constant buffers params_ was read from
 };

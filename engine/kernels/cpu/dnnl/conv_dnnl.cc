@@ -35,6 +35,12 @@
 // chooses the same, as for 2-D. The layout pass (passes/layout.cc) turns only rank-4 convolutions
 // channels-last, and `Supports` refuses a channels-last 1-D node.
 //
+// Thin 2-D convolutions, running along one spatial axis only (the other 1 wide in X, the kernel
+// and Y, unpadded: magika's [N, C, 512, 1] by a 5 x 1 kernel): an fp32 channels-last one with one
+// group runs as one GEMM per image on X's own bytes (conv_thin_gemm.h); any other one
+// along H only is described to oneDNN as the H = 1 convolution over the same bytes, as 1-D ones
+// are (WidthTrivial), which its brgconv runs 2.4x faster than the W = 1 description.
+//
 // Small images: an fp32 channels-last convolution with one group, at most kGemmMaxPixels
 // outputs per image and at least kGemmMinWeightBytes of W runs on the AVX-512 GEMM instead, one
 // matrix product per kernel tap (GemmApplies, RunGemm): with few products per weight the work is
@@ -47,7 +53,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -55,6 +60,8 @@
 #include "engine/common/cpu_features.h"
 #include "engine/kernels/cpu/avx512/convert.h"
 #include "engine/kernels/cpu/avx512/gemm.h"
+#include "engine/kernels/cpu/dnnl/conv_thin_gemm.h"
+#include "engine/kernels/cpu/dnnl/dnnl_common.h"
 #include "engine/kernels/cpu/dnnl/register.h"
 #include "engine/kernels/cpu/ref/common.h"
 #include "engine/kernels/cpu/ref/fused_activation.h"
@@ -64,7 +71,6 @@
 namespace kiln::kernels::cpu::dnnl {
 namespace {
 
-namespace dn = ::dnnl;
 using ref::Activation;
 using ref::ActKind;
 using Tag = dn::memory::format_tag;
@@ -104,24 +110,6 @@ bool AppendPostOp(const Activation& a, dn::post_ops& ops) {
     default:
       return false;
   }
-}
-
-// The primitive's type for tensors stored as `t`: fp16 ones are converted to fp32 around it.
-dn::memory::data_type DnnlType(DataType t) {
-  return t == DataType::kBF16 ? dn::memory::data_type::bf16 : dn::memory::data_type::f32;
-}
-
-// One engine for the process: a oneDNN CPU engine holds no state a kernel run changes.
-absl::StatusOr<dn::engine*> CpuEngine() {
-  static dn::engine* engine = []() -> dn::engine* {
-    try {
-      return new dn::engine(dn::engine::kind::cpu, 0);
-    } catch (const dn::error&) {
-      return nullptr;
-    }
-  }();
-  if (engine == nullptr) return absl::InternalError("oneDNN has no CPU engine");
-  return engine;
 }
 
 // A memory descriptor as kPrepackedWeightsAttr words: oneDNN's version and the size of its
@@ -269,15 +257,26 @@ class ConvKernel final : public Kernel {
     const ir::Tensor& x = *s.in.x;
     const ir::Tensor& w = *s.in.w;
     const DataType dt = x.dtype();
-    const bool half = dt == DataType::kF16;
     // Supports admits 1-D and 2-D convolutions only; a 3-D node made here directly (tests)
     // runs the reference.
-    if (s.win.rank() > 2 || x.num_elements() == 0 || ir::NumElementsOf(s.out_dims) == 0 ||
-        (dt == DataType::kBF16 && (!WeightsAllowed(w) || !BF16Allowed(x)))) {
+    if (s.win.rank() > 2 || x.num_elements() == 0 || ir::NumElementsOf(s.out_dims) == 0) {
       return RunReference(ctx, s);
     }
+    // fp16, and bf16 with a subnormal in X or W (which the bf16 dot products would read as
+    // zero), run the fp32 primitive on X widened exactly, W widened once: the contract's fp32
+    // arithmetic on the rounded values. (The reference kernel ran those bf16 runs: PP-OCRv4 rec
+    // under bf16-layernorm, whose activations carry subnormals, took 43 ms against 23 in fp32.)
+    const bool half =
+        dt == DataType::kF16 || (dt == DataType::kBF16 && (!w_scan_.Allowed(w) || !Bf16Allowed(x)));
     if (GemmApplies(s)) return RunGemm(ctx, s);
-    ASSIGN_OR_RETURN(Plan * plan, GetPlan(s));
+    if (const int axis = ThinConvGemm::Axis(s, attrs_.group, channels_last_); axis >= 0) {
+      return RunThinGemm(ctx, s, axis);
+    }
+    std::optional<Plan>& cache = half && dt == DataType::kBF16 ? widened_plan_ : plan_;
+    ASSIGN_OR_RETURN(Plan * plan,
+                     CachedRun(cache, x, w, omp_get_max_threads(), node_, "convolution",
+                               /*any_error_unimplemented=*/false,
+                               [&](dn::engine& engine, Plan& p) { Build(s, engine, p, half); }));
     if (plan == nullptr) return RunReference(ctx, s);
     ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, dt, s.out_dims));
     const int64_t n = y->num_elements();
@@ -308,18 +307,7 @@ class ConvKernel final : public Kernel {
         avx512::ConvertArray(dt, DataType::kF32, z->raw_data(), sums, n);  // exact
       }
     }
-    const float* bias = nullptr;
-    if (s.in.b != nullptr) {
-      if (s.in.b->dtype() == DataType::kF32) {
-        bias = s.in.b->data<float>();
-      } else {
-        // bf16 or fp16 to fp32 is exact: the bias enters the sum unrounded, as in the reference.
-        bias_.resize(s.in.b->num_elements());
-        avx512::ConvertArray(dt, DataType::kF32, s.in.b->raw_data(), bias_.data(),
-                             s.in.b->num_elements());
-        bias = bias_.data();
-      }
-    }
+    const float* bias = BiasAsF32(s.in.b, bias_);
     const void* src = x.raw_data();
     if (half) {
       float* x32 = ref::ThreadScratch(ref::kScratchConvWidenedX, x.num_elements());
@@ -327,20 +315,10 @@ class ConvKernel final : public Kernel {
       avx512::ConvertArray(dt, DataType::kF32, src, x32, x.num_elements());
       src = x32;
     }
-    try {
-      plan->src_mem.set_data_handle(const_cast<void*>(src));
-      plan->dst_mem.set_data_handle(sums ? static_cast<void*>(sums) : y->raw_data());
-      if (bias != nullptr) plan->bias_mem.set_data_handle(const_cast<float*>(bias));
-      if (plan->to_blocked) plan->to_blocked.execute(plan->stream, plan->to_args);
-      plan->conv.execute(plan->stream, plan->args);
-      if (plan->from_blocked) plan->from_blocked.execute(plan->stream, plan->from_args);
-      plan->stream.wait();
-    } catch (const dn::error& e) {
-      return absl::InternalError(
-          absl::StrCat(node_.Label(), " oneDNN convolution failed: ", e.what()));
-    }
+    RETURN_IF_ERROR(plan->Execute(node_, "convolution", src,
+                                  sums ? static_cast<void*>(sums) : y->raw_data(), bias));
     if (half && plan->post_op) {
-      avx512::ConvertArray(DataType::kF32, DataType::kF16, sums, y->raw_data(), n);
+      avx512::ConvertArray(DataType::kF32, dt, sums, y->raw_data(), n);
     } else if (sums != nullptr) {
       ApplyActivation(sums, *y);
     }
@@ -374,14 +352,17 @@ class ConvKernel final : public Kernel {
     const int64_t c = w.dim(1), m = w.dim(0), kh = w.dim(2), kw = w.dim(3), taps = kh * kw;
     // Tap t's B[k][n] = W[n][k][t]: element (n, k, t) of W at (n * C + k) * taps + t.
     const int64_t strip = avx512::PackedBElemsF32(c, m);  // one tap's B
-    const float* packed =
-        PrepackedGemmFits(c, m, taps) ? static_cast<const float*>(prepacked_->raw_data()) : nullptr;
+    const float* packed = PrepackedGemmFits(prepacked_, prepacked_words_,
+                                            GemmWords(c, m, taps, /*line=*/false), taps * strip)
+                              ? static_cast<const float*>(prepacked_->raw_data())
+                              : nullptr;
     if (packed == nullptr) {
       packed = packed_w_.Get(w.data<float>(), c, m, /*b_rs=*/taps, /*b_cs=*/c * taps,
                              /*count=*/taps, /*offset=*/1);
       if (packed == nullptr) return absl::ResourceExhaustedError("out of memory packing W");
     }
     gemm_w_ = {packed, taps * strip};
+    line_laid_out_ = false;
     gemm_shape_ = {c, m, taps};
     const ref::nn::Window& win = s.win;
     const int64_t batch = x.dim(0), h = x.dim(2), wd = x.dim(3);
@@ -389,16 +370,7 @@ class ConvKernel final : public Kernel {
     const bool in_place = taps == 1 && win.strides[0] == 1 && win.strides[1] == 1 &&
                           win.pad_begin[0] == 0 && win.pad_begin[1] == 0 && oh == h && ow == wd;
     ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, DataType::kF32, s.out_dims));
-    const ir::Tensor* z = ctx.input(3);
-    const float* zp = nullptr;
-    if (z != nullptr) {
-      RETURN_IF_ERROR(CheckResidual(*z, *y));
-      zp = z->data<float>();
-      if (z->raw_data() == y->raw_data()) {  // Y is Z's bytes: Z kept aside before the GEMMs
-        residual_.assign(zp, zp + z->num_elements());
-        zp = residual_.data();
-      }
-    }
+    ASSIGN_OR_RETURN(const float* zp, ResidualF32(ctx, *y));
     if (!in_place) gathered_.resize(pixels * c);
     for (int64_t t = 0; t < taps; ++t) {
       const float* a = x.data<float>();
@@ -436,14 +408,48 @@ class ConvKernel final : public Kernel {
       }
       avx512::GemmAvx512(g);
     }
-    if (z != nullptr) {
-      float* yp = y->data<float>();
-      const int64_t n = y->num_elements();
+    FinishGemm(zp, *y);
+    return absl::OkStatus();
+  }
+
+  // The convolution along one spatial axis (ThinConvGemm::Axis) as one GEMM per image
+  // (conv_thin_gemm.h), then Y = act(Y + Z).
+  absl::Status RunThinGemm(KernelContext& ctx, const ref::nn::ConvSetup& s, int axis) {
+    const int64_t c = s.in.w->dim(1), m = s.in.w->dim(0), taps = s.win.kernel[axis];
+    const float* packed = thin_.PackedW(s, axis, prepacked_, prepacked_words_);
+    gemm_w_ = {packed, ThinConvGemm::PackedFloats(c, m, taps)};
+    gemm_shape_ = {c, m, taps};
+    line_laid_out_ = true;
+    ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, DataType::kF32, s.out_dims));
+    ASSIGN_OR_RETURN(const float* zp, ResidualF32(ctx, *y));
+    thin_.Run(s, axis, packed, y->data<float>());
+    FinishGemm(zp, *y);
+    return absl::OkStatus();
+  }
+
+  // The GEMM routes' fp32 residual Z (input 3; nullptr without one), checked against Y and kept
+  // aside when Y is Z's bytes (the GEMMs write Y before Z is added).
+  absl::StatusOr<const float*> ResidualF32(KernelContext& ctx, const ir::Tensor& y) {
+    const ir::Tensor* z = ctx.input(3);
+    if (z == nullptr) return nullptr;
+    RETURN_IF_ERROR(CheckResidual(*z, y));
+    const float* zp = z->data<float>();
+    if (z->raw_data() == y.raw_data()) {
+      residual_.assign(zp, zp + z->num_elements());
+      zp = residual_.data();
+    }
+    return zp;
+  }
+
+  // The GEMM routes' epilogue: Y = act(Y + Z) (Z from ResidualF32, or nullptr).
+  void FinishGemm(const float* zp, ir::Tensor& y) const {
+    if (zp != nullptr) {
+      float* yp = y.data<float>();
+      const int64_t n = y.num_elements();
 #pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 15))
       for (int64_t i = 0; i < n; ++i) yp[i] += zp[i];
     }
-    if (act_.kind != ActKind::kNone) ApplyActivation(y->data<float>(), *y);
-    return absl::OkStatus();
+    if (act_.kind != ActKind::kNone) ApplyActivation(y.data<float>(), y);
   }
 
   // The residual Z must be Y's dims and dtype (it is added element by element).
@@ -476,90 +482,49 @@ class ConvKernel final : public Kernel {
     return {d[0], d[2], d[3], d[1]};
   }
 
-  // A primitive for one input shape and thread count (oneDNN fixes its work split when it
-  // creates the primitive), with W in the primitive's layout.
-  struct Plan {
-    std::vector<int64_t> x_dims;
-    const void* w_data = nullptr;
-    int threads = 0;
-    bool post_op = false;             // the activation runs inside the primitive
-    dn::memory::desc src, dst, bias;  // the engine's layouts: NCHW, [M]
-    dn::memory weights;
-    dn::convolution_forward conv;
-    // When the primitive works on blocked X / Y, the reorders to and from the engine's NCHW
-    // and the blocked buffers; empty when it takes NCHW itself.
-    dn::memory src_blocked, dst_blocked;
-    dn::reorder to_blocked, from_blocked;
-    // Made with the primitive and pointed at each run's X, Y (or the sums) and B: a stream and
-    // memory objects made per run cost 10-15 us a convolution (~1% of ResNet-50).
-    dn::stream stream;
-    dn::memory src_mem, dst_mem, bias_mem;
-    std::unordered_map<int, dn::memory> args, to_args, from_args;
+  // The primitive's run (dnnl_common.h) and whether the activation runs inside it.
+  struct Plan : PrimitiveRun {
+    bool post_op = false;
   };
 
   ConvKernel(const ir::Node& node, ref::nn::ConvAttrs attrs, Activation act)
       : node_(node), attrs_(std::move(attrs)), act_(act) {}
 
-  static bool BF16Allowed(const ir::Tensor& t) {
-    return avx512::Bf16DotPathAllowed(t.data<uint16_t>(), t.num_elements());
-  }
-
-  // The subnormal scan of W, once per weight buffer.
-  bool WeightsAllowed(const ir::Tensor& w) {
-    if (scanned_w_ != w.raw_data()) {
-      w_allowed_ = BF16Allowed(w);
-      scanned_w_ = w.raw_data();
-    }
-    return w_allowed_;
-  }
-
-  // The plan for this run, built when none matches; nullptr when oneDNN has no implementation
-  // for the shape (the reference kernel runs it).
-  absl::StatusOr<Plan*> GetPlan(const ref::nn::ConvSetup& s) {
-    const int threads = omp_get_max_threads();
-    if (plan_ && plan_->x_dims == s.in.x->dims() && plan_->w_data == s.in.w->raw_data() &&
-        plan_->threads == threads) {
-      return plan_->conv ? &*plan_ : nullptr;
-    }
-    plan_.reset();
-    Plan p;
-    p.x_dims = s.in.x->dims();
-    p.w_data = s.in.w->raw_data();
-    p.threads = threads;
-    ASSIGN_OR_RETURN(dn::engine * engine, CpuEngine());
-    try {
-      Build(s, *engine, p);
-    } catch (const dn::error& e) {
-      if (e.status != dnnl_unimplemented) {
-        return absl::InternalError(
-            absl::StrCat(node_.Label(), " oneDNN convolution setup failed: ", e.what()));
-      }
-      p.conv = dn::convolution_forward();
-    }
-    plan_ = std::move(p);
-    return plan_->conv ? &*plan_ : nullptr;
-  }
-
   // A 1-D convolution's dims or window values as its 2-D twin's (H = 1): `v` with `h`
   // inserted before its last value ([N, C, L] -> [N, C, 1, L], [M, C/g, K] -> [M, C/g, 1, K],
   // strides [s] -> [1, s]); a 2-D convolution's as they are.
-  static dn::memory::dims As2d(const std::vector<int64_t>& v, const ref::nn::Window& win,
-                               int64_t h) {
+  // A 2-D convolution running along H only (WidthTrivial) is folded the same way: its W entry
+  // dropped, then H = 1 inserted ([N, C, H, 1] -> [N, C, 1, H], strides [sh, sw] -> [1, sh]).
+  static dn::memory::dims As2d(const std::vector<int64_t>& v, const ref::nn::Window& win, int64_t h,
+                               bool fold_width = false) {
     dn::memory::dims out(v.begin(), v.end());
-    if (win.rank() == 1 && !out.empty()) out.insert(out.end() - 1, h);
+    if (fold_width && win.rank() == 2 && !out.empty()) out.pop_back();
+    if ((win.rank() == 1 || fold_width) && !out.empty()) out.insert(out.end() - 1, h);
     return out;
   }
 
+  // A 2-D convolution along H alone (magika's [N, C, 512, 1] by a 5 x 1 kernel: a 1-D
+  // convolution written as 2-D). oneDNN's 2-D convolutions vectorise along W, and on a 1-wide W
+  // its brgconv ran it at 61 GFLOP/s on one core; described as the H = 1 convolution over the
+  // same bytes (NCHW [N, C, H, 1] and [N, C, 1, H] are one layout, NHWC ones too, and so are
+  // OIHW [M, C, KH, 1] and [M, C, 1, KH]) at 145 GFLOP/s.
+  static bool WidthTrivial(const ref::nn::ConvSetup& s) {
+    return AxisTrivial(s, 1) && s.win.in[0] > 1;
+  }
+
   // Creates the primitive and reorders W into its layout; throws dnnl::error.
-  void Build(const ref::nn::ConvSetup& s, dn::engine& engine, Plan& p) const {
+  void Build(const ref::nn::ConvSetup& s, dn::engine& engine, Plan& p, bool widened) const {
     const ir::Tensor& w = *s.in.w;
-    const dn::memory::data_type dt = DnnlType(s.in.x->dtype());
+    const dn::memory::data_type dt =
+        widened ? dn::memory::data_type::f32 : DnnlType(s.in.x->dtype());
     const dn::memory::data_type f32 = dn::memory::data_type::f32;
     const int64_t g = attrs_.group;
     const ref::nn::Window& win = s.win;
-    // The primitive is 2-D: a 1-D convolution's tensors are viewed with H = 1 (the same bytes).
-    const dn::memory::dims x_dims = As2d(s.in.x->dims(), win, 1);
-    const dn::memory::dims y_dims = As2d(s.out_dims, win, 1);
+    // The primitive is 2-D: a 1-D convolution's tensors are viewed with H = 1 (the same bytes),
+    // and so are those of a 2-D one along H alone (WidthTrivial).
+    const bool fold = WidthTrivial(s);
+    const dn::memory::dims x_dims = As2d(s.in.x->dims(), win, 1, fold);
+    const dn::memory::dims y_dims = As2d(s.out_dims, win, 1, fold);
     dn::post_ops ops;
     if (node_.input(3) != nullptr) ops.append_sum(1.0f);  // + Z, in fp32, before the activation
     p.post_op = AppendPostOp(act_, ops);
@@ -567,34 +532,35 @@ class ConvKernel final : public Kernel {
     attr.set_post_ops(ops);
 
     const Tag layout = channels_last_ ? Tag::nhwc : Tag::nchw;
-    p.src = dn::memory::desc(x_dims, dt, layout);
-    p.dst = dn::memory::desc(y_dims, p.post_op ? dt : f32, layout);
-    p.bias = dn::memory::desc({s.m}, f32, Tag::a);
+    // The engine's layouts of X, Y and B.
+    const dn::memory::desc src(x_dims, dt, layout);
+    const dn::memory::desc dst(y_dims, p.post_op ? dt : f32, layout);
+    const dn::memory::desc bias({s.m}, f32, Tag::a);
     // Grouped weights are [g, M/g, C/g, kh, kw] in oneDNN, the same bytes as ONNX's W.
-    dn::memory::dims w_dims = As2d(w.dims(), win, 1);
+    dn::memory::dims w_dims = As2d(w.dims(), win, 1, fold);
     if (g > 1) {
       w_dims[0] /= g;
       w_dims.insert(w_dims.begin(), g);
     }
-    const dn::memory::desc w_user(w_dims, dt, g > 1 ? Tag::goihw : Tag::oihw);
+    // W's own bytes (fp16 ones are widened by ReorderedWeights; bf16 ones by the reorder).
+    const dn::memory::desc w_user(w_dims, DnnlType(w.dtype()), g > 1 ? Tag::goihw : Tag::oihw);
     const dn::memory::desc w_any(w_dims, dt, Tag::any);
-    const dn::memory::dims strides = As2d(win.strides, win, 1);
-    dn::memory::dims dilations = As2d(win.dilations, win, 1);
+    const dn::memory::dims strides = As2d(win.strides, win, 1, fold);
+    dn::memory::dims dilations = As2d(win.dilations, win, 1, fold);
     for (int64_t& d : dilations) d -= 1;  // oneDNN counts the gaps: ONNX dilation - 1
-    const dn::memory::dims pad_l = As2d(win.pad_begin, win, 0);
-    const dn::memory::dims pad_r = As2d(win.pad_end, win, 0);
+    const dn::memory::dims pad_l = As2d(win.pad_begin, win, 0, fold);
+    const dn::memory::dims pad_r = As2d(win.pad_end, win, 0, fold);
     // Channels-last tensors are taken as they are (oneDNN's NHWC convolutions are as fast as
     // its blocked ones); NCHW ones in whatever layout the primitive prefers, but for Y with a
     // residual: the sum post-op reads Z where it was copied, Y itself.
-    const dn::memory::desc src_any =
-        channels_last_ ? p.src : dn::memory::desc(x_dims, dt, Tag::any);
+    const dn::memory::desc src_any = channels_last_ ? src : dn::memory::desc(x_dims, dt, Tag::any);
     const dn::memory::desc dst_any = channels_last_ || node_.input(3) != nullptr
-                                         ? p.dst
-                                         : dn::memory::desc(y_dims, p.dst.data_type(), Tag::any);
+                                         ? dst
+                                         : dn::memory::desc(y_dims, dst.data_type(), Tag::any);
     const auto desc =
         s.in.b ? dn::convolution_forward::desc(dn::prop_kind::forward_inference,
                                                dn::algorithm::convolution_direct, src_any, w_any,
-                                               p.bias, dst_any, strides, dilations, pad_l, pad_r)
+                                               bias, dst_any, strides, dilations, pad_l, pad_r)
                : dn::convolution_forward::desc(dn::prop_kind::forward_inference,
                                                dn::algorithm::convolution_direct, src_any, w_any,
                                                dst_any, strides, dilations, pad_l, pad_r);
@@ -603,42 +569,10 @@ class ConvKernel final : public Kernel {
       // The build's bytes in this very layout (only read: the primitive's weights are const).
       p.weights = dn::memory(pd.weights_desc(), engine, const_cast<void*>(prepacked_->raw_data()));
     } else {
-      p.weights = dn::memory(pd.weights_desc(), engine);
-      // fp16 W is reordered from an fp32 copy (exact), dropped once the primitive has its own.
-      std::vector<float> w_f32;
-      if (w.dtype() == DataType::kF16) {
-        w_f32.resize(w.num_elements());
-        avx512::ConvertArray(DataType::kF16, DataType::kF32, w.raw_data(), w_f32.data(),
-                             w.num_elements());
-      }
-      dn::memory user(w_user, engine,
-                      w_f32.empty() ? const_cast<void*>(w.raw_data()) : w_f32.data());
-      dn::stream stream(engine);
-      dn::reorder(user, p.weights).execute(stream, user, p.weights);
-      stream.wait();
+      p.weights = ReorderedWeights(w, w_user, pd.weights_desc(), engine);
     }
-    p.conv = dn::convolution_forward(pd);
-    if (pd.src_desc() != p.src) {
-      p.src_blocked = dn::memory(pd.src_desc(), engine);
-      p.to_blocked = dn::reorder(dn::reorder::primitive_desc(engine, p.src, engine, pd.src_desc()));
-    }
-    if (pd.dst_desc() != p.dst) {
-      p.dst_blocked = dn::memory(pd.dst_desc(), engine);
-      p.from_blocked =
-          dn::reorder(dn::reorder::primitive_desc(engine, pd.dst_desc(), engine, p.dst));
-    }
-    p.stream = dn::stream(engine);
-    p.src_mem = dn::memory(p.src, engine, DNNL_MEMORY_NONE);
-    p.dst_mem = dn::memory(p.dst, engine, DNNL_MEMORY_NONE);
-    p.args = {{DNNL_ARG_SRC, p.to_blocked ? p.src_blocked : p.src_mem},
-              {DNNL_ARG_WEIGHTS, p.weights},
-              {DNNL_ARG_DST, p.from_blocked ? p.dst_blocked : p.dst_mem}};
-    if (s.in.b != nullptr) {
-      p.bias_mem = dn::memory(p.bias, engine, DNNL_MEMORY_NONE);
-      p.args.emplace(DNNL_ARG_BIAS, p.bias_mem);
-    }
-    if (p.to_blocked) p.to_args = {{DNNL_ARG_FROM, p.src_mem}, {DNNL_ARG_TO, p.src_blocked}};
-    if (p.from_blocked) p.from_args = {{DNNL_ARG_FROM, p.dst_blocked}, {DNNL_ARG_TO, p.dst_mem}};
+    p.primitive = dn::convolution_forward(pd);
+    p.Connect(pd, src, dst, s.in.b != nullptr ? &bias : nullptr, engine);
   }
 
   // Y = act(sums), rounded once to Y's type (the reference epilogue; `sums` may be Y itself).
@@ -661,23 +595,6 @@ class ConvKernel final : public Kernel {
     });
   }
 
-  // The kPrepackedWeightsAttr words of W packed for the GEMM path: a 0 (no oneDNN version),
-  // then C, M and the taps.
-  static std::array<int64_t, 4> GemmWords(int64_t c, int64_t m, int64_t taps) {
-    return {0, c, m, taps};
-  }
-
-  // Whether the build's prepacked W is W packed for the GEMM path at these C, M and taps (a
-  // whole number of 64-byte aligned taps). Asked on every run of the GEMM path: no allocation.
-  bool PrepackedGemmFits(int64_t c, int64_t m, int64_t taps) const {
-    const std::array<int64_t, 4> want = GemmWords(c, m, taps);
-    return prepacked_ != nullptr && prepacked_->dtype() == DataType::kU8 &&
-           std::equal(prepacked_words_.begin(), prepacked_words_.end(), want.begin(), want.end()) &&
-           prepacked_->byte_size() ==
-               static_cast<size_t>(taps * avx512::PackedBElemsF32(c, m)) * sizeof(float) &&
-           reinterpret_cast<uintptr_t>(prepacked_->raw_data()) % 64 == 0;
-  }
-
   // Whether the build's prepacked W (input kPrepackedWeightsInput, its layout in the node's
   // kPrepackedWeightsAttr) is W in layout `want`: the same descriptor, as many bytes.
   bool PrepackedFits(const dn::memory::desc& want) const {
@@ -693,14 +610,14 @@ class ConvKernel final : public Kernel {
     const void* data = nullptr;
     size_t size = 0;
     PrepackedConvWeights out;
-    if (plan_ && plan_->conv) {
+    if (plan_ && plan_->primitive) {
       const dn::memory::desc d = plan_->weights.get_desc();
       out.desc = DescToWords(d);
       data = plan_->weights.get_data_handle();
       size = d.get_size();
     } else if (gemm_w_.first != nullptr) {
       const std::array<int64_t, 4> words =
-          GemmWords(gemm_shape_[0], gemm_shape_[1], gemm_shape_[2]);
+          GemmWords(gemm_shape_[0], gemm_shape_[1], gemm_shape_[2], line_laid_out_);
       out.desc.assign(words.begin(), words.end());
       data = gemm_w_.first;
       size = static_cast<size_t>(gemm_w_.second) * sizeof(float);
@@ -727,14 +644,17 @@ class ConvKernel final : public Kernel {
   ir::Node nchw_node_;
   std::unique_ptr<Kernel> reference_;
   std::optional<Plan> plan_;
+  std::optional<Plan> widened_plan_;       // bf16 runs with a subnormal: the fp32 primitive
   const ir::Tensor* prepacked_ = nullptr;  // this run's input kPrepackedWeightsInput
   std::vector<int64_t> prepacked_words_;   // the node's kPrepackedWeightsAttr (empty: none)
   // The GEMM path's packed W of the last run (floats) and its C, M and taps.
   std::pair<const float*, int64_t> gemm_w_ = {nullptr, 0};
   std::array<int64_t, 3> gemm_shape_ = {};
+  // The thin GEMM route (its packed W); whether gemm_w_ is its layout.
+  ThinConvGemm thin_;
+  bool line_laid_out_ = false;
   std::vector<float> bias_;
-  const void* scanned_w_ = nullptr;
-  bool w_allowed_ = false;
+  Bf16WeightScan w_scan_;
   bool channels_last_ = false;
 };
 
@@ -791,16 +711,7 @@ void RegisterConv(Registry& r) {
   for (ir::OpType op : {ir::OpType::kConv, ir::OpType::kFusedConv}) {
     KernelDef def{op, {DataType::kF32}, 0, Backend::kCpu, Isa::kDnnl, &ConvKernel::Create};
     def.supports = &ConvKernel::Supports;
-    r.Add(def);
-    // bf16 convolutions need the dot-product instructions (native, not emulated, bf16 in
-    // oneDNN) and the AVX-512 subnormal scan.
-    def.dtypes = {DataType::kBF16};
-    def.cpu_features = IsaCpuFeatures(Isa::kAvx512) | kCpuAvx512Bf16;
-    r.Add(def);
-    // fp16 storage: the fp32 primitive between F16C conversions (AVX-512 ones).
-    def.dtypes = {DataType::kF16};
-    def.cpu_features = IsaCpuFeatures(Isa::kAvx512);
-    r.Add(def);
+    AddF32Bf16F16(r, def);
   }
 }
 

@@ -41,7 +41,13 @@ absl::StatusOr<std::optional<PrepackedConvWeights>> PrepackConvWeights(const ir:
 /// conv_dnnl.cc: 2-D and 1-D Conv and FusedConv on float, float16 and bfloat16 storage.
 void RegisterConv(Registry& r);
 
+/// deconv_dnnl.cc: ConvTranspose (1-D, 2-D, 3-D) on float, float16 and bfloat16 storage.
+void RegisterDeconv(Registry& r);
+
 /// Registers every oneDNN kernel.
-inline void RegisterDnnl(Registry& r) { RegisterConv(r); }
+inline void RegisterDnnl(Registry& r) {
+  RegisterConv(r);
+  RegisterDeconv(r);
+}
 
 }  // namespace kiln::kernels::cpu::dnnl

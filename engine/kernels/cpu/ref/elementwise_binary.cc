@@ -124,7 +124,11 @@ CA PowValue(CA a, CB b) {
   if constexpr (std::is_floating_point_v<CA>) {
     // Floating base: compute in the base's compute type, or in double when the exponent is double
     // (fp16/bf16 bases still round once to their storage type).
+    // An exponent of 2 (x^2 in norms and variances) is the correctly rounded square, where the
+    // C library's pow is off by an ulp on some inputs (an fp32 square is exact in double, so a
+    // double exponent rounds once too); the fast kernels compute it the same way.
     using W = std::conditional_t<std::is_same_v<CB, double>, double, CA>;
+    if (b == CB(2)) return static_cast<CA>(static_cast<W>(a) * static_cast<W>(a));
     return static_cast<CA>(std::pow(static_cast<W>(a), static_cast<W>(b)));
   } else if constexpr (std::is_integral_v<CB>) {
     return IntPow(a, b);

@@ -12,6 +12,7 @@
 
 #include "engine/ir/slice.h"
 #include "engine/kernels/cpu/ref/common.h"
+#include "engine/kernels/cpu/ref/layout_internal.h"
 #include "engine/kernels/cpu/ref/register.h"
 
 namespace kiln::kernels::cpu::ref {
@@ -45,6 +46,27 @@ std::optional<std::array<int64_t, 3>> AsBatchedTranspose(const std::vector<int64
     return std::array<int64_t, 3>{groups[0].second, groups[2].second, groups[1].second};
   }
   return std::nullopt;
+}
+
+absl::StatusOr<std::vector<int64_t>> TransposePerm(const ir::Node& node, int rank) {
+  std::vector<int64_t> perm;
+  if (node.has_attr("perm")) {
+    perm = node.GetInts("perm");
+  } else {
+    for (int i = rank - 1; i >= 0; --i) perm.push_back(i);
+  }
+  if (static_cast<int>(perm.size()) != rank) {
+    return InvalidNode(node, "perm has ", perm.size(), " entries for input of rank ", rank);
+  }
+  std::vector<bool> seen(rank, false);
+  for (int64_t p : perm) {
+    if (p < 0 || p >= rank || seen[p]) {
+      return InvalidNode(node, "perm ", ir::DimsToString(perm), " is not a permutation of ", rank,
+                         " axes");
+    }
+    seen[p] = true;
+  }
+  return perm;
 }
 
 namespace {
@@ -184,23 +206,7 @@ absl::Status PermuteView(KernelContext& ctx, const ir::Tensor& in,
 absl::Status RunTranspose(const ir::Node& node, KernelContext& ctx) {
   ASSIGN_OR_RETURN(const ir::Tensor* x, RequireInput(node, ctx, 0));
   const int rank = x->rank();
-  std::vector<int64_t> perm;
-  if (node.has_attr("perm")) {
-    perm = node.GetInts("perm");
-  } else {
-    for (int i = rank - 1; i >= 0; --i) perm.push_back(i);
-  }
-  if (static_cast<int>(perm.size()) != rank) {
-    return InvalidNode(node, "perm has ", perm.size(), " entries for input of rank ", rank);
-  }
-  std::vector<bool> seen(rank, false);
-  for (int64_t p : perm) {
-    if (p < 0 || p >= rank || seen[p]) {
-      return InvalidNode(node, "perm ", ir::DimsToString(perm), " is not a permutation of ", rank,
-                         " axes");
-    }
-    seen[p] = true;
-  }
+  ASSIGN_OR_RETURN(const std::vector<int64_t> perm, TransposePerm(node, rank));
   std::vector<int64_t> out_dims(rank);
   for (int i = 0; i < rank; ++i) out_dims[i] = x->dim(perm[i]);
   return PermuteView(ctx, *x, x->dims(), perm, out_dims);

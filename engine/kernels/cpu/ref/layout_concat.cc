@@ -4,55 +4,11 @@
 #include <cstring>
 
 #include "engine/kernels/cpu/ref/common.h"
+#include "engine/kernels/cpu/ref/layout_internal.h"
 #include "engine/kernels/cpu/ref/register.h"
 
 namespace kiln::kernels::cpu::ref {
-namespace {
 
-absl::Status RunConcat(const ir::Node& node, KernelContext& ctx) {
-  const int n = ctx.num_inputs();
-  if (n < 1) return InvalidNode(node, "needs at least one input");
-  std::vector<const ir::Tensor*> xs(n);
-  for (int i = 0; i < n; ++i) {
-    ASSIGN_OR_RETURN(xs[i], RequireInput(node, ctx, i));
-  }
-  const int rank = xs[0]->rank();
-  if (rank == 0) return InvalidNode(node, "cannot concatenate scalars");
-  ASSIGN_OR_RETURN(int axis, NormalizeAxis(node, node.GetInt("axis", 0), rank));
-  std::vector<int64_t> out_dims = xs[0]->dims();
-  out_dims[axis] = 0;
-  for (int i = 0; i < n; ++i) {
-    const ir::Tensor& x = *xs[i];
-    bool same = x.rank() == rank && x.dtype() == xs[0]->dtype();
-    for (int a = 0; same && a < rank; ++a) same = a == axis || x.dim(a) == xs[0]->dim(a);
-    if (!same) {
-      return InvalidNode(node, "input ", i, " ", DataTypeOnnxName(x.dtype()),
-                         ir::DimsToString(x.dims()), " does not match input 0 ",
-                         DataTypeOnnxName(xs[0]->dtype()), ir::DimsToString(xs[0]->dims()),
-                         " outside axis ", axis);
-    }
-    out_dims[axis] += x.dim(axis);
-  }
-  ASSIGN_OR_RETURN(ir::Tensor * out, ctx.output(0, xs[0]->dtype(), out_dims));
-  const int64_t outer = Product(out_dims, 0, axis);
-  const size_t inner_bytes = Product(out_dims, axis + 1, rank) * DataTypeSize(out->dtype());
-  const size_t row = out_dims[axis] * inner_bytes;  // one output row: every input's chunk
-  char* dst = static_cast<char*>(out->raw_data());
-  // Rows on the threads when there are many (a channels-last join: one row per pixel).
-#pragma omp parallel for schedule(static) if (outer >= 64 && outer * row >= (size_t{1} << 16))
-  for (int64_t o = 0; o < outer; ++o) {
-    char* d = dst + o * row;
-    for (const ir::Tensor* x : xs) {
-      const size_t chunk = x->dim(axis) * inner_bytes;
-      if (chunk == 0) continue;
-      std::memcpy(d, static_cast<const char*>(x->raw_data()) + o * chunk, chunk);
-      d += chunk;
-    }
-  }
-  return absl::OkStatus();
-}
-
-// Sizes of the Split outputs along the axis of length `dim`.
 absl::StatusOr<std::vector<int64_t>> SplitSizes(const ir::Node& node, KernelContext& ctx,
                                                 int64_t dim) {
   const int n = ctx.num_outputs();
@@ -98,6 +54,51 @@ absl::StatusOr<std::vector<int64_t>> SplitSizes(const ir::Node& node, KernelCont
   }
   sizes.assign(n, dim / n);
   return sizes;
+}
+
+namespace {
+
+absl::Status RunConcat(const ir::Node& node, KernelContext& ctx) {
+  const int n = ctx.num_inputs();
+  if (n < 1) return InvalidNode(node, "needs at least one input");
+  std::vector<const ir::Tensor*> xs(n);
+  for (int i = 0; i < n; ++i) {
+    ASSIGN_OR_RETURN(xs[i], RequireInput(node, ctx, i));
+  }
+  const int rank = xs[0]->rank();
+  if (rank == 0) return InvalidNode(node, "cannot concatenate scalars");
+  ASSIGN_OR_RETURN(int axis, NormalizeAxis(node, node.GetInt("axis", 0), rank));
+  std::vector<int64_t> out_dims = xs[0]->dims();
+  out_dims[axis] = 0;
+  for (int i = 0; i < n; ++i) {
+    const ir::Tensor& x = *xs[i];
+    bool same = x.rank() == rank && x.dtype() == xs[0]->dtype();
+    for (int a = 0; same && a < rank; ++a) same = a == axis || x.dim(a) == xs[0]->dim(a);
+    if (!same) {
+      return InvalidNode(node, "input ", i, " ", DataTypeOnnxName(x.dtype()),
+                         ir::DimsToString(x.dims()), " does not match input 0 ",
+                         DataTypeOnnxName(xs[0]->dtype()), ir::DimsToString(xs[0]->dims()),
+                         " outside axis ", axis);
+    }
+    out_dims[axis] += x.dim(axis);
+  }
+  ASSIGN_OR_RETURN(ir::Tensor * out, ctx.output(0, xs[0]->dtype(), out_dims));
+  const int64_t outer = Product(out_dims, 0, axis);
+  const size_t inner_bytes = Product(out_dims, axis + 1, rank) * DataTypeSize(out->dtype());
+  const size_t row = out_dims[axis] * inner_bytes;  // one output row: every input's chunk
+  char* dst = static_cast<char*>(out->raw_data());
+  // Rows on the threads when there are many (a channels-last join: one row per pixel).
+#pragma omp parallel for schedule(static) if (outer >= 64 && outer * row >= (size_t{1} << 16))
+  for (int64_t o = 0; o < outer; ++o) {
+    char* d = dst + o * row;
+    for (const ir::Tensor* x : xs) {
+      const size_t chunk = x->dim(axis) * inner_bytes;
+      if (chunk == 0) continue;
+      std::memcpy(d, static_cast<const char*>(x->raw_data()) + o * chunk, chunk);
+      d += chunk;
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status RunSplit(const ir::Node& node, KernelContext& ctx) {

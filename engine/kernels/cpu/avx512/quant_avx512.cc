@@ -1,0 +1,492 @@
+// AVX-512 loops of the quantization kernels (quant.h): QuantizeLinear, DequantizeLinear and
+// DynamicQuantizeLinear elementwise, and the AVX512-VNNI integer GEMM (vpdpbusd) with its
+// packing and im2col for MatMulInteger and ConvInteger. Compiled with AVX-512 flags (plus
+// -mavx512vnni, engine/CMakeLists.txt); plain functions on raw pointers only.
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "engine/kernels/cpu/avx512/quant.h"
+#include "engine/kernels/cpu/avx512/vec_convert_inl.h"
+
+namespace kiln::kernels::cpu::avx512 {
+namespace {
+
+// Elements per OpenMP piece of the elementwise loops, and the count below which one thread
+// runs them (a parallel region costs a few microseconds).
+constexpr int64_t kPiece = 16384;
+constexpr int64_t kParallelMin = 4 * kPiece;
+
+// Runs body(begin, end) over [0, n) in kPiece pieces, on the threads when n is large.
+template <typename F>
+void Pieces(int64_t n, F&& body) {
+  const int64_t pieces = (n + kPiece - 1) / kPiece;
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (int64_t p = 0; p < pieces; ++p) body(p * kPiece, std::min(n, (p + 1) * kPiece));
+}
+
+// ---- QuantizeLinear -------------------------------------------------------------------------
+
+template <DataType Y>
+constexpr int32_t QLow() {
+  return Y == DataType::kU8 ? 0 : Y == DataType::kI8 ? -128 : Y == DataType::kU16 ? 0 : -32768;
+}
+template <DataType Y>
+constexpr int32_t QHigh() {
+  return Y == DataType::kU8 ? 255 : Y == DataType::kI8 ? 127 : Y == DataType::kU16 ? 65535 : 32767;
+}
+
+// round_half_even(x / s), NaN -> 0, clamped to [lo - z, hi - z] (exact small integers in fp32),
+// then + z: the reference's clamp(nearbyint(q) + z, lo, hi) on every input, infinities included.
+template <DataType X, DataType Y, bool kPerElement>
+void QuantizeLoop(const void* x, int64_t n, const float* scale, const int32_t* zp, void* y) {
+  Pieces(n, [&](int64_t begin, int64_t end) {
+    __m512 s = _mm512_set1_ps(scale[0]);
+    __m512i z = _mm512_set1_epi32(zp[0]);
+    for (int64_t i = begin; i < end; i += 16) {
+      const __mmask16 m = LaneMask(end - i);
+      if constexpr (kPerElement) {
+        s = _mm512_maskz_loadu_ps(m, scale + i);
+        z = _mm512_maskz_loadu_epi32(m, zp + i);
+      }
+      const __m512 lo = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_set1_epi32(QLow<Y>()), z));
+      const __m512 hi = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_set1_epi32(QHigh<Y>()), z));
+      const __m512 q = _mm512_div_ps(Load16<X>(x, i, m), s);
+      __m512 r = _mm512_roundscale_ps(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      r = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(r, r, _CMP_ORD_Q), r);
+      r = _mm512_min_ps(_mm512_max_ps(r, lo), hi);
+      const __m512i v = _mm512_add_epi32(_mm512_cvtps_epi32(r), z);
+      if constexpr (Y == DataType::kU8 || Y == DataType::kI8) {
+        _mm512_mask_cvtepi32_storeu_epi8(static_cast<uint8_t*>(y) + i, m, v);
+      } else {
+        _mm512_mask_cvtepi32_storeu_epi16(static_cast<uint16_t*>(y) + i, m, v);
+      }
+    }
+  });
+}
+
+template <DataType X, DataType Y>
+void QuantizeTo(const void* x, int64_t n, const float* scale, const int32_t* zp, bool per_element,
+                void* y) {
+  if (per_element) {
+    QuantizeLoop<X, Y, true>(x, n, scale, zp, y);
+  } else {
+    QuantizeLoop<X, Y, false>(x, n, scale, zp, y);
+  }
+}
+
+template <DataType X>
+void QuantizeFrom(const void* x, int64_t n, const float* scale, const int32_t* zp, bool per_element,
+                  DataType yt, void* y) {
+  switch (yt) {
+    case DataType::kU8:
+      return QuantizeTo<X, DataType::kU8>(x, n, scale, zp, per_element, y);
+    case DataType::kI8:
+      return QuantizeTo<X, DataType::kI8>(x, n, scale, zp, per_element, y);
+    case DataType::kU16:
+      return QuantizeTo<X, DataType::kU16>(x, n, scale, zp, per_element, y);
+    default:
+      return QuantizeTo<X, DataType::kI16>(x, n, scale, zp, per_element, y);
+  }
+}
+
+// ---- DequantizeLinear -----------------------------------------------------------------------
+
+// 16 quantized elements (lanes m) widened to int32.
+template <DataType X>
+__m512i LoadQ16(const void* p, int64_t i, __mmask16 m) {
+  if constexpr (X == DataType::kU8) {
+    return _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, static_cast<const uint8_t*>(p) + i));
+  } else if constexpr (X == DataType::kI8) {
+    return _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, static_cast<const int8_t*>(p) + i));
+  } else if constexpr (X == DataType::kU16) {
+    return _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(p) + i));
+  } else if constexpr (X == DataType::kI16) {
+    return _mm512_cvtepi16_epi32(_mm256_maskz_loadu_epi16(m, static_cast<const int16_t*>(p) + i));
+  } else {
+    return _mm512_maskz_loadu_epi32(m, static_cast<const int32_t*>(p) + i);
+  }
+}
+
+// 8- and 16-bit x: float(x - z) (exact, |x - z| < 2^17) times s in fp32, rounded once to Y.
+// int32 x: the difference and the product in double (the reference's C), rounded to fp32 and
+// then to Y, as Store<Y>(double) does.
+template <DataType X, DataType Y, bool kPerElement>
+void DequantizeLoop(const void* x, int64_t n, const float* scale, const int32_t* zp, void* y) {
+  Pieces(n, [&](int64_t begin, int64_t end) {
+    __m512 s = _mm512_set1_ps(scale[0]);
+    __m512i z = _mm512_set1_epi32(zp[0]);
+    for (int64_t i = begin; i < end; i += 16) {
+      const __mmask16 m = LaneMask(end - i);
+      if constexpr (kPerElement) {
+        s = _mm512_maskz_loadu_ps(m, scale + i);
+        z = _mm512_maskz_loadu_epi32(m, zp + i);
+      }
+      const __m512i xi = LoadQ16<X>(x, i, m);
+      __m512 v;
+      if constexpr (X == DataType::kI32) {
+        const __m512d lo =
+            _mm512_mul_pd(_mm512_sub_pd(_mm512_cvtepi32_pd(_mm512_castsi512_si256(xi)),
+                                        _mm512_cvtepi32_pd(_mm512_castsi512_si256(z))),
+                          _mm512_cvtps_pd(_mm512_castps512_ps256(s)));
+        const __m512d hi =
+            _mm512_mul_pd(_mm512_sub_pd(_mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(xi, 1)),
+                                        _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(z, 1))),
+                          _mm512_cvtps_pd(_mm512_extractf32x8_ps(s, 1)));
+        v = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo)), _mm512_cvtpd_ps(hi), 1);
+      } else {
+        v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(xi, z)), s);
+      }
+      Store16<Y>(y, i, m, v);
+    }
+  });
+}
+
+template <DataType X, DataType Y>
+void DequantizeTo(const void* x, int64_t n, const float* scale, const int32_t* zp, bool per_element,
+                  void* y) {
+  if (per_element) {
+    DequantizeLoop<X, Y, true>(x, n, scale, zp, y);
+  } else {
+    DequantizeLoop<X, Y, false>(x, n, scale, zp, y);
+  }
+}
+
+template <DataType X>
+void DequantizeFrom(const void* x, int64_t n, const float* scale, const int32_t* zp,
+                    bool per_element, DataType yt, void* y) {
+  switch (yt) {
+    case DataType::kF32:
+      return DequantizeTo<X, DataType::kF32>(x, n, scale, zp, per_element, y);
+    case DataType::kF16:
+      return DequantizeTo<X, DataType::kF16>(x, n, scale, zp, per_element, y);
+    default:
+      return DequantizeTo<X, DataType::kBF16>(x, n, scale, zp, per_element, y);
+  }
+}
+
+// ---- integer GEMM ---------------------------------------------------------------------------
+
+// Interleaves 4 rows of 16 bytes (k = 4kb .. 4kb+3 of 16 columns) into the 64 bytes vpdpbusd
+// reads: column c's 4 bytes at 4c.
+inline void Interleave4x16(const uint8_t* r0, const uint8_t* r1, const uint8_t* r2,
+                           const uint8_t* r3, uint8_t* dst) {
+  const __m128i a0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r0));
+  const __m128i a1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r1));
+  const __m128i a2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r2));
+  const __m128i a3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r3));
+  const __m128i t0 = _mm_unpacklo_epi8(a0, a1), t1 = _mm_unpackhi_epi8(a0, a1);
+  const __m128i t2 = _mm_unpacklo_epi8(a2, a3), t3 = _mm_unpackhi_epi8(a2, a3);
+  __m128i* d = reinterpret_cast<__m128i*>(dst);
+  _mm_storeu_si128(d + 0, _mm_unpacklo_epi16(t0, t2));
+  _mm_storeu_si128(d + 1, _mm_unpackhi_epi16(t0, t2));
+  _mm_storeu_si128(d + 2, _mm_unpacklo_epi16(t1, t3));
+  _mm_storeu_si128(d + 3, _mm_unpackhi_epi16(t1, t3));
+}
+
+// Packs `rows` [Kp, Np] (stored bytes, zero padded) into panels and writes the column sums of
+// the first n columns: sum over k of the signed bytes, by vpdpbusd against ones.
+void PackRows(const uint8_t* rows, int64_t kp, int64_t np, int64_t n, uint8_t* packed,
+              int32_t* col_sums) {
+  const int64_t kb_count = kp / 4, panels = np / 16;
+#pragma omp parallel for schedule(static) if (kp * np >= (int64_t{1} << 18))
+  for (int64_t p = 0; p < panels; ++p) {
+    uint8_t* dst = packed + p * kb_count * 64;
+    __m512i sum = _mm512_setzero_si512();
+    const __m512i ones = _mm512_set1_epi8(1);
+    for (int64_t kb = 0; kb < kb_count; ++kb) {
+      const uint8_t* r0 = rows + 4 * kb * np + p * 16;
+      Interleave4x16(r0, r0 + np, r0 + 2 * np, r0 + 3 * np, dst + kb * 64);
+      sum = _mm512_dpbusd_epi32(sum, ones, _mm512_loadu_si512(dst + kb * 64));
+    }
+    _mm512_mask_storeu_epi32(col_sums + p * 16, LaneMask(n - p * 16), sum);
+  }
+}
+
+// acc += the 4-byte dot products of unsigned `u` and signed `s` (vpdpbusd) in place. Inline asm:
+// GCC's intrinsic is not tied to its accumulator, and with 24 live accumulators its register
+// allocator then copied each one and stored it to the stack on every step.
+inline void DotAcc(__m512i& acc, __m512i u, __m512i s) {
+  asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(s));
+}
+
+// The zero-point terms of one output vector (row r of the tile, panel c) and its store.
+struct TileEpilogue {
+  const GemmInt8Args& g;
+  int64_t i0, p0;
+  __m512i zb[4], cbz[4];
+  __mmask16 mask[4];
+
+  TileEpilogue(const GemmInt8Args& args, int64_t i, int64_t p, int nr) : g(args), i0(i), p0(p) {
+    const __m512i kv = _mm512_set1_epi32(static_cast<int32_t>(g.k));
+    for (int c = 0; c < nr; ++c) {
+      const int64_t j0 = (p0 + c) * 16;
+      mask[c] = LaneMask(g.n - j0);
+      zb[c] = _mm512_maskz_loadu_epi32(mask[c], g.zb + j0);
+      // CB - K * zb (modulo 2^32: mullo keeps the low 32 bits).
+      cbz[c] = _mm512_sub_epi32(_mm512_maskz_loadu_epi32(mask[c], g.col_sums + j0),
+                                _mm512_mullo_epi32(kv, zb[c]));
+    }
+  }
+  void Store(int r, int c, __m512i acc) const {
+    const __m512i terms =
+        _mm512_add_epi32(_mm512_mullo_epi32(zb[c], _mm512_set1_epi32(g.row_sums[i0 + r])),
+                         _mm512_mullo_epi32(_mm512_set1_epi32(g.za[i0 + r]), cbz[c]));
+    _mm512_mask_storeu_epi32(g.y + (i0 + r) * g.y_rs + (p0 + c) * 16, mask[c],
+                             _mm512_sub_epi32(acc, terms));
+  }
+};
+
+// C[MR x 16 NR] = A[i0 .. i0+MR) B[panels p0 .. p0+NR), then the zero-point terms, stored. The
+// accumulators are named variables (an array of vectors is kept in memory by GCC, which then
+// stores every accumulator on each step); rows and panels past MR / NR are compiled out.
+template <int MR, int NR>
+void GemmTile(const GemmInt8Args& g, int64_t i0, int64_t p0) {
+  const int64_t kp = Int8KPadded(g.k), kb_count = kp / 4;
+  const uint8_t* a = g.a + i0 * kp;
+  const uint8_t* b = g.b + p0 * kb_count * 64;
+  const __m512i zero = _mm512_setzero_si512();
+#define KILN_ACC_ROW(r) __m512i c##r##0 = zero, c##r##1 = zero, c##r##2 = zero, c##r##3 = zero
+  KILN_ACC_ROW(0);
+  KILN_ACC_ROW(1);
+  KILN_ACC_ROW(2);
+  KILN_ACC_ROW(3);
+  KILN_ACC_ROW(4);
+  KILN_ACC_ROW(5);
+#undef KILN_ACC_ROW
+  for (int64_t kb = 0; kb < kb_count; ++kb) {
+    const uint8_t* bk = b + kb * 64;
+    const __m512i b0 = _mm512_loadu_si512(bk);
+    const __m512i b1 = NR > 1 ? _mm512_loadu_si512(bk + kb_count * 64) : zero;
+    const __m512i b2 = NR > 2 ? _mm512_loadu_si512(bk + 2 * kb_count * 64) : zero;
+    const __m512i b3 = NR > 3 ? _mm512_loadu_si512(bk + 3 * kb_count * 64) : zero;
+#define KILN_DP_ROW(r)                             \
+  if constexpr (MR > r) {                          \
+    int32_t word;                                  \
+    std::memcpy(&word, a + r * kp + kb * 4, 4);    \
+    const __m512i av = _mm512_set1_epi32(word);    \
+    DotAcc(c##r##0, av, b0);                       \
+    if constexpr (NR > 1) DotAcc(c##r##1, av, b1); \
+    if constexpr (NR > 2) DotAcc(c##r##2, av, b2); \
+    if constexpr (NR > 3) DotAcc(c##r##3, av, b3); \
+  }                                                \
+  static_assert(true)
+    KILN_DP_ROW(0);
+    KILN_DP_ROW(1);
+    KILN_DP_ROW(2);
+    KILN_DP_ROW(3);
+    KILN_DP_ROW(4);
+    KILN_DP_ROW(5);
+#undef KILN_DP_ROW
+  }
+  const TileEpilogue e(g, i0, p0, NR);
+#define KILN_STORE_ROW(r)                         \
+  if constexpr (MR > r) {                         \
+    e.Store(r, 0, c##r##0);                       \
+    if constexpr (NR > 1) e.Store(r, 1, c##r##1); \
+    if constexpr (NR > 2) e.Store(r, 2, c##r##2); \
+    if constexpr (NR > 3) e.Store(r, 3, c##r##3); \
+  }                                               \
+  static_assert(true)
+  KILN_STORE_ROW(0);
+  KILN_STORE_ROW(1);
+  KILN_STORE_ROW(2);
+  KILN_STORE_ROW(3);
+  KILN_STORE_ROW(4);
+  KILN_STORE_ROW(5);
+#undef KILN_STORE_ROW
+}
+
+constexpr int kMr = 6, kNr = 4;
+using TileFn = void (*)(const GemmInt8Args&, int64_t, int64_t);
+
+template <int MR>
+TileFn TileFor(int nr) {
+  switch (nr) {
+    case 1:
+      return &GemmTile<MR, 1>;
+    case 2:
+      return &GemmTile<MR, 2>;
+    case 3:
+      return &GemmTile<MR, 3>;
+    default:
+      return &GemmTile<MR, 4>;
+  }
+}
+
+TileFn TileFor(int mr, int nr) {
+  switch (mr) {
+    case 1:
+      return TileFor<1>(nr);
+    case 2:
+      return TileFor<2>(nr);
+    case 3:
+      return TileFor<3>(nr);
+    case 4:
+      return TileFor<4>(nr);
+    case 5:
+      return TileFor<5>(nr);
+    default:
+      return TileFor<6>(nr);
+  }
+}
+
+}  // namespace
+
+void QuantizeLinearRun(DataType xt, const void* x, int64_t n, const float* scale, const int32_t* zp,
+                       bool per_element, DataType yt, void* y) {
+  switch (xt) {
+    case DataType::kF32:
+      return QuantizeFrom<DataType::kF32>(x, n, scale, zp, per_element, yt, y);
+    case DataType::kF16:
+      return QuantizeFrom<DataType::kF16>(x, n, scale, zp, per_element, yt, y);
+    default:
+      return QuantizeFrom<DataType::kBF16>(x, n, scale, zp, per_element, yt, y);
+  }
+}
+
+void DequantizeLinearRun(DataType xt, const void* x, int64_t n, const float* scale,
+                         const int32_t* zp, bool per_element, DataType yt, void* y) {
+  switch (xt) {
+    case DataType::kU8:
+      return DequantizeFrom<DataType::kU8>(x, n, scale, zp, per_element, yt, y);
+    case DataType::kI8:
+      return DequantizeFrom<DataType::kI8>(x, n, scale, zp, per_element, yt, y);
+    case DataType::kU16:
+      return DequantizeFrom<DataType::kU16>(x, n, scale, zp, per_element, yt, y);
+    case DataType::kI16:
+      return DequantizeFrom<DataType::kI16>(x, n, scale, zp, per_element, yt, y);
+    default:
+      return DequantizeFrom<DataType::kI32>(x, n, scale, zp, per_element, yt, y);
+  }
+}
+
+void MinMaxWithZero(const float* x, int64_t n, float* lo, float* hi) {
+  // min(x, lo) is x < lo ? x : lo and max(x, hi) is x > hi ? x : hi, the reference's std::min /
+  // std::max with the running value first; lanes start at +0 as the reference does, so a -0
+  // never replaces it, and the lane order cannot change the result.
+  __m512 vlo = _mm512_setzero_ps(), vhi = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = LaneMask(n - i);
+    const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+    vlo = _mm512_min_ps(v, vlo);
+    vhi = _mm512_max_ps(v, vhi);
+  }
+  alignas(64) float l[16], h[16];
+  _mm512_store_ps(l, vlo);
+  _mm512_store_ps(h, vhi);
+  float a = 0.0f, b = 0.0f;
+  for (int i = 0; i < 16; ++i) {
+    a = l[i] < a ? l[i] : a;
+    b = h[i] > b ? h[i] : b;
+  }
+  *lo = a;
+  *hi = b;
+}
+
+void DynamicQuantizeU8(const float* x, int64_t n, float scale, float zp, uint8_t* y) {
+  Pieces(n, [&](int64_t begin, int64_t end) {
+    const __m512 s = _mm512_set1_ps(scale), z = _mm512_set1_ps(zp);
+    for (int64_t i = begin; i < end; i += 16) {
+      const __mmask16 m = LaneMask(end - i);
+      const __m512 q = _mm512_div_ps(_mm512_maskz_loadu_ps(m, x + i), s);
+      __m512 v =
+          _mm512_add_ps(_mm512_roundscale_ps(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), z);
+      // max(v, 0) is v > 0 ? v : 0 (NaN and -0 give 0), then min(v, 255): SaturateU8.
+      v = _mm512_min_ps(_mm512_max_ps(v, _mm512_setzero_ps()), _mm512_set1_ps(255.0f));
+      _mm512_mask_cvtepi32_storeu_epi8(y + i, m, _mm512_cvttps_epi32(v));
+    }
+  });
+}
+
+void PackBInt8(const void* b, bool b_signed, int64_t k, int64_t n, int64_t rs, uint8_t* packed,
+               int32_t* col_sums) {
+  const int64_t kp = Int8KPadded(k), np = (n + 15) / 16 * 16;
+  std::vector<uint8_t> rows(static_cast<size_t>(kp * np), 0);
+  const uint8_t flip = b_signed ? 0 : 0x80;  // uint8 b - 128 as int8 bits
+  const uint8_t* src = static_cast<const uint8_t*>(b);
+  for (int64_t i = 0; i < k; ++i) {
+    for (int64_t j = 0; j < n; ++j) rows[i * np + j] = src[i * rs + j] ^ flip;
+  }
+  PackRows(rows.data(), kp, np, n, packed, col_sums);
+}
+
+void PackAInt8(const void* a, bool a_signed, int64_t m, int64_t k, int64_t rs, uint8_t* out,
+               int32_t* row_sums) {
+  const int64_t kp = Int8KPadded(k);
+  const uint8_t flip = a_signed ? 0x80 : 0;  // int8 a + 128 as uint8 bits
+  const uint8_t* src = static_cast<const uint8_t*>(a);
+  for (int64_t i = 0; i < m; ++i) {
+    int32_t sum = 0;
+    uint8_t* dst = out + i * kp;
+    for (int64_t j = 0; j < k; ++j) {
+      dst[j] = src[i * rs + j] ^ flip;
+      sum += dst[j];
+    }
+    for (int64_t j = k; j < kp; ++j) dst[j] = 0;
+    row_sums[i] = sum;
+  }
+}
+
+void Im2ColPackInt8(const void* x, bool x_signed, const Int8ConvGeometry& g, int8_t pad_value,
+                    uint8_t* scratch, uint8_t* packed, int32_t* col_sums) {
+  const int64_t taps = g.kh * g.kw, k = g.channels * taps, kp = Int8KPadded(k);
+  const int64_t p = g.oh * g.ow, np = (p + 15) / 16 * 16;
+  const uint8_t flip = x_signed ? 0 : 0x80;
+  const uint8_t pad = static_cast<uint8_t>(pad_value);
+  const uint8_t* src = static_cast<const uint8_t*>(x);
+#pragma omp parallel for schedule(static) if (k * np >= (int64_t{1} << 18))
+  for (int64_t row = 0; row < kp; ++row) {
+    uint8_t* dst = scratch + row * np;
+    if (row >= k) {
+      std::memset(dst, 0, np);
+      continue;
+    }
+    const int64_t c = row / taps, ki = row % taps / g.kw, kj = row % g.kw;
+    const uint8_t* plane = src + c * g.h * g.w;
+    // Output columns whose input column lies inside the image: iw = ow*sw - pw + kj*dw in [0, w).
+    const int64_t off = kj * g.dil_w - g.pad_w;
+    int64_t lo = 0, hi = g.ow;
+    while (lo < g.ow && lo * g.stride_w + off < 0) ++lo;
+    while (hi > lo && (hi - 1) * g.stride_w + off >= g.w) --hi;
+    for (int64_t oh = 0; oh < g.oh; ++oh) {
+      uint8_t* d = dst + oh * g.ow;
+      const int64_t ih = oh * g.stride_h - g.pad_h + ki * g.dil_h;
+      if (ih < 0 || ih >= g.h) {
+        std::memset(d, pad, g.ow);
+        continue;
+      }
+      const uint8_t* s = plane + ih * g.w;
+      std::memset(d, pad, lo);
+      if (g.stride_w == 1) {
+        for (int64_t o = lo; o < hi; ++o) d[o] = s[o + off] ^ flip;
+      } else {
+        for (int64_t o = lo; o < hi; ++o) d[o] = s[o * g.stride_w + off] ^ flip;
+      }
+      std::memset(d + hi, pad, g.ow - hi);
+    }
+    std::memset(dst + p, 0, np - p);
+  }
+  PackRows(scratch, kp, np, p, packed, col_sums);
+}
+
+void GemmInt8(const GemmInt8Args& g) {
+  if (g.m <= 0 || g.n <= 0) return;
+  const int64_t panels = (g.n + 15) / 16;
+  const int64_t groups = (panels + kNr - 1) / kNr, mtiles = (g.m + kMr - 1) / kMr;
+  const int64_t tiles = groups * mtiles;
+  const bool parallel = g.m * g.n * std::max<int64_t>(g.k, 1) >= (int64_t{1} << 21) && tiles > 1;
+  // Consecutive tiles share a B panel group (kept in L2 while the row tiles pass over it).
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t gi = t / mtiles, i0 = t % mtiles * kMr, p0 = gi * kNr;
+    const int mr = static_cast<int>(std::min<int64_t>(kMr, g.m - i0));
+    const int nr = static_cast<int>(std::min<int64_t>(kNr, panels - p0));
+    TileFor(mr, nr)(g, i0, p0);
+  }
+}
+
+}  // namespace kiln::kernels::cpu::avx512

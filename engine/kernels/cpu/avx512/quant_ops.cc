@@ -1,0 +1,270 @@
+// QuantizeLinear (float, float16, bfloat16 -> uint8, int8, uint16, int16), DequantizeLinear
+// (uint8, int8, uint16, int16, int32 -> float, float16, bfloat16) and DynamicQuantizeLinear
+// (float -> uint8) on AVX-512: per-tensor and per-axis scales and zero points. The QDQ
+// activations of int8 models (Smart Turn: a QuantizeLinear / DequantizeLinear pair after nearly
+// every op). The reference's numbers to the bit (quant.h); what these kernels do not take goes
+// to the reference kernel at run time: blocked quantization, the low-bit and float8 types,
+// output_dtype and precision attributes, int32 or float8e8m0 scales, and any shape the
+// reference reports as an error.
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "engine/common/cpu_features.h"
+#include "engine/kernels/cpu/avx512/quant.h"
+#include "engine/kernels/cpu/avx512/register.h"
+#include "engine/kernels/cpu/ref/common.h"
+
+namespace kiln::kernels::cpu::avx512 {
+namespace {
+
+bool IsFloatType(DataType t) {
+  return t == DataType::kF32 || t == DataType::kF16 || t == DataType::kBF16;
+}
+bool IsQuantStorage(DataType t) {
+  return t == DataType::kU8 || t == DataType::kI8 || t == DataType::kU16 || t == DataType::kI16;
+}
+
+// x viewed as [outer, axis_dim, inner]; the scale index of element (o, a, i) is a (per-axis),
+// or 0 for every element (per-tensor: outer = axis_dim = 1).
+struct QuantPlan {
+  int64_t outer = 1, axis_dim = 1, inner = 0;
+};
+
+// The reference's per-tensor and per-axis layouts (indexing_quant.cc MakeLayout); nullopt for
+// blocked quantization and for every shape the reference rejects.
+std::optional<QuantPlan> PlanQuant(const ir::Node& node, const ir::Tensor& x,
+                                   const ir::Tensor& scale, const ir::Tensor* zp) {
+  if (zp != nullptr) {
+    const bool both_single = zp->num_elements() == 1 && scale.num_elements() == 1 &&
+                             zp->rank() <= 1 && scale.rank() <= 1;
+    if (zp->dims() != scale.dims() && !both_single) return std::nullopt;
+  }
+  QuantPlan p;
+  if (scale.num_elements() == 1) {
+    p.inner = x.num_elements();
+    return p;
+  }
+  if (node.GetInt("block_size", 0) != 0) return std::nullopt;
+  const int64_t r = x.rank();
+  int64_t axis = node.GetInt("axis", 1);
+  if (axis < -r || axis >= r) return std::nullopt;
+  if (axis < 0) axis += r;
+  if (scale.rank() != 1 || scale.dim(0) != x.dim(axis)) return std::nullopt;
+  p.outer = 1;
+  for (int64_t d = 0; d < axis; ++d) p.outer *= x.dim(d);
+  p.axis_dim = x.dim(axis);
+  p.inner = 1;
+  for (int64_t d = axis + 1; d < r; ++d) p.inner *= x.dim(d);
+  return p;
+}
+
+// Scale as fp32 and zero point as int32, as the reference reads them (ElementAsDouble, then
+// float / int64; every zero point here fits int32).
+void ReadParams(const ir::Tensor& scale, const ir::Tensor* zp, std::vector<float>& s,
+                std::vector<int32_t>& z) {
+  const int64_t n = scale.num_elements();
+  s.resize(n);
+  z.assign(n, 0);
+  if (scale.dtype() == DataType::kF32) {
+    std::copy(scale.data<float>(), scale.data<float>() + n, s.begin());
+  } else {
+    for (int64_t i = 0; i < n; ++i) s[i] = static_cast<float>(ir::ElementAsDouble(scale, i));
+  }
+  if (zp != nullptr) {
+    for (int64_t i = 0; i < n && i < zp->num_elements(); ++i) {
+      z[i] = static_cast<int32_t>(ir::ElementAsDouble(*zp, i));
+    }
+  }
+}
+
+using ElementFn = void (*)(DataType, const void*, int64_t, const float*, const int32_t*, bool,
+                           DataType, void*);
+
+// Runs `fn` over the layout: the whole tensor, one call per (outer, axis) run of `inner`
+// elements, or per outer row with a scale per element when inner is 1.
+void RunPlan(ElementFn fn, const QuantPlan& p, DataType xt, const void* x, const float* s,
+             const int32_t* z, DataType yt, void* y) {
+  const size_t xs = DataTypeSize(xt), ys = DataTypeSize(yt);
+  const auto* xb = static_cast<const uint8_t*>(x);
+  auto* yb = static_cast<uint8_t*>(y);
+  if (p.outer == 1 && p.axis_dim == 1) {
+    fn(xt, x, p.inner, s, z, false, yt, y);
+  } else if (p.inner == 1) {
+    for (int64_t o = 0; o < p.outer; ++o) {
+      fn(xt, xb + o * p.axis_dim * xs, p.axis_dim, s, z, true, yt, yb + o * p.axis_dim * ys);
+    }
+  } else {
+    for (int64_t o = 0; o < p.outer; ++o) {
+      for (int64_t a = 0; a < p.axis_dim; ++a) {
+        const int64_t e = (o * p.axis_dim + a) * p.inner;
+        fn(xt, xb + e * xs, p.inner, s + a, z + a, false, yt, yb + e * ys);
+      }
+    }
+  }
+}
+
+bool AttrUnset(const ir::Node& node, const char* name) {
+  return !node.has_attr(name) || node.GetInt(name, 0) == 0;
+}
+
+class QuantizeKernel final : public Kernel {
+ public:
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const ir::Node& node) {
+    ASSIGN_OR_RETURN(std::unique_ptr<Kernel> reference, ReferenceKernel(node));
+    return std::unique_ptr<Kernel>(new QuantizeKernel(node, std::move(reference)));
+  }
+
+  // No output_dtype or precision attribute (opsets 21 and 23), and a zero point, when given,
+  // of a type these loops write.
+  static bool Supports(const ir::Node& node) {
+    if (!AttrUnset(node, "output_dtype") || !AttrUnset(node, "precision")) return false;
+    const ir::Value* zp = node.input(2);
+    return zp == nullptr || IsQuantStorage(zp->dtype);
+  }
+
+  absl::Status Run(KernelContext& ctx) override {
+    const ir::Tensor* x = ctx.input(0);
+    const ir::Tensor* scale = ctx.input(1);
+    const ir::Tensor* zp = ctx.input(2);
+    const DataType qt = zp ? zp->dtype() : DataType::kU8;
+    if (x == nullptr || scale == nullptr || !IsFloatType(x->dtype()) ||
+        !IsFloatType(scale->dtype()) || !IsQuantStorage(qt)) {
+      return reference_->Run(ctx);
+    }
+    const std::optional<QuantPlan> p = PlanQuant(node_, *x, *scale, zp);
+    if (!p) return reference_->Run(ctx);
+    ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, qt, x->dims()));
+    ReadParams(*scale, zp, s_, z_);
+    RunPlan(&QuantizeLinearRun, *p, x->dtype(), x->raw_data(), s_.data(), z_.data(), qt,
+            y->raw_data());
+    return absl::OkStatus();
+  }
+
+ private:
+  QuantizeKernel(const ir::Node& node, std::unique_ptr<Kernel> reference)
+      : node_(node), reference_(std::move(reference)) {}
+
+  const ir::Node& node_;
+  std::unique_ptr<Kernel> reference_;
+  std::vector<float> s_;
+  std::vector<int32_t> z_;
+};
+
+class DequantizeKernel final : public Kernel {
+ public:
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const ir::Node& node) {
+    ASSIGN_OR_RETURN(std::unique_ptr<Kernel> reference, ReferenceKernel(node));
+    return std::unique_ptr<Kernel>(new DequantizeKernel(node, std::move(reference)));
+  }
+
+  // No output_dtype attribute (opset 23): Y takes the scale's type, which must be a float.
+  static bool Supports(const ir::Node& node) {
+    const ir::Value* scale = node.input(1);
+    return AttrUnset(node, "output_dtype") && scale != nullptr &&
+           (IsFloatType(scale->dtype) || scale->dtype == DataType::kUndefined);
+  }
+
+  absl::Status Run(KernelContext& ctx) override {
+    const ir::Tensor* x = ctx.input(0);
+    const ir::Tensor* scale = ctx.input(1);
+    const ir::Tensor* zp = ctx.input(2);
+    if (x == nullptr || scale == nullptr || !IsFloatType(scale->dtype()) ||
+        (!IsQuantStorage(x->dtype()) && x->dtype() != DataType::kI32) ||
+        (zp != nullptr && zp->dtype() != x->dtype())) {
+      return reference_->Run(ctx);
+    }
+    const std::optional<QuantPlan> p = PlanQuant(node_, *x, *scale, zp);
+    if (!p) return reference_->Run(ctx);
+    ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, scale->dtype(), x->dims()));
+    ReadParams(*scale, zp, s_, z_);
+    RunPlan(&DequantizeLinearRun, *p, x->dtype(), x->raw_data(), s_.data(), z_.data(),
+            scale->dtype(), y->raw_data());
+    return absl::OkStatus();
+  }
+
+ private:
+  DequantizeKernel(const ir::Node& node, std::unique_ptr<Kernel> reference)
+      : node_(node), reference_(std::move(reference)) {}
+
+  const ir::Node& node_;
+  std::unique_ptr<Kernel> reference_;
+  std::vector<float> s_;
+  std::vector<int32_t> z_;
+};
+
+// The reference's SaturateU8 (data_ops_numeric.cc).
+uint8_t SaturateU8(float v) {
+  if (!(v > 0.0f)) return 0;
+  if (v >= 255.0f) return 255;
+  return static_cast<uint8_t>(v);
+}
+
+// DynamicQuantizeLinear: the range scan and the quantization vectorised; scale and zero point
+// with the reference's scalar formulas (data_ops_numeric.cc), so every output is its bits.
+class DynamicQuantizeKernel final : public Kernel {
+ public:
+  static absl::StatusOr<std::unique_ptr<Kernel>> Create(const ir::Node& node) {
+    ASSIGN_OR_RETURN(std::unique_ptr<Kernel> reference, ReferenceKernel(node));
+    return std::unique_ptr<Kernel>(new DynamicQuantizeKernel(std::move(reference)));
+  }
+
+  absl::Status Run(KernelContext& ctx) override {
+    const ir::Tensor* x = ctx.input(0);
+    if (x == nullptr || x->dtype() != DataType::kF32) return reference_->Run(ctx);
+    const int64_t n = x->num_elements();
+    float lo = 0.0f, hi = 0.0f;
+    MinMaxWithZero(x->data<float>(), n, &lo, &hi);
+    const float scale = hi == lo ? 1.0f : (hi - lo) / 255.0f;
+    const float zp = std::nearbyint(std::clamp(0.0f - lo / scale, 0.0f, 255.0f));
+    ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, DataType::kU8, x->dims()));
+    DynamicQuantizeU8(x->data<float>(), n, scale, zp, y->data<uint8_t>());
+    if (ctx.num_outputs() > 1 && ctx.output_requested(1)) {
+      ASSIGN_OR_RETURN(ir::Tensor * s, ctx.output(1, DataType::kF32, {}));
+      s->data<float>()[0] = scale;
+    }
+    if (ctx.num_outputs() > 2 && ctx.output_requested(2)) {
+      ASSIGN_OR_RETURN(ir::Tensor * z, ctx.output(2, DataType::kU8, {}));
+      z->data<uint8_t>()[0] = SaturateU8(zp);
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  explicit DynamicQuantizeKernel(std::unique_ptr<Kernel> reference)
+      : reference_(std::move(reference)) {}
+
+  std::unique_ptr<Kernel> reference_;
+};
+
+}  // namespace
+
+void RegisterQuantOps(Registry& r) {
+  KernelDef q{ir::OpType::kQuantizeLinear,
+              {DataType::kF32, DataType::kF16, DataType::kBF16},
+              0,
+              Backend::kCpu,
+              Isa::kAvx512,
+              &QuantizeKernel::Create};
+  q.supports = &QuantizeKernel::Supports;
+  r.Add(q);
+  KernelDef dq{ir::OpType::kDequantizeLinear,
+               {DataType::kU8, DataType::kI8, DataType::kU16, DataType::kI16, DataType::kI32},
+               0,
+               Backend::kCpu,
+               Isa::kAvx512,
+               &DequantizeKernel::Create};
+  dq.cpu_features = kCpuAvx512Bf16;  // vcvtneps2bf16 for bfloat16 outputs
+  dq.supports = &DequantizeKernel::Supports;
+  r.Add(dq);
+  r.Add(KernelDef{ir::OpType::kDynamicQuantizeLinear,
+                  {DataType::kF32},
+                  0,
+                  Backend::kCpu,
+                  Isa::kAvx512,
+                  &DynamicQuantizeKernel::Create});
+}
+
+}  // namespace kiln::kernels::cpu::avx512

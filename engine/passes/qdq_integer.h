@@ -1,0 +1,53 @@
+// QDQ MatMul / Conv on the integer GEMM (issue 30).
+//
+// Pattern (after fusion, before lowering and constant folding):
+//   MatMul(DequantizeLinear(qa, sa, za), DequantizeLinear(qb, sb, zb))
+//     => MatMulInteger(qa, qb, za, zb) -> Cast(int32 -> float) -> Mul(sa * sb)
+//   Conv(DequantizeLinear(qx, sx, zx), DequantizeLinear(qw, sw, zw) [, B])
+//     => ConvInteger(qx, qw, zx, zw) -> Cast -> Mul(sx * sw as [1, M, 1(, 1)]) [-> Add(B)]
+// Preconditions: qa / qx uint8 or int8 (from a QuantizeLinear or any producer) with sa / sx and
+// za / zx per-tensor constants; qb a constant int8 / uint8 2-D matrix with sb / zb constants per
+// tensor or per column (axis 1, [N]); qw a constant int8 / uint8 1-D or 2-D convolution weight
+// (rank 3 or 4) with sw / zw per tensor or per output channel (axis 0, [M]); no blocked
+// quantization; every dequantized value, the scales and the MatMul's / Conv's output fp32 (an
+// authored fp16 QDQ model keeps its float ops). Any other form is left as it is. The scale is
+// the fp32 product sa * sb[j] (per column), as ONNX Runtime's MatMulIntegerToFloat computes it.
+// A DequantizeLinear the rewritten node was the only reader of is removed with it; one with other
+// readers stays for them.
+//
+// Numerics and the precision guarantee (DESIGN.md §5): the integer sum of (qa - za) * (qb - zb)
+// is exact (int32), so the result differs from the float MatMul of the dequantized operands only
+// by the roundings that float computation itself makes (each dequantized operand rounded to
+// fp32, then the fp32 sum of K products) plus two of its own (the product sa * sb, the final
+// product; and the int32 -> fp32 conversion of a sum above 2^24 in magnitude): it is as accurate
+// as the fp32 computation or more. The Cast and the Mul compute in fp32 whatever the MatMul was
+// assigned (an fp16 Cast of an int32 sum would overflow), and consumers assigned lower read a
+// conversion lowering inserts: the effective precision of the MatMul / Conv and of the absorbed
+// DequantizeLinear nodes is fp32 >= assigned. New nodes carry the sources of the nodes they
+// implement (the MatMulInteger / ConvInteger also those of the absorbed DequantizeLinears) and
+// the fusion label "qdq-matmul" / "qdq-conv".
+//
+// `--fusion off` disables the pass; `--no-fuse pattern:qdq-matmul` / `pattern:qdq-conv`,
+// `op:MatMul` / `op:Conv` and scope selectors exclude instances. Node ids change (nodes are
+// added and removed); `ir::Node::sources` keeps provenance.
+#pragma once
+
+#include <functional>
+
+#include "absl/status/statusor.h"
+#include "engine/ir/graph.h"
+#include "engine/passes/fusion.h"
+#include "spdlog/logger.h"
+
+namespace kiln::passes {
+
+/// Rewrites every QDQ MatMul / Conv of `graph` as above whose integer node `fast_kernel` accepts
+/// (a kernel faster than the reference one runs it: else the fp32 GEMM is faster), recording each
+/// rewrite in `fusion` (applied, logged; the new nodes' precision; the effective precision of
+/// their sources). Returns the number of rewrites.
+absl::StatusOr<int> QdqToInteger(ir::Graph& graph, const FusionOptions& options,
+                                 FusionResult& fusion,
+                                 const std::function<bool(const ir::Node&)>& fast_kernel,
+                                 spdlog::logger* logger);
+
+}  // namespace kiln::passes

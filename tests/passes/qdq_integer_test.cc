@@ -1,0 +1,376 @@
+// QdqToInteger (passes/qdq_integer.h): a QDQ MatMul (activation quantized to uint8 per tensor,
+// int8 weight per column) and a QDQ 1-D Conv with a bias become MatMulInteger / ConvInteger +
+// Cast + Mul [+ Add] computing the exact integer sum scaled once, under fp32 and fp16 policies;
+// the rewrite is refused for a run-time scale, a weight quantized per row of B (per K), `--fusion
+// off` and `--no-fuse pattern:qdq-matmul`; a dequantizer with another reader stays.
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/builder/builder.h"
+#include "engine/kernels/registry.h"
+#include "engine/plan/engine_blob.h"
+#include "engine/runtime/session.h"
+#include "gtest/gtest.h"
+#include "tests/testing/onnx_models.h"
+
+namespace kiln::testing {
+namespace {
+
+// x [3, 5, K] -> QuantizeLinear(1/16, 121: uint8) -> DequantizeLinear -> MatMul(., W [K, N]).
+constexpr int64_t kK = 40, kN = 37, kRows = 15;
+constexpr float kSx = 0.0625f;
+constexpr int kZx = 121;
+
+// An int8 / uint8 initializer.
+void AddInt8Initializer(onnx::GraphProto* g, const std::string& name,
+                        const std::vector<int64_t>& dims, const std::vector<int>& values,
+                        bool is_unsigned) {
+  onnx::TensorProto* t = g->add_initializer();
+  t->set_name(name);
+  t->set_data_type(is_unsigned ? onnx::TensorProto::UINT8 : onnx::TensorProto::INT8);
+  for (int64_t d : dims) t->add_dims(d);
+  std::string raw;
+  for (int v : values) raw.push_back(static_cast<char>(static_cast<uint8_t>(v)));
+  t->set_raw_data(raw);
+}
+
+// The weight's integers, scales and zero points (per column of B unless `per_row`).
+std::vector<int> WeightQ(int64_t n) {
+  std::vector<int> q(n);
+  for (int64_t i = 0; i < n; ++i) q[i] = static_cast<int>((i * 37 + 11) % 255) - 127;
+  return q;
+}
+std::vector<float> WeightScales(int64_t n) {
+  std::vector<float> s(n);
+  for (int64_t i = 0; i < n; ++i) s[i] = 0.003f + 0.0007f * static_cast<float>(i % 13);
+  return s;
+}
+std::vector<int> WeightZeros(int64_t n) {
+  std::vector<int> z(n);
+  for (int64_t i = 0; i < n; ++i) z[i] = static_cast<int>(i % 7) - 3;
+  return z;
+}
+
+struct Variant {
+  bool runtime_scale = false;   // sa a graph input: not a constant
+  bool per_row = false;         // W quantized per row of B (axis 0, [K])
+  bool dq_also_output = false;  // the activation's DequantizeLinear output is a graph output too
+};
+
+onnx::ModelProto MatMulModel(const Variant& v = {}) {
+  onnx::ModelProto m;
+  m.set_ir_version(10);
+  auto* op = m.add_opset_import();
+  op->set_domain("");
+  op->set_version(21);
+  onnx::GraphProto* g = m.mutable_graph();
+  g->set_name("qdq_matmul");
+  AddTensorValueInfo(g->mutable_input(), "x", {3, 5, kK});
+  if (v.runtime_scale) {
+    AddTensorValueInfo(g->mutable_input(), "sa", {});
+  } else {
+    AddFloatInitializer(g, "sa", {}, {kSx});
+  }
+  AddFloatInitializer(g, "sx", {}, {kSx});
+  AddInt8Initializer(g, "zx", {}, {kZx}, true);
+  AddInt8Initializer(g, "wq", {kK, kN}, WeightQ(kK * kN), false);
+  const int64_t per = v.per_row ? kK : kN;
+  AddFloatInitializer(g, "sw", {per}, WeightScales(per));
+  AddInt8Initializer(g, "zw", {per}, WeightZeros(per), false);
+  AddOnnxNode(g, "QuantizeLinear", {"x", "sx", "zx"}, {"xq"}, "/q");
+  AddOnnxNode(g, "DequantizeLinear", {"xq", "sa", "zx"}, {"xd"}, "/dq_x");
+  auto* dw = AddOnnxNode(g, "DequantizeLinear", {"wq", "sw", "zw"}, {"wd"}, "/dq_w");
+  AddIntAttribute(dw, "axis", v.per_row ? 0 : 1);
+  AddOnnxNode(g, "MatMul", {"xd", "wd"}, {"y"}, "/linear/MatMul");
+  AddTensorValueInfo(g->mutable_output(), "y", {3, 5, kN});
+  if (v.dq_also_output) AddTensorValueInfo(g->mutable_output(), "xd", {3, 5, kK});
+  return m;
+}
+
+std::shared_ptr<const plan::Engine> Build(const onnx::ModelProto& model,
+                                          const std::string& policy = "fp32", bool fusion = true,
+                                          std::vector<std::string> no_fuse = {}) {
+  builder::BuildOptions o;
+  o.policy = policy;
+  o.fusion.enabled = fusion;
+  o.fusion.no_fuse = std::move(no_fuse);
+  auto r = builder::BuildEngine(SerializeModel(model), o, nullptr);
+  EXPECT_TRUE(r.ok()) << r.status();
+  if (!r.ok()) return nullptr;
+  auto e = plan::LoadEngineFromBytes(std::make_shared<const std::string>(r->blob));
+  EXPECT_TRUE(e.ok()) << e.status();
+  return e.ok() ? *std::move(e) : nullptr;
+}
+
+int Count(const plan::Engine& e, ir::OpType op) {
+  int n = 0;
+  for (const ir::Node* node : e.order) n += node->op == op;
+  return n;
+}
+
+// The quantization grid's integers of x (so QuantizeLinear is exact: x = (q - 121) / 16).
+std::vector<int> InputQ(int64_t n) {
+  std::vector<int> q(n);
+  for (int64_t i = 0; i < n; ++i) q[i] = static_cast<int>((i * 53 + 7) % 256);
+  return q;
+}
+
+ir::Tensor Tensor(const std::vector<int64_t>& dims, const std::vector<float>& v) {
+  auto t = ir::Tensor::Allocate(DataType::kF32, dims);
+  std::copy(v.begin(), v.end(), t->data<float>());
+  return *std::move(t);
+}
+
+std::vector<ir::Tensor> RunEngine(const std::shared_ptr<const plan::Engine>& e,
+                                  const std::vector<ir::Tensor>& inputs) {
+  auto s = runtime::Session::Create(e);
+  EXPECT_TRUE(s.ok()) << s.status();
+  if (!s.ok()) return {};
+  auto out = (*s)->Run(inputs);
+  EXPECT_TRUE(out.ok()) << out.status();
+  return out.ok() ? *std::move(out) : std::vector<ir::Tensor>{};
+}
+
+std::vector<ir::Tensor> MatMulInputs(bool runtime_scale) {
+  std::vector<float> x;
+  for (int q : InputQ(kRows * kK)) x.push_back(static_cast<float>(q - kZx) * kSx);
+  std::vector<ir::Tensor> in = {Tensor({3, 5, kK}, x)};
+  if (runtime_scale) in.push_back(Tensor({}, {kSx}));
+  return in;
+}
+
+// The exact result y[r][j] = sum_k (qa - za) sa * (qb - zb) sb[j] in double, and the sum of the
+// magnitudes of its terms (what an fp32 sum's rounding error scales with).
+void ExactMatMul(std::vector<double>& y, std::vector<double>& magnitude) {
+  const std::vector<int> qa = InputQ(kRows * kK), qb = WeightQ(kK * kN), zb = WeightZeros(kN);
+  const std::vector<float> sb = WeightScales(kN);
+  y.assign(kRows * kN, 0);
+  magnitude.assign(kRows * kN, 0);
+  for (int64_t r = 0; r < kRows; ++r) {
+    for (int64_t j = 0; j < kN; ++j) {
+      for (int64_t k = 0; k < kK; ++k) {
+        const double t =
+            double(qa[r * kK + k] - kZx) * kSx * double(qb[k * kN + j] - zb[j]) * sb[j];
+        y[r * kN + j] += t;
+        magnitude[r * kN + j] += std::fabs(t);
+      }
+    }
+  }
+}
+
+constexpr double kU = 1.0 / (1 << 24);  // fp32's unit roundoff
+
+TEST(QdqIntegerPassTest, MatMulRunsOnTheIntegerGemmWithinTheFp32Rounding) {
+  if (!kernels::CpuHasIsa(kernels::Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
+  auto rewritten = Build(MatMulModel());
+  auto plain = Build(MatMulModel(), "fp32", true, {"pattern:qdq-matmul"});
+  ASSERT_NE(rewritten, nullptr);
+  ASSERT_NE(plain, nullptr);
+  ASSERT_EQ(Count(*rewritten, ir::OpType::kMatMulInteger), 1);
+  EXPECT_EQ(Count(*rewritten, ir::OpType::kMatMul), 0);
+  EXPECT_EQ(Count(*rewritten, ir::OpType::kDequantizeLinear), 0);  // both absorbed
+  EXPECT_EQ(Count(*plain, ir::OpType::kMatMulInteger), 0);
+  EXPECT_EQ(Count(*plain, ir::OpType::kMatMul), 1);
+  // Provenance: the integer node implements the MatMul and both dequantizers, at fp32.
+  for (size_t k = 0; k < rewritten->order.size(); ++k) {
+    if (rewritten->order[k]->op != ir::OpType::kMatMulInteger) continue;
+    const v1::Kernel& kd = rewritten->metadata.kernels(static_cast<int>(k));
+    EXPECT_EQ(kd.isa(), "avx512");
+    std::vector<std::string> names;
+    for (const auto& p : kd.nodes()) {
+      names.push_back(p.node_name());
+      EXPECT_EQ(p.fusion(), "qdq-matmul");
+      EXPECT_EQ(p.effective_precision(), "fp32");
+    }
+    EXPECT_EQ(names, (std::vector<std::string>{"/linear/MatMul", "/dq_x", "/dq_w"}));
+  }
+  std::vector<double> exact, magnitude;
+  ExactMatMul(exact, magnitude);
+  const std::vector<ir::Tensor> a = RunEngine(rewritten, MatMulInputs(false));
+  const std::vector<ir::Tensor> b = RunEngine(plain, MatMulInputs(false));
+  ASSERT_EQ(a.size(), 1u);
+  ASSERT_EQ(b.size(), 1u);
+  ASSERT_EQ(a[0].num_elements(), kRows * kN);
+  double range = 0;
+  for (int64_t i = 0; i < kRows * kN; ++i) {
+    range = std::max(range, std::fabs(exact[i]));
+    // The integer sum is exact (|sum| < 2^24: the int32 -> fp32 conversion too); then sa * sb
+    // and the final product round once each: 2 units of |y| (3 for slack on the scale's own
+    // rounding against the double product).
+    EXPECT_LE(std::fabs(a[0].data<float>()[i] - exact[i]), 3 * kU * std::fabs(exact[i]) + 1e-30)
+        << i;
+    // The float MatMul rounds each dequantized operand and product (2 units of each term) and
+    // its K-term fp32 sum ((K - 1) units of the terms' magnitude): (K + 2) units of the
+    // magnitude bound it; the rewritten result is within 3 units of |y| of the exact one.
+    EXPECT_LE(std::fabs(a[0].data<float>()[i] - b[0].data<float>()[i]),
+              (kK + 2) * kU * magnitude[i] + 3 * kU * std::fabs(exact[i]))
+        << i;
+  }
+  EXPECT_GT(range, 1.0);  // not a degenerate output
+}
+
+// Under fp16 the rewritten MatMul still computes in fp32 (effective fp32 >= assigned fp16): its
+// fp32 graph output is the exact result within fp32 rounding, where the float MatMul's is not.
+TEST(QdqIntegerPassTest, Fp16PolicyComputesTheIntegerSumInFp32) {
+  if (!kernels::CpuHasIsa(kernels::Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
+  auto rewritten = Build(MatMulModel(), "fp16");
+  ASSERT_NE(rewritten, nullptr);
+  ASSERT_EQ(Count(*rewritten, ir::OpType::kMatMulInteger), 1);
+  for (size_t k = 0; k < rewritten->order.size(); ++k) {
+    const v1::Kernel& kd = rewritten->metadata.kernels(static_cast<int>(k));
+    for (const auto& p : kd.nodes()) {
+      if (p.node_name() != "/linear/MatMul") continue;
+      EXPECT_EQ(p.assigned_precision(), "fp16");
+      EXPECT_EQ(p.effective_precision(), "fp32");
+    }
+  }
+  std::vector<double> exact, magnitude;
+  ExactMatMul(exact, magnitude);
+  const std::vector<ir::Tensor> a = RunEngine(rewritten, MatMulInputs(false));
+  ASSERT_EQ(a.size(), 1u);
+  ASSERT_EQ(a[0].dtype(), DataType::kF32);
+  for (int64_t i = 0; i < kRows * kN; ++i) {
+    // As in the fp32 test: 3 units of |y|.
+    EXPECT_LE(std::fabs(a[0].data<float>()[i] - exact[i]), 3 * kU * std::fabs(exact[i]) + 1e-30)
+        << i;
+  }
+}
+
+TEST(QdqIntegerPassTest, RefusedForRuntimeScalePerRowWeightsAndFusionOff) {
+  if (!kernels::CpuHasIsa(kernels::Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
+  Variant runtime_scale;
+  runtime_scale.runtime_scale = true;
+  Variant per_row;
+  per_row.per_row = true;
+  for (auto e : {Build(MatMulModel(runtime_scale)), Build(MatMulModel(per_row)),
+                 Build(MatMulModel(), "fp32", false),
+                 Build(MatMulModel(), "fp32", true, {"pattern:qdq-matmul"}),
+                 Build(MatMulModel(), "fp32", true, {"scope:/linear/"})}) {
+    ASSERT_NE(e, nullptr);
+    EXPECT_EQ(Count(*e, ir::OpType::kMatMulInteger), 0);
+    EXPECT_EQ(Count(*e, ir::OpType::kMatMul), 1);
+  }
+  // The run-time scale's engine still computes the MatMul (the float one).
+  auto e = Build(MatMulModel(runtime_scale));
+  ASSERT_NE(e, nullptr);
+  std::vector<double> exact, magnitude;
+  ExactMatMul(exact, magnitude);
+  const std::vector<ir::Tensor> out = RunEngine(e, MatMulInputs(true));
+  ASSERT_EQ(out.size(), 1u);
+  for (int64_t i = 0; i < kRows * kN; ++i) {
+    // The float MatMul's bound of the first test.
+    EXPECT_LE(std::fabs(out[0].data<float>()[i] - exact[i]), (kK + 2) * kU * magnitude[i]) << i;
+  }
+}
+
+// A dequantizer with another reader (here a graph output) stays, and the integer node does not
+// claim its source; the rewrite still happens.
+TEST(QdqIntegerPassTest, DequantizerWithAnotherReaderStays) {
+  if (!kernels::CpuHasIsa(kernels::Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
+  Variant v;
+  v.dq_also_output = true;
+  auto e = Build(MatMulModel(v));
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(Count(*e, ir::OpType::kMatMulInteger), 1);
+  EXPECT_EQ(Count(*e, ir::OpType::kDequantizeLinear), 1);
+  for (size_t k = 0; k < e->order.size(); ++k) {
+    if (e->order[k]->op != ir::OpType::kMatMulInteger) continue;
+    for (const auto& p : e->metadata.kernels(static_cast<int>(k)).nodes()) {
+      EXPECT_NE(p.node_name(), "/dq_x");
+    }
+  }
+  const std::vector<ir::Tensor> out = RunEngine(e, MatMulInputs(false));
+  ASSERT_EQ(out.size(), 2u);
+  const std::vector<int> qa = InputQ(kRows * kK);
+  for (int64_t i = 0; i < kRows * kK; ++i) {
+    // x's dequantized values are exact (grid values times a power of two).
+    EXPECT_EQ(out[1].data<float>()[i], static_cast<float>(qa[i] - kZx) * kSx) << i;
+  }
+}
+
+// x [2, 6, 17] -> Q/DQ (uint8) -> Conv(DQ(W int8 [5, 6, 3] per output channel), B, pads 1,
+// stride 2) -> y [2, 5, 9].
+constexpr int64_t kC = 6, kM = 5, kL = 17, kKw = 3, kOl = 9;
+
+onnx::ModelProto ConvModel() {
+  onnx::ModelProto m;
+  m.set_ir_version(10);
+  auto* op = m.add_opset_import();
+  op->set_domain("");
+  op->set_version(21);
+  onnx::GraphProto* g = m.mutable_graph();
+  g->set_name("qdq_conv");
+  AddTensorValueInfo(g->mutable_input(), "x", {2, kC, kL});
+  AddFloatInitializer(g, "sx", {}, {kSx});
+  AddInt8Initializer(g, "zx", {}, {kZx}, true);
+  AddInt8Initializer(g, "wq", {kM, kC, kKw}, WeightQ(kM * kC * kKw), false);
+  AddFloatInitializer(g, "sw", {kM}, WeightScales(kM));
+  AddInt8Initializer(g, "zw", {kM}, WeightZeros(kM), false);
+  AddFloatInitializer(g, "b", {kM}, Wave(kM, 0.5f, 0.2f));
+  AddOnnxNode(g, "QuantizeLinear", {"x", "sx", "zx"}, {"xq"}, "/q");
+  AddOnnxNode(g, "DequantizeLinear", {"xq", "sx", "zx"}, {"xd"}, "/dq_x");
+  auto* dw = AddOnnxNode(g, "DequantizeLinear", {"wq", "sw", "zw"}, {"wd"}, "/dq_w");
+  AddIntAttribute(dw, "axis", 0);
+  auto* c = AddOnnxNode(g, "Conv", {"xd", "wd", "b"}, {"y"}, "/conv");
+  AddIntsAttribute(c, "pads", {1, 1});
+  AddIntsAttribute(c, "strides", {2});
+  AddTensorValueInfo(g->mutable_output(), "y", {2, kM, kOl});
+  return m;
+}
+
+TEST(QdqIntegerPassTest, ConvRunsOnTheIntegerConvolution) {
+  if (!kernels::CpuHasIsa(kernels::Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
+  auto rewritten = Build(ConvModel());
+  auto plain = Build(ConvModel(), "fp32", true, {"pattern:qdq-conv"});
+  ASSERT_NE(rewritten, nullptr);
+  ASSERT_NE(plain, nullptr);
+  EXPECT_EQ(Count(*rewritten, ir::OpType::kConvInteger), 1);
+  EXPECT_EQ(Count(*rewritten, ir::OpType::kConv), 0);
+  EXPECT_EQ(Count(*plain, ir::OpType::kConvInteger), 0);
+  const std::vector<int> qx = InputQ(2 * kC * kL), qw = WeightQ(kM * kC * kKw);
+  const std::vector<int> zw = WeightZeros(kM);
+  const std::vector<float> sw = WeightScales(kM), bias = Wave(kM, 0.5f, 0.2f);
+  std::vector<float> x;
+  for (int q : qx) x.push_back(static_cast<float>(q - kZx) * kSx);
+  const std::vector<ir::Tensor> a = RunEngine(rewritten, {Tensor({2, kC, kL}, x)});
+  const std::vector<ir::Tensor> b = RunEngine(plain, {Tensor({2, kC, kL}, x)});
+  ASSERT_EQ(a.size(), 1u);
+  ASSERT_EQ(b.size(), 1u);
+  ASSERT_EQ(a[0].num_elements(), 2 * kM * kOl);
+  for (int64_t n = 0; n < 2; ++n) {
+    for (int64_t m = 0; m < kM; ++m) {
+      for (int64_t o = 0; o < kOl; ++o) {
+        double y = 0, magnitude = 0;
+        for (int64_t c = 0; c < kC; ++c) {
+          for (int64_t t = 0; t < kKw; ++t) {
+            const int64_t l = o * 2 - 1 + t;
+            if (l < 0 || l >= kL) continue;
+            const double v = double(qx[(n * kC + c) * kL + l] - kZx) * kSx *
+                             double(qw[(m * kC + c) * kKw + t] - zw[m]) * sw[m];
+            y += v;
+            magnitude += std::fabs(v);
+          }
+        }
+        const int64_t i = (n * kM + m) * kOl + o;
+        // The exact integer sum scaled (2 roundings, 3 units with slack, of |sum|) plus the
+        // bias Add's rounding (1 unit of |y + b|).
+        const double exact = y + bias[m];
+        EXPECT_LE(std::fabs(a[0].data<float>()[i] - exact),
+                  3 * kU * std::fabs(y) + kU * std::fabs(exact) + 1e-30)
+            << i;
+        // The float Conv: (C * Kw + 3) units of the terms' magnitude and the bias (as the
+        // MatMul test, with a bias term in its sum), plus the rewritten result's own bound.
+        EXPECT_LE(std::fabs(a[0].data<float>()[i] - b[0].data<float>()[i]),
+                  (kC * kKw + 3) * kU * (magnitude + std::fabs(bias[m])) + 3 * kU * std::fabs(y) +
+                      kU * std::fabs(exact))
+            << i;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiln::testing
