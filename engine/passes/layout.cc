@@ -49,6 +49,8 @@ bool LayoutFreeElementwise(ir::OpType op) {
     case ir::OpType::kSigmoid:
     case ir::OpType::kHardSwish:
     case ir::OpType::kTanh:
+    case ir::OpType::kDiv:
+    case ir::OpType::kHardSigmoid:
       return true;
     default:
       return false;
@@ -179,31 +181,34 @@ class ChannelsLast {
   // left as they are).
   static int ActivationInputs(const ir::Node& n) {
     return n.op == ir::OpType::kAdd || n.op == ir::OpType::kSum || n.op == ir::OpType::kMul ||
-                   n.op == ir::OpType::kSub
+                   n.op == ir::OpType::kSub || n.op == ir::OpType::kDiv
                ? n.num_inputs()
                : 1;
   }
 
-  // Every operand input (ActivationInputs) an NHWC value of the output's static shape, a scalar
-  // constant (it broadcasts the same in any layout) or a channel constant; any other inputs
-  // (Clip's bounds) are read as they are.
+  // Every operand input (ActivationInputs) a rank-4 NHWC value, a scalar constant (it
+  // broadcasts the same in any layout) or a channel constant (the output's channels static); any
+  // other inputs (Clip's bounds) are read as they are. Rank-4 operands may broadcast against each
+  // other (an SE block's [N, C, 1, 1] scale of [N, C, H, W]) and their dims may be symbolic:
+  // permuting every rank-4 operand and the output alike permutes numpy broadcasting with them,
+  // so the kernel broadcasts (or refuses) the NHWC operands exactly as it would the NCHW ones.
   bool ElementwiseOnNhwc(const ir::Node& n) const {
-    if (!LayoutFreeElementwise(n.op) || n.num_outputs() != 1 || !KnownRank4(n.outputs[0]) ||
-        !n.outputs[0]->shape.is_static()) {
+    if (!LayoutFreeElementwise(n.op) || n.num_outputs() != 1 || !KnownRank4(n.outputs[0])) {
       return false;
     }
     const int activations = ActivationInputs(n);
-    const int64_t channels = n.outputs[0]->shape.dims[1].value;
+    const ir::Dim& c = n.outputs[0]->shape.dims[1];
+    const int64_t channels = c.is_static() ? c.value : 0;
     bool any = false;
     for (int i = 0; i < n.num_inputs(); ++i) {
       const ir::Value* v = n.inputs[i];
       if (!v) continue;
-      if (i < activations && IsChannelConstant(v, channels)) continue;
+      if (i < activations && channels > 1 && IsChannelConstant(v, channels)) continue;
       if (i >= activations || IsScalarConstant(v)) {
         if (!v->constant && i < activations) return false;
         continue;
       }
-      if (!nhwc_values_.contains(v) || !(v->shape.dims == n.outputs[0]->shape.dims)) return false;
+      if (!nhwc_values_.contains(v) || !KnownRank4(v)) return false;
       any = true;
     }
     return any;

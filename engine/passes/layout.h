@@ -11,9 +11,11 @@
 //     kChannelsLastAttr), and so does a MaxPool, AveragePool, GlobalAveragePool,
 //     BatchNormalization (inference) or LRN reading an NHWC value when a kernel takes it (the
 //     AVX-512 ones);
-//   - an elementwise node whose activation inputs are all NHWC values of one static shape
-//     (Add, Sum, Mul, Sub; Relu, Clip, LeakyRelu, Sigmoid, HardSwish, Tanh on input 0) runs on
-//     them as they are: elementwise arithmetic does not depend on the layout; a per-channel
+//   - an elementwise node whose activation inputs are all rank-4 NHWC values (Add, Sum, Mul,
+//     Sub, Div; Relu, Clip, LeakyRelu, Sigmoid, HardSigmoid, HardSwish, Tanh on input 0) runs on
+//     them as they are: elementwise arithmetic does not depend on the layout, and permuting
+//     every rank-4 operand alike permutes their broadcasting with them (an SE block's
+//     [N, C, 1, 1] scale of [N, C, H, W], symbolic dims too); a scalar constant, or a per-channel
 //     constant operand ([C, 1, 1] or [1, C, 1, 1], a decomposed BatchNormalization's scale or
 //     shift) is read as the same values in a [C] row, which broadcasts over NHWC's last axis;
 //   - a Concat of NHWC values only joins them as NHWC, its axis moved to its NHWC position

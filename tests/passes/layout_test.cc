@@ -353,3 +353,72 @@ TEST(ChannelsLastTest, ReferenceConvolutionRefusesAChannelsLastNode) {
 
 }  // namespace
 }  // namespace kiln::testing
+
+namespace kiln::testing {
+namespace {
+
+// A squeeze-and-excitation block with a symbolic batch (PP-OCR's LCNet, MobileNetV3):
+// Conv -> Relu -> GlobalAveragePool -> Conv 1x1 -> HardSigmoid -> Mul(features, scale
+// [N, C, 1, 1]) -> Div by a scalar -> Conv. Every node runs NHWC (the Mul broadcasts NHWC
+// [N, 1, 1, C] over [N, H, W, C] as NCHW [N, C, 1, 1] over [N, C, H, W]), with one transpose in
+// and one out, and the outputs are the NCHW engine's.
+onnx::ModelProto SeBlock() {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(17);
+  auto* g = m.mutable_graph();
+  g->set_name("se_block");
+  for (auto* vi : {AddTensorValueInfo(g->mutable_input(), "x", {1, kC, kH, kW}),
+                   AddTensorValueInfo(g->mutable_output(), "y", {1, kC, kH, kW})}) {
+    vi->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(0)->set_dim_param(
+        "batch");
+  }
+  Conv(g, "/c0", "x", kC, kC, 3, "c0");
+  AddOnnxNode(g, "Relu", {"c0"}, {"r0"}, "/relu");
+  AddOnnxNode(g, "GlobalAveragePool", {"r0"}, {"gap"}, "/gap");
+  Conv(g, "/se", "gap", kC, kC, 1, "se");
+  AddOnnxNode(g, "HardSigmoid", {"se"}, {"hs"}, "/hsig");
+  AddOnnxNode(g, "Mul", {"r0", "hs"}, {"scaled"}, "/scale");
+  AddFloatInitializer(g, "two", {}, {2.0f});
+  AddOnnxNode(g, "Div", {"scaled", "two"}, {"half"}, "/div");
+  Conv(g, "/c1", "half", kC, kC, 3, "y");
+  return m;
+}
+
+TEST(ChannelsLastTest, SqueezeExcitationWithASymbolicBatchStaysNhwc) {
+  std::vector<ir::Tensor> outs[2];
+  for (bool channels_last : {false, true}) {
+    builder::BuildOptions o;
+    o.channels_last = channels_last;
+    auto r = builder::BuildEngine(SerializeModel(SeBlock()), o, nullptr);
+    ASSERT_TRUE(r.ok()) << r.status();
+    if (channels_last) {
+      EXPECT_EQ(r->summary.layout_convolutions, 3);
+      EXPECT_EQ(r->summary.layout_transposes, 2);  // x in, y out
+    }
+    auto e = plan::LoadEngineFromBytes(std::make_shared<const std::string>(r->blob));
+    ASSERT_TRUE(e.ok()) << e.status();
+    auto s = runtime::Session::Create(*std::move(e));
+    ASSERT_TRUE(s.ok()) << s.status();
+    auto out = (*s)->Run(Input());
+    ASSERT_TRUE(out.ok()) << out.status();
+    outs[channels_last] = *std::move(out);
+  }
+  ASSERT_EQ(outs[0].size(), 1u);
+  ASSERT_EQ(outs[1].size(), 1u);
+  ASSERT_EQ(outs[0][0].dims(), outs[1][0].dims());
+  const float* a = outs[0][0].data<float>();
+  const float* b = outs[1][0].data<float>();
+  float range = 0, diff = 0;
+  for (int64_t i = 0; i < outs[0][0].num_elements(); ++i) {
+    range = std::max(range, std::fabs(a[i]));
+    diff = std::max(diff, std::fabs(a[i] - b[i]));
+  }
+  EXPECT_GT(range, 0.1f);
+  // The elementwise nodes compute the same values in either layout; the convolutions sum the
+  // same products in an order oneDNN chooses per layout: fp32 rounding of sums of 73 terms.
+  EXPECT_LE(diff, 1e-5f * range);
+}
+
+}  // namespace
+}  // namespace kiln::testing
