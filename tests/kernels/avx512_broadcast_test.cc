@@ -303,6 +303,35 @@ TEST(Avx512Broadcast, ShapesThatDoNotBroadcastGiveTheReferenceError) {
   }
 }
 
+// Integer Add, Sub and Mul (int32, int64) over every operand pair: the reference's bytes,
+// wrapping around in two's complement (operands near the type's extremes).
+TEST(Avx512Broadcast, IntegerArithmeticWrapsAsTheReference) {
+  SKIP_WITHOUT_AVX512();
+  std::mt19937 gen(11);
+  for (DataType t : {DataType::kI32, DataType::kI64}) {
+    for (OpType op : {OpType::kAdd, OpType::kSub, OpType::kMul}) {
+      for (const auto& [a, b] : kPairs) {
+        NodeSpec spec;
+        spec.op = op;
+        for (const Dims& d : {a, b}) {
+          std::uniform_int_distribution<int64_t> dist(std::numeric_limits<int64_t>::min(),
+                                                      std::numeric_limits<int64_t>::max());
+          std::vector<int64_t> v(std::max<int64_t>(1, ir::NumElementsOf(d)));
+          for (int64_t& e : v) e = dist(gen);
+          if (t == DataType::kI64) {
+            spec.inputs.push_back(MakeTensor<int64_t>(d, v, t));
+          } else {
+            spec.inputs.push_back(
+                MakeTensor<int32_t>(d, std::vector<int32_t>(v.begin(), v.end()), t));
+          }
+        }
+        spec.output_dtypes = {t};
+        ExpectSameAsReference(spec, Describe(op, t, {a, b}));
+      }
+    }
+  }
+}
+
 // The fast kernels are picked for dynamic shapes (a symbolic batch dim, an unknown rank).
 TEST(Avx512Broadcast, DynamicShapesTakeTheFastKernel) {
   static ir::Graph* g = new ir::Graph();
@@ -332,7 +361,11 @@ TEST(Avx512Broadcast, DynamicShapesTakeTheFastKernel) {
     EXPECT_EQ(pick(OpType::kEqual, {DT::kI32, DT::kI32}, unknown), Isa::kAvx512);
     EXPECT_EQ(pick(OpType::kLess, {DT::kI64, DT::kI64}, unknown), Isa::kAvx512);
     EXPECT_EQ(pick(OpType::kWhere, {DT::kBool, DT::kF32, DT::kF32}, unknown), Isa::kAvx512);
+    EXPECT_EQ(pick(OpType::kAdd, {DT::kI32, DT::kI32}, unknown), Isa::kAvx512);
+    EXPECT_EQ(pick(OpType::kMul, {DT::kI64, DT::kI64}, unknown), Isa::kAvx512);
   }
+  EXPECT_EQ(pick(OpType::kDiv, {DT::kI32, DT::kI32}, false), Isa::kRef);  // division by zero
+  EXPECT_EQ(pick(OpType::kAdd, {DT::kI32, DT::kI64}, false), Isa::kRef);
   // Outside the fast kernels' dtypes: the reference.
   EXPECT_EQ(pick(OpType::kAdd, {DT::kF64, DT::kF64}, false), Isa::kRef);
   EXPECT_EQ(pick(OpType::kEqual, {DT::kU8, DT::kU8}, false), Isa::kRef);

@@ -44,6 +44,10 @@ enum class BcOp { kAdd, kSub, kMul, kDiv, kMax, kMin, kPRelu };
 /// (kF32, kF16 or kBF16). Runs on the OpenMP threads when the output is large.
 void BcArith(BcOp op, DataType dtype, const BcPlan& plan, const void* const* ins, void* dst);
 
+/// dst = ((in0 op in1) op in2) ... for op kAdd, kSub or kMul on int32 or int64 (`dtype` kI32 or
+/// kI64) inputs, wrapping around in two's complement as the reference does.
+void BcIntArith(BcOp op, DataType dtype, const BcPlan& plan, const void* const* ins, void* dst);
+
 /// Pow(x, e) with a scalar exponent e, as the reference computes it (so its bits): kSquare x * x
 /// for e == 2 (the reference's rule too: the correctly rounded square, where powf(x, 2) is off by
 /// an ulp on about 1.5M of the 2^32 fp32 inputs), kGeneral the C library's powf on each element.

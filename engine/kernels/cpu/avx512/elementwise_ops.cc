@@ -1,10 +1,11 @@
 // Add, Sub, Mul, Div, Sum, Max, Min, PRelu, Relu and Pow by a scalar on float, float16 and
-// bfloat16 with general numpy broadcasting, planned from the run-time dims (dynamic batch dims
-// included): the residual sums, per-channel scales and biases, SE-block gates and normalisation
-// arithmetic of real models. The reference's numbers to the bit (broadcast.h, elementwise.h);
-// a run the fast loops do not cover (more than kBcMaxInputs broadcast inputs, mixed dtypes, a
-// non-scalar exponent, shapes that do not broadcast) goes to the reference kernel, which also
-// reports the errors.
+// bfloat16 (Add, Sub and Mul of two int32 / int64 tensors too: the integer models' bias and
+// zero-point arithmetic) with general numpy broadcasting, planned from the run-time dims (dynamic
+// batch dims included): the residual sums, per-channel scales and biases, SE-block gates and
+// normalisation arithmetic of real models. The reference's numbers to the bit (broadcast.h,
+// elementwise.h); a run the fast loops do not cover (more than kBcMaxInputs broadcast inputs, mixed
+// dtypes, a non-scalar exponent, shapes that do not broadcast) goes to the reference kernel, which
+// also reports the errors.
 #include <memory>
 #include <vector>
 
@@ -77,6 +78,7 @@ class ElementwiseKernel final : public Kernel {
   static bool Supports(const ir::Node& node) {
     const int n = node.num_inputs();
     if (n < 1) return false;
+    if (IsIntOperands(node)) return true;
     for (const ir::Value* v : node.inputs) {
       if (!v || v->dtype != node.inputs[0]->dtype || !IsF32OrHalf(v->dtype)) return false;
     }
@@ -89,6 +91,7 @@ class ElementwiseKernel final : public Kernel {
   absl::Status Run(KernelContext& ctx) override {
     const int nin = ctx.num_inputs();
     const ir::Tensor* x0 = ctx.input(0);
+    if (x0 != nullptr && IsInt(x0->dtype())) return RunInt(ctx);
     if (x0 == nullptr || !IsF32OrHalf(x0->dtype())) return reference_->Run(ctx);
     std::vector<const void*> ins;
     std::vector<const std::vector<int64_t>*> dims;
@@ -121,6 +124,30 @@ class ElementwiseKernel final : public Kernel {
   }
 
  private:
+  static bool IsInt(DataType t) { return t == DataType::kI32 || t == DataType::kI64; }
+
+  // Add, Sub or Mul of two int32 or two int64 operands.
+  static bool IsIntOperands(const ir::Node& node) {
+    return (node.op == OpType::kAdd || node.op == OpType::kSub || node.op == OpType::kMul) &&
+           node.num_inputs() == 2 && node.inputs[0] && node.inputs[1] &&
+           IsInt(node.inputs[0]->dtype) && node.inputs[1]->dtype == node.inputs[0]->dtype;
+  }
+
+  absl::Status RunInt(KernelContext& ctx) {
+    const ir::Tensor* a = ctx.input(0);
+    const ir::Tensor* b = ctx.input(1);
+    if (ctx.num_inputs() != 2 || b == nullptr || b->dtype() != a->dtype()) {
+      return reference_->Run(ctx);
+    }
+    BcPlan plan;
+    std::vector<int64_t> out_dims;
+    if (!MakeBcPlan({&a->dims(), &b->dims()}, &plan, &out_dims)) return reference_->Run(ctx);
+    ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, a->dtype(), out_dims));
+    const void* ins[2] = {a->raw_data(), b->raw_data()};
+    BcIntArith(BroadcastOp(node_.op), a->dtype(), plan, ins, y->raw_data());
+    return absl::OkStatus();
+  }
+
   ElementwiseKernel(const ir::Node& node, std::unique_ptr<Kernel> reference)
       : node_(node), reference_(std::move(reference)) {}
 
@@ -209,6 +236,12 @@ void RegisterElementwise(Registry& r) {
     r.Add(FloatDef(op, &ElementwiseKernel::Create, &ElementwiseKernel::Supports));
   }
   r.Add(FloatDef(OpType::kPow, &PowKernel::Create, &PowKernel::Supports));
+  // Integer Add, Sub, Mul: a kernel of their own dtypes (the same class, Supports picks them).
+  for (OpType op : {OpType::kAdd, OpType::kSub, OpType::kMul}) {
+    KernelDef def = FloatDef(op, &ElementwiseKernel::Create, &ElementwiseKernel::Supports);
+    def.dtypes = {DataType::kI32, DataType::kI64};
+    r.Add(def);
+  }
 }
 
 }  // namespace kiln::kernels::cpu::avx512
