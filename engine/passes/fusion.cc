@@ -287,8 +287,39 @@ class Fuser {
     return fused;
   }
 
+  // SiLU after a Conv: y = Conv(...) read by exactly Sigmoid(y) and Mul(y, Sigmoid(y)) (either
+  // operand order), the Sigmoid read by the Mul alone => FusedConv with activation "Swish"
+  // (x * Sigmoid(x), the sigmoid kept in fp32). Returns whether it fused.
+  bool FuseConvSilu(ir::Node* conv) {
+    ir::Value* y = conv->outputs.empty() ? nullptr : conv->outputs[0];
+    if (!y || y->is_graph_output || y->consumers.size() != 2) return false;
+    ir::Node* sig = nullptr;
+    ir::Node* mul = nullptr;
+    for (ir::Node* c : y->consumers) {
+      if (removed_[c->id]) return false;
+      if (c->op == ir::OpType::kSigmoid && c->num_inputs() == 1) sig = c;
+      if (c->op == ir::OpType::kMul && c->num_inputs() == 2) mul = c;
+    }
+    if (!sig || !mul || SoleConsumer(sig->outputs[0]) != mul) return false;
+    const bool operands = (mul->inputs[0] == y && mul->inputs[1] == sig->outputs[0]) ||
+                          (mul->inputs[1] == y && mul->inputs[0] == sig->outputs[0]);
+    if (!operands) return false;
+    std::vector<ir::Node*> members = {conv, sig, mul};
+    std::string label = absl::StrCat(conv->fusion.empty() ? "conv" : conv->fusion, "+Swish");
+    if (Excluded(members, ir::OpType::kFusedConv, "conv+activation")) return false;
+    Precision t = PrecisionOf(*conv);
+    if (!Allowed(label.c_str(), members, t)) return false;
+    ir::Node* fused = NewFusedConv(*conv, sig, "Swish");
+    fused->inputs = conv->inputs;
+    fused->outputs = {mul->outputs[0]};
+    result_.precision.erase(conv);
+    Commit(fused, members, t, label);
+    return true;
+  }
+
   // Conv -> Relu | LeakyRelu | Clip (constant bounds) | HardSwish | Sigmoid => FusedConv.
   void FuseConvActivation(ir::Node* conv) {
+    if (FuseConvSilu(conv)) return;
     ir::Node* a = SoleConsumer(conv->outputs.empty() ? nullptr : conv->outputs[0]);
     if (!a) return;
     const std::string act = ConvActivationOf(*a);

@@ -7,7 +7,8 @@
 //   - decomposed Softmax    -> Softmax
 //   - Conv + BatchNormalization (inference) -> Conv with the normalisation folded into its
 //     weights and bias (computed in float64, stored in the Conv's precision)
-//   - Conv + Relu | LeakyRelu | Clip | HardSwish | Sigmoid -> FusedConv
+//   - Conv + Relu | LeakyRelu | Clip | HardSwish | Sigmoid -> FusedConv, and Conv + SiLU
+//     (Mul(y, Sigmoid(y)) of the Conv's output y) -> FusedConv "Swish" (the sigmoid in fp32)
 //   - Conv + Add|Sum(residual of the Conv's shape) [+ one of those activations] -> FusedConv
 //     with the residual as its input 3 (the sum in fp32, as the activation)
 //   - MatMul + Add(bias) [+ Relu | Sigmoid | Tanh | Gelu] -> FusedMatMul

@@ -242,7 +242,8 @@ std::vector<Act> Activations() {
           {"Clip", {{"activation_min", FloatAttr(0.0f)}, {"activation_max", FloatAttr(6.0f)}}},
           {"Clip", {{"activation_min", FloatAttr(1.0f)}, {"activation_max", FloatAttr(-1.0f)}}},
           {"HardSwish", {}},
-          {"Sigmoid", {}}};
+          {"Sigmoid", {}},
+          {"Swish", {}}};
 }
 
 bool HasAvx512() {

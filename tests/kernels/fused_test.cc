@@ -120,6 +120,7 @@ ir::Tensor ApplyAct(const Act& a, const ir::Tensor& x) {
   if (a.name == "Sigmoid") return RunOk(OpType::kSigmoid, {x})[0];
   if (a.name == "Tanh") return RunOk(OpType::kTanh, {x})[0];
   if (a.name == "HardSwish") return RunOk(OpType::kHardSwish, {x})[0];
+  if (a.name == "Swish") return RunOk(OpType::kMul, {x, RunOk(OpType::kSigmoid, {x})[0]})[0];
   if (a.name == "Gelu") return RunOk(OpType::kGelu, {x})[0];
   if (a.name == "GeluTanh")
     return RunOk(OpType::kGelu, {x}, {{"approximate", StringAttr("tanh")}})[0];
@@ -285,7 +286,8 @@ TEST(FusedMatMulTest, Errors) {
 // ---- FusedConv -----------------------------------------------------------------------------
 
 const std::vector<Act> kConvActs = {
-    {""}, {"Relu"}, {"LeakyRelu", 0.2f}, {"Clip", 0.01f, -0.5f, 1.5f}, {"HardSwish"}, {"Sigmoid"}};
+    {""},        {"Relu"}, {"LeakyRelu", 0.2f}, {"Clip", 0.01f, -0.5f, 1.5f}, {"HardSwish"},
+    {"Sigmoid"}, {"Swish"}};
 
 Attrs ConvAttrs() {
   return {{"pads", IntsAttr({1, 0, 2, 1})},

@@ -247,6 +247,18 @@ onnx::ModelProto ConvRelu() {
   return m;
 }
 
+// y = c * Sigmoid(c), c = Conv(x): SiLU as exporters write it (YOLO-style detectors).
+onnx::ModelProto ConvSilu() {
+  onnx::ModelProto m = NewModel({1, 3, 8, 8}, {1, 4, 6, 6});
+  auto* g = m.mutable_graph();
+  AddFloatInitializer(g, "w", {4, 3, 3, 3}, Ramp(4 * 27, 0.3f, 0.0f));
+  AddFloatInitializer(g, "b", {4}, {0.1f, -0.2f, 0.3f, 0.0f});
+  AddOnnxNode(g, "Conv", {"x", "w", "b"}, {"c"}, "/conv");
+  AddOnnxNode(g, "Sigmoid", {"c"}, {"s"}, "/sigmoid");
+  AddOnnxNode(g, "Mul", {"s", "c"}, {"y"}, "/mul");
+  return m;
+}
+
 // y = Relu(Conv(x) + Tanh(x)): a residual Add after a convolution.
 onnx::ModelProto ConvResidualRelu() {
   onnx::ModelProto m = NewModel({1, 4, 8, 8}, {1, 4, 8, 8});
@@ -380,6 +392,7 @@ INSTANTIATE_TEST_SUITE_P(
         FusionCase{"conv_scale", ConvScale, "conv+scale"},
         FusionCase{"batchnorm_scale", BatchNormScale, "batchnorm+scale"},
         FusionCase{"conv_relu", ConvRelu, "conv+Relu"},
+        FusionCase{"conv_silu", ConvSilu, "conv+Swish"},
         FusionCase{"conv_residual_relu", ConvResidualRelu, "conv+residual+Relu"},
         FusionCase{"matmul_bias_relu", MatMulBiasRelu, "matmul+bias+Relu"},
         FusionCase{"matmul_identity_bias_relu", MatMulIdentityBiasRelu, "matmul+bias+Relu"},

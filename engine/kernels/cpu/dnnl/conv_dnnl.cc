@@ -58,6 +58,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/common/cpu_features.h"
+#include "engine/kernels/cpu/avx512/activation.h"
 #include "engine/kernels/cpu/avx512/convert.h"
 #include "engine/kernels/cpu/avx512/gemm.h"
 #include "engine/kernels/cpu/dnnl/conv_thin_gemm.h"
@@ -83,7 +84,8 @@ const std::vector<std::pair<std::string, ActKind>>& ConvActivations() {
                                                        {"LeakyRelu", ActKind::kLeakyRelu},
                                                        {"Clip", ActKind::kClip},
                                                        {"HardSwish", ActKind::kHardSwish},
-                                                       {"Sigmoid", ActKind::kSigmoid}};
+                                                       {"Sigmoid", ActKind::kSigmoid},
+                                                       {"Swish", ActKind::kSwish}};
   return *v;
 }
 
@@ -576,8 +578,34 @@ class ConvKernel final : public Kernel {
   }
 
   // Y = act(sums), rounded once to Y's type (the reference epilogue; `sums` may be Y itself).
+  // Sigmoid and Swish (SiLU) on AVX-512 (avx512/activation.h: within the bound math.h states,
+  // the reference's std::exp being an ulp off as well; a scalar exp per output cost more than
+  // the convolution on YOLO-style detectors), in chunks on the threads.
   void ApplyActivation(const float* sums, ir::Tensor& y) const {
     const int64_t n = y.num_elements();
+    static const bool avx512 = kernels::CpuHasIsa(Isa::kAvx512);
+    if (avx512 && (act_.kind == ActKind::kSigmoid || act_.kind == ActKind::kSwish)) {
+      avx512::ActParams p;
+      p.alpha = 1.0f;
+      const avx512::ActFn fn =
+          act_.kind == ActKind::kSigmoid ? avx512::ActFn::kSigmoid : avx512::ActFn::kSwish;
+      constexpr int64_t kChunk = 4096;
+      const int64_t chunks = (n + kChunk - 1) / kChunk;
+      float* sums_rw = const_cast<float*>(sums);  // the kernel's own sums (scratch or Y)
+#pragma omp parallel for schedule(static) if (chunks >= 4)
+      for (int64_t c = 0; c < chunks; ++c) {
+        const int64_t at = c * kChunk, len = std::min(kChunk, n - at);
+        if (y.dtype() == DataType::kF32) {
+          avx512::ActivationF32(fn, p, sums + at, y.data<float>() + at, len);
+        } else {
+          avx512::ActivationF32(fn, p, sums + at, sums_rw + at, len);
+          avx512::ConvertArray(DataType::kF32, y.dtype(), sums_rw + at,
+                               static_cast<char*>(y.raw_data()) + at * DataTypeSize(y.dtype()),
+                               len);
+        }
+      }
+      return;
+    }
     ref::WithActivation<float>(act_, [&](const auto& f) {
       if (y.dtype() == DataType::kF32) {
         float* yp = y.data<float>();

@@ -172,7 +172,8 @@ class FusedConvKernel final : public Kernel {
                                                            {"LeakyRelu", ActKind::kLeakyRelu},
                                                            {"Clip", ActKind::kClip},
                                                            {"HardSwish", ActKind::kHardSwish},
-                                                           {"Sigmoid", ActKind::kSigmoid}}));
+                                                           {"Sigmoid", ActKind::kSigmoid},
+                                                           {"Swish", ActKind::kSwish}}));
     return std::unique_ptr<Kernel>(new FusedConvKernel(node, std::move(attrs), act));
   }
 

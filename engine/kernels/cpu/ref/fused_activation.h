@@ -23,7 +23,8 @@ enum class ActKind {
   kSigmoid,
   kTanh,
   kGelu,
-  kGeluTanh
+  kGeluTanh,
+  kSwish  // SiLU: x * Sigmoid(x)
 };
 
 // The fused activation and its parameters, read once by the factory.
@@ -32,6 +33,15 @@ struct Activation {
   float alpha = 0.01f;                                 // LeakyRelu
   float lo = -std::numeric_limits<float>::infinity();  // Clip
   float hi = std::numeric_limits<float>::infinity();
+};
+
+// x * Sigmoid(x) in the compute type: the Conv -> Sigmoid -> Mul of SiLU (YOLO-style detectors)
+// with the sigmoid unrounded.
+struct SwishOp {
+  template <typename C>
+  C operator()(C x) const {
+    return x * ew::SigmoidOp{}(x);
+  }
 };
 
 struct Identity {
@@ -87,6 +97,8 @@ void WithActivation(const Activation& a, F&& f) {
       return f(ew::HardSwishOp{});
     case ActKind::kSigmoid:
       return f(ew::SigmoidOp{});
+    case ActKind::kSwish:
+      return f(SwishOp{});
     case ActKind::kTanh:
       return f(ew::TanhOp{});
     case ActKind::kGelu:
