@@ -493,7 +493,6 @@ absl::Status DeadCodePass(CompileState& s) {
   return import::InferTypesAndShapes(s.g, s.live);
 }
 
-// Whether a kernel faster than the reference one runs `n`.
 // layout: convolutions (and the pools between them) keep their activations channels-last (NHWC)
 // where a kernel takes them so (BuildOptions::channels_last); an engine so built needs that
 // kernel (the reference ones are NCHW only).

@@ -21,6 +21,7 @@
 #include "engine/kernels/kernel.h"
 #include "engine/kernels/registry.h"
 #include "gtest/gtest.h"
+#include "tests/testing/kernel_test_helpers.h"
 #include "tests/testing/node_runner.h"
 
 namespace kiln::testing {
@@ -421,22 +422,14 @@ TEST(Avx512Activation, RegistryPicksTheFastKernelForFloatTypesOnly) {
   for (OpType op : {OpType::kSigmoid, OpType::kTanh, OpType::kHardSwish, OpType::kClip,
                     OpType::kRound, OpType::kGelu}) {
     for (DataType t : {DataType::kF32, DataType::kF16, DataType::kBF16}) {
-      ir::Graph g;
-      ir::Node* n = g.AddNode(op, "pick");
-      auto v = g.AddValue("x");
-      ASSERT_TRUE(v.ok());
-      (*v)->dtype = t;
-      n->inputs.push_back(*v);
-      auto def = kernels::Registry::Default().Find(*n, kAvx512Bf16);
+      auto def = FindKernelFor(op, t, kAvx512Bf16);
       ASSERT_TRUE(def.ok()) << def.status();
       EXPECT_EQ((*def)->isa, Isa::kAvx512) << ir::OpName(op);
-      (*v)->dtype = DataType::kF64;
-      def = kernels::Registry::Default().Find(*n, kAvx512Bf16);
+      def = FindKernelFor(op, DataType::kF64, kAvx512Bf16);
       ASSERT_TRUE(def.ok()) << def.status();
       EXPECT_EQ((*def)->isa, Isa::kRef) << ir::OpName(op);
       // bfloat16 outputs need AVX512_BF16.
-      (*v)->dtype = DataType::kBF16;
-      def = kernels::Registry::Default().Find(*n, kAvx512);
+      def = FindKernelFor(op, DataType::kBF16, kAvx512);
       ASSERT_TRUE(def.ok()) << def.status();
       EXPECT_EQ((*def)->isa, Isa::kRef) << ir::OpName(op);
     }

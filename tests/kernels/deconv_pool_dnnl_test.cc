@@ -16,6 +16,7 @@
 #include "engine/kernels/kernel.h"
 #include "engine/kernels/registry.h"
 #include "gtest/gtest.h"
+#include "tests/testing/kernel_test_helpers.h"
 #include "tests/testing/node_runner.h"
 
 namespace kiln::testing {
@@ -24,30 +25,6 @@ namespace {
 using kernels::Isa;
 using Dims = std::vector<int64_t>;
 using Attrs = std::vector<std::pair<std::string, ir::Attribute>>;
-
-const uint64_t kFast = kernels::IsaCpuFeatures(Isa::kAvx512) | kCpuAvx512Bf16;
-bool HasFast() { return (DetectCpuFeatures() & kFast) == kFast; }
-
-class TensorContext final : public kernels::KernelContext {
- public:
-  explicit TensorContext(std::vector<ir::Tensor> in) : in_(std::move(in)) {}
-  int num_inputs() const override { return static_cast<int>(in_.size()); }
-  const ir::Tensor* input(int i) const override {
-    return i < static_cast<int>(in_.size()) && in_[i].defined() ? &in_[i] : nullptr;
-  }
-  int num_outputs() const override { return 1; }
-  absl::StatusOr<ir::Tensor*> output(int i, DataType dtype, std::vector<int64_t> dims) override {
-    ASSIGN_OR_RETURN(out_, ir::Tensor::Allocate(dtype, std::move(dims)));
-    std::memset(out_.raw_data(), 0x5a, out_.byte_size());  // unwritten elements show
-    return &out_;
-  }
-  bool output_requested(int i) const override { return true; }
-  ir::Tensor& out() { return out_; }
-
- private:
-  std::vector<ir::Tensor> in_;
-  ir::Tensor out_;
-};
 
 // A one-node graph: input 0 a graph input, the others constants (W, B).
 struct OneNode {
@@ -96,22 +73,6 @@ struct OneNode {
   ir::Graph g;
   ir::Node* node = nullptr;
 };
-
-ir::Tensor Random(const Dims& dims, DataType dt, std::mt19937& rng) {
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  int64_t n = 1;
-  for (int64_t v : dims) n *= v;
-  std::vector<float> v(n);
-  for (float& f : v) f = d(rng);
-  if (dt == DataType::kF16) return MakeHalf(dims, v);
-  return dt == DataType::kBF16 ? MakeBf16(dims, v) : MakeFloat(dims, v);
-}
-
-ir::Tensor Abs(const ir::Tensor& t) {
-  std::vector<float> v = ToFloats(t);
-  for (float& f : v) f = std::fabs(f);
-  return MakeFloat(t.dims(), v);
-}
 
 constexpr DataType kTypes[] = {DataType::kF32, DataType::kF16, DataType::kBF16};
 
@@ -177,15 +138,15 @@ void CheckDeconv(const DeconvCase& cs, bool bias, DataType dt, std::mt19937& rng
     }
     return int64_t{1};
   }();
-  const ir::Tensor x = Random(cs.x, dt, rng), w = Random(cs.w, dt, rng);
-  const ir::Tensor b = bias ? Random({cs.w[1] * group}, dt, rng) : ir::Tensor();
+  const ir::Tensor x = RandomNormal(cs.x, dt, rng), w = RandomNormal(cs.w, dt, rng);
+  const ir::Tensor b = bias ? RandomNormal({cs.w[1] * group}, dt, rng) : ir::Tensor();
   OneNode graph(ir::OpType::kConvTranspose, 22, cs.attrs, {x, w, b});
   const ir::Tensor fast = graph.Run(DetectCpuFeatures(), {x, w, b}, Isa::kDnnl);
   const ir::Tensor ref = graph.Run(0, {x, w, b}, Isa::kRef);
   ASSERT_TRUE(fast.defined() && ref.defined());
   ASSERT_EQ(fast.dims(), ref.dims());
   // sum |w * x| + |b| per output element: the reference ConvTranspose on absolute values.
-  const ir::Tensor ax = Abs(x), aw = Abs(w), ab = bias ? Abs(b) : ir::Tensor();
+  const ir::Tensor ax = AbsToFloat(x), aw = AbsToFloat(w), ab = bias ? AbsToFloat(b) : ir::Tensor();
   OneNode abs_graph(ir::OpType::kConvTranspose, 22, cs.attrs, {ax, aw, ab});
   const std::vector<float> mag = ToFloats(abs_graph.Run(0, {ax, aw, ab}, Isa::kRef));
   // Both kernels add the same K + 1 terms (at most C/g * taps products, and the bias) in fp32 in
@@ -206,7 +167,7 @@ void CheckDeconv(const DeconvCase& cs, bool bias, DataType dt, std::mt19937& rng
 }
 
 TEST(DeconvDnnl, MatchesReferenceEveryForm) {
-  if (!HasFast()) GTEST_SKIP() << "needs AVX-512 with BF16";
+  if (!HasAvx512Bf16()) GTEST_SKIP() << "needs AVX-512 with BF16";
   std::mt19937 rng(11);
   for (DataType dt : kTypes) {
     for (const DeconvCase& cs : DeconvCases()) {
@@ -236,7 +197,7 @@ TEST(DeconvDnnl, NonConstantWeightsUseTheReference) {
 }
 
 TEST(DeconvDnnl, ErrorsAreTheReferences) {
-  if (!HasFast()) GTEST_SKIP() << "needs AVX-512 with BF16";
+  if (!HasAvx512Bf16()) GTEST_SKIP() << "needs AVX-512 with BF16";
   NodeSpec spec;
   spec.op = ir::OpType::kConvTranspose;
   spec.since_version = 22;
@@ -324,7 +285,7 @@ void ExpectSameBytes(const ir::Tensor& a, const ir::Tensor& b) {
 }
 
 TEST(PoolNchw, WindowedPoolsBitForBit) {
-  if (!HasFast()) GTEST_SKIP() << "needs AVX-512 with BF16";
+  if (!HasAvx512Bf16()) GTEST_SKIP() << "needs AVX-512 with BF16";
   std::mt19937 rng(5);
   for (DataType dt : kTypes) {
     for (const PoolCase& cs : PoolCases()) {
@@ -347,7 +308,7 @@ TEST(PoolNchw, WindowedPoolsBitForBit) {
 }
 
 TEST(PoolNchw, GlobalPoolsBitForBit) {
-  if (!HasFast()) GTEST_SKIP() << "needs AVX-512 with BF16";
+  if (!HasAvx512Bf16()) GTEST_SKIP() << "needs AVX-512 with BF16";
   std::mt19937 rng(9);
   for (DataType dt : kTypes) {
     for (const Dims& dims : std::vector<Dims>{{1, 3, 7, 9},
@@ -373,7 +334,7 @@ TEST(PoolNchw, GlobalPoolsBitForBit) {
 // GlobalMaxPool's ties between -0 and +0 (the reference keeps the first zero it meets) and a
 // NaN first element (kept), on long planes (lanes within a plane) and short ones (16 planes).
 TEST(PoolNchw, GlobalMaxZeroSignsAndLeadingNaN) {
-  if (!HasFast()) GTEST_SKIP() << "needs AVX-512 with BF16";
+  if (!HasAvx512Bf16()) GTEST_SKIP() << "needs AVX-512 with BF16";
   for (int64_t size : {5, 40, 100}) {
     std::vector<float> v;
     for (int plane = 0; plane < 6; ++plane) {
@@ -421,7 +382,7 @@ TEST(PoolNchw, GlobalMaxZeroSignsAndLeadingNaN) {
 // counts and planes not a multiple of 16, a plane large enough to be split between chunks, fp16
 // parameters with fp32 X.
 TEST(BatchNormNchw, BitForBit) {
-  if (!HasFast()) GTEST_SKIP() << "needs AVX-512 with BF16";
+  if (!HasAvx512Bf16()) GTEST_SKIP() << "needs AVX-512 with BF16";
   std::mt19937 rng(3);
   for (DataType dt : kTypes) {
     for (const Dims& dims :
@@ -430,9 +391,10 @@ TEST(BatchNormNchw, BitForBit) {
         SCOPED_TRACE(::testing::Message() << ir::DimsToString(dims) << " " << DataTypeName(dt)
                                           << " params " << DataTypeName(pdt));
         const int64_t c = dims[1];
-        const ir::Tensor x = Random(dims, dt, rng);
-        ir::Tensor scale = Random({c}, pdt, rng), bias = Random({c}, pdt, rng);
-        ir::Tensor mean = Random({c}, pdt, rng), var = Abs(Random({c}, pdt, rng));
+        const ir::Tensor x = RandomNormal(dims, dt, rng);
+        ir::Tensor scale = RandomNormal({c}, pdt, rng), bias = RandomNormal({c}, pdt, rng);
+        ir::Tensor mean = RandomNormal({c}, pdt, rng),
+                   var = AbsToFloat(RandomNormal({c}, pdt, rng));
         if (pdt == DataType::kF16) var = MakeHalf({c}, ToFloats(var));
         OneNode bn(ir::OpType::kBatchNormalization, 15, {{"epsilon", FloatAttr(1e-3f)}},
                    {x, scale, bias, mean, var});
@@ -444,7 +406,7 @@ TEST(BatchNormNchw, BitForBit) {
 }
 
 TEST(PoolNchw, ErrorsAreTheReferences) {
-  if (!HasFast()) GTEST_SKIP() << "needs AVX-512 with BF16";
+  if (!HasAvx512Bf16()) GTEST_SKIP() << "needs AVX-512 with BF16";
   NodeSpec spec;
   spec.op = ir::OpType::kMaxPool;
   spec.since_version = 12;

@@ -16,6 +16,7 @@
 #include "engine/common/cpu_features.h"
 #include "engine/kernels/registry.h"
 #include "gtest/gtest.h"
+#include "tests/testing/kernel_test_helpers.h"
 #include "tests/testing/node_runner.h"
 
 namespace kiln::testing {
@@ -77,13 +78,7 @@ TEST(MemoryOps, RegistryPicksTheFastKernels) {
        {ir::OpType::kSlice, ir::OpType::kConcat, ir::OpType::kSplit, ir::OpType::kGather,
         ir::OpType::kPad, ir::OpType::kTile, ir::OpType::kExpand, ir::OpType::kTranspose}) {
     for (DataType t : {DataType::kBool, DataType::kI64, DataType::kU8, DataType::kF64}) {
-      ir::Graph g;
-      ir::Node* n = g.AddNode(op, "pick");
-      auto v = g.AddValue("x");
-      ASSERT_TRUE(v.ok());
-      (*v)->dtype = t;
-      n->inputs.push_back(*v);
-      auto def = kernels::Registry::Default().Find(*n, DetectCpuFeatures());
+      auto def = FindKernelFor(op, t, DetectCpuFeatures());
       ASSERT_TRUE(def.ok()) << def.status();
       EXPECT_EQ((*def)->isa, Isa::kAvx512) << ir::OpName(op) << " " << DataTypeOnnxName(t);
     }

@@ -19,6 +19,7 @@
 #include "engine/kernels/kernel.h"
 #include "engine/kernels/registry.h"
 #include "gtest/gtest.h"
+#include "tests/testing/kernel_test_helpers.h"
 #include "tests/testing/node_runner.h"
 
 namespace kiln::testing {
@@ -27,32 +28,6 @@ namespace {
 using kernels::Isa;
 using Dims = std::vector<int64_t>;
 using Attrs = std::vector<std::pair<std::string, ir::Attribute>>;
-
-const uint64_t kFast = kernels::IsaCpuFeatures(Isa::kAvx512) | kCpuAvx512Bf16;
-
-bool HasFast() { return (DetectCpuFeatures() & kFast) == kFast; }
-
-class TensorContext final : public kernels::KernelContext {
- public:
-  explicit TensorContext(std::vector<ir::Tensor> in) : in_(std::move(in)) {}
-  int num_inputs() const override { return static_cast<int>(in_.size()); }
-  const ir::Tensor* input(int i) const override {
-    return i < static_cast<int>(in_.size()) && in_[i].defined() ? &in_[i] : nullptr;
-  }
-  int num_outputs() const override { return 1; }
-  absl::StatusOr<ir::Tensor*> output(int i, DataType dtype, std::vector<int64_t> dims) override {
-    // Filled with a pattern, so an element the kernel does not write shows.
-    ASSIGN_OR_RETURN(out_, ir::Tensor::Allocate(dtype, std::move(dims)));
-    std::memset(out_.raw_data(), 0x5a, out_.byte_size());
-    return &out_;
-  }
-  bool output_requested(int i) const override { return true; }
-  ir::Tensor& out() { return out_; }
-
- private:
-  std::vector<ir::Tensor> in_;
-  ir::Tensor out_;
-};
 
 // A one-node Resize (or Upsample) graph: X a graph input, the other inputs constants.
 struct ResizeGraph {
@@ -140,7 +115,7 @@ const char* const kCoords[] = {"half_pixel", "pytorch_half_pixel",   "align_corn
                                "asymmetric", "half_pixel_symmetric", "tf_half_pixel_for_nn"};
 
 TEST(ResizeFast, NearestEveryModeScalesAndSizes) {
-  if (!HasFast()) GTEST_SKIP() << "no AVX-512 BF16";
+  if (!HasAvx512Bf16()) GTEST_SKIP() << "no AVX-512 BF16";
   for (DataType dt : kTypes) {
     for (const char* nm : {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"}) {
       for (const char* coord : kCoords) {
@@ -170,7 +145,7 @@ TEST(ResizeFast, NearestEveryModeScalesAndSizes) {
 }
 
 TEST(ResizeFast, LinearAndCubicEveryCoordinateMode) {
-  if (!HasFast()) GTEST_SKIP() << "no AVX-512 BF16";
+  if (!HasAvx512Bf16()) GTEST_SKIP() << "no AVX-512 BF16";
   for (DataType dt : kTypes) {
     for (const char* mode : {"linear", "cubic"}) {
       for (const char* coord : kCoords) {
@@ -204,7 +179,7 @@ TEST(ResizeFast, LinearAndCubicEveryCoordinateMode) {
 }
 
 TEST(ResizeFast, CropAndResizeAxesAndLegacyForms) {
-  if (!HasFast()) GTEST_SKIP() << "no AVX-512 BF16";
+  if (!HasAvx512Bf16()) GTEST_SKIP() << "no AVX-512 BF16";
   for (DataType dt : kTypes) {
     for (const char* mode : {"nearest", "linear", "cubic"}) {
       const Attrs crop = {{"mode", StringAttr(mode)},
@@ -241,7 +216,7 @@ TEST(ResizeFast, CropAndResizeAxesAndLegacyForms) {
 // Resizes the fast kernel leaves to the reference (three resized axes in linear mode, N and C
 // resized in linear mode) still give the reference's bytes; nearest takes every axis itself.
 TEST(ResizeFast, FallbacksAndManyAxes) {
-  if (!HasFast()) GTEST_SKIP() << "no AVX-512 BF16";
+  if (!HasAvx512Bf16()) GTEST_SKIP() << "no AVX-512 BF16";
   for (DataType dt : kTypes) {
     for (const char* mode : {"nearest", "linear"}) {
       const Attrs attrs = {{"mode", StringAttr(mode)}};
@@ -256,7 +231,7 @@ TEST(ResizeFast, FallbacksAndManyAxes) {
 // A large factor-2 and factor-8 nearest upsampling (the feature-pyramid pattern) on the
 // threads, and a linear one: the parallel row loops.
 TEST(ResizeFast, LargeUpsampling) {
-  if (!HasFast()) GTEST_SKIP() << "no AVX-512 BF16";
+  if (!HasAvx512Bf16()) GTEST_SKIP() << "no AVX-512 BF16";
   for (DataType dt : kTypes) {
     for (float f : {2.0f, 8.0f}) {
       Compare(ir::OpType::kResize, 13,
@@ -271,7 +246,7 @@ TEST(ResizeFast, LargeUpsampling) {
 }
 
 TEST(ResizeFast, ErrorsAreTheReferences) {
-  if (!HasFast()) GTEST_SKIP() << "no AVX-512 BF16";
+  if (!HasAvx512Bf16()) GTEST_SKIP() << "no AVX-512 BF16";
   NodeSpec spec;
   spec.op = ir::OpType::kResize;
   spec.attrs = {{"mode", StringAttr("linear")}};

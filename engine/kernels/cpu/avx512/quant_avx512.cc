@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "engine/kernels/cpu/avx512/quant.h"
@@ -28,6 +30,48 @@ void Pieces(int64_t n, F&& body) {
   for (int64_t p = 0; p < pieces; ++p) body(p * kPiece, std::min(n, (p + 1) * kPiece));
 }
 
+// The loop of QuantizeLinear and DequantizeLinear: body(i, m, s, z) for every 16 elements from
+// i (lanes m), with s and z their scales and zero points: per element (kPerElement, one scale a
+// lane) or one scale for all.
+template <bool kPerElement, typename F>
+void ScaledLoop(int64_t n, const float* scale, const int32_t* zp, F&& body) {
+  Pieces(n, [&](int64_t begin, int64_t end) {
+    __m512 s = _mm512_set1_ps(scale[0]);
+    __m512i z = _mm512_set1_epi32(zp[0]);
+    for (int64_t i = begin; i < end; i += 16) {
+      const __mmask16 m = LaneMask(end - i);
+      if constexpr (kPerElement) {
+        s = _mm512_maskz_loadu_ps(m, scale + i);
+        z = _mm512_maskz_loadu_epi32(m, zp + i);
+      }
+      body(i, m, s, z);
+    }
+  });
+}
+
+// Calls f(std::integral_constant<DataType, T>) for the T of Ts equal to t, the last one when no
+// other is (the callers have checked t).
+template <DataType T, DataType... Rest, typename F>
+void WithType(DataType t, F&& f) {
+  if constexpr (sizeof...(Rest) == 0) {
+    f(std::integral_constant<DataType, T>{});
+  } else if (t == T) {
+    f(std::integral_constant<DataType, T>{});
+  } else {
+    WithType<Rest...>(t, std::forward<F>(f));
+  }
+}
+
+// Calls f(std::integral_constant<bool, b>).
+template <typename F>
+void WithBool(bool b, F&& f) {
+  if (b) {
+    f(std::true_type{});
+  } else {
+    f(std::false_type{});
+  }
+}
+
 // ---- QuantizeLinear -------------------------------------------------------------------------
 
 template <DataType Y>
@@ -43,54 +87,20 @@ constexpr int32_t QHigh() {
 // then + z: the reference's clamp(nearbyint(q) + z, lo, hi) on every input, infinities included.
 template <DataType X, DataType Y, bool kPerElement>
 void QuantizeLoop(const void* x, int64_t n, const float* scale, const int32_t* zp, void* y) {
-  Pieces(n, [&](int64_t begin, int64_t end) {
-    __m512 s = _mm512_set1_ps(scale[0]);
-    __m512i z = _mm512_set1_epi32(zp[0]);
-    for (int64_t i = begin; i < end; i += 16) {
-      const __mmask16 m = LaneMask(end - i);
-      if constexpr (kPerElement) {
-        s = _mm512_maskz_loadu_ps(m, scale + i);
-        z = _mm512_maskz_loadu_epi32(m, zp + i);
-      }
-      const __m512 lo = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_set1_epi32(QLow<Y>()), z));
-      const __m512 hi = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_set1_epi32(QHigh<Y>()), z));
-      const __m512 q = _mm512_div_ps(Load16<X>(x, i, m), s);
-      __m512 r = _mm512_roundscale_ps(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      r = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(r, r, _CMP_ORD_Q), r);
-      r = _mm512_min_ps(_mm512_max_ps(r, lo), hi);
-      const __m512i v = _mm512_add_epi32(_mm512_cvtps_epi32(r), z);
-      if constexpr (Y == DataType::kU8 || Y == DataType::kI8) {
-        _mm512_mask_cvtepi32_storeu_epi8(static_cast<uint8_t*>(y) + i, m, v);
-      } else {
-        _mm512_mask_cvtepi32_storeu_epi16(static_cast<uint16_t*>(y) + i, m, v);
-      }
+  ScaledLoop<kPerElement>(n, scale, zp, [x, y](int64_t i, __mmask16 m, __m512 s, __m512i z) {
+    const __m512 lo = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_set1_epi32(QLow<Y>()), z));
+    const __m512 hi = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_set1_epi32(QHigh<Y>()), z));
+    const __m512 q = _mm512_div_ps(Load16<X>(x, i, m), s);
+    __m512 r = _mm512_roundscale_ps(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    r = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(r, r, _CMP_ORD_Q), r);
+    r = _mm512_min_ps(_mm512_max_ps(r, lo), hi);
+    const __m512i v = _mm512_add_epi32(_mm512_cvtps_epi32(r), z);
+    if constexpr (Y == DataType::kU8 || Y == DataType::kI8) {
+      _mm512_mask_cvtepi32_storeu_epi8(static_cast<uint8_t*>(y) + i, m, v);
+    } else {
+      _mm512_mask_cvtepi32_storeu_epi16(static_cast<uint16_t*>(y) + i, m, v);
     }
   });
-}
-
-template <DataType X, DataType Y>
-void QuantizeTo(const void* x, int64_t n, const float* scale, const int32_t* zp, bool per_element,
-                void* y) {
-  if (per_element) {
-    QuantizeLoop<X, Y, true>(x, n, scale, zp, y);
-  } else {
-    QuantizeLoop<X, Y, false>(x, n, scale, zp, y);
-  }
-}
-
-template <DataType X>
-void QuantizeFrom(const void* x, int64_t n, const float* scale, const int32_t* zp, bool per_element,
-                  DataType yt, void* y) {
-  switch (yt) {
-    case DataType::kU8:
-      return QuantizeTo<X, DataType::kU8>(x, n, scale, zp, per_element, y);
-    case DataType::kI8:
-      return QuantizeTo<X, DataType::kI8>(x, n, scale, zp, per_element, y);
-    case DataType::kU16:
-      return QuantizeTo<X, DataType::kU16>(x, n, scale, zp, per_element, y);
-    default:
-      return QuantizeTo<X, DataType::kI16>(x, n, scale, zp, per_element, y);
-  }
 }
 
 // ---- DequantizeLinear -----------------------------------------------------------------------
@@ -116,56 +126,23 @@ __m512i LoadQ16(const void* p, int64_t i, __mmask16 m) {
 // then to Y, as Store<Y>(double) does.
 template <DataType X, DataType Y, bool kPerElement>
 void DequantizeLoop(const void* x, int64_t n, const float* scale, const int32_t* zp, void* y) {
-  Pieces(n, [&](int64_t begin, int64_t end) {
-    __m512 s = _mm512_set1_ps(scale[0]);
-    __m512i z = _mm512_set1_epi32(zp[0]);
-    for (int64_t i = begin; i < end; i += 16) {
-      const __mmask16 m = LaneMask(end - i);
-      if constexpr (kPerElement) {
-        s = _mm512_maskz_loadu_ps(m, scale + i);
-        z = _mm512_maskz_loadu_epi32(m, zp + i);
-      }
-      const __m512i xi = LoadQ16<X>(x, i, m);
-      __m512 v;
-      if constexpr (X == DataType::kI32) {
-        const __m512d lo =
-            _mm512_mul_pd(_mm512_sub_pd(_mm512_cvtepi32_pd(_mm512_castsi512_si256(xi)),
-                                        _mm512_cvtepi32_pd(_mm512_castsi512_si256(z))),
-                          _mm512_cvtps_pd(_mm512_castps512_ps256(s)));
-        const __m512d hi =
-            _mm512_mul_pd(_mm512_sub_pd(_mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(xi, 1)),
-                                        _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(z, 1))),
-                          _mm512_cvtps_pd(_mm512_extractf32x8_ps(s, 1)));
-        v = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo)), _mm512_cvtpd_ps(hi), 1);
-      } else {
-        v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(xi, z)), s);
-      }
-      Store16<Y>(y, i, m, v);
+  ScaledLoop<kPerElement>(n, scale, zp, [x, y](int64_t i, __mmask16 m, __m512 s, __m512i z) {
+    const __m512i xi = LoadQ16<X>(x, i, m);
+    __m512 v;
+    if constexpr (X == DataType::kI32) {
+      const __m512d lo = _mm512_mul_pd(_mm512_sub_pd(_mm512_cvtepi32_pd(_mm512_castsi512_si256(xi)),
+                                                     _mm512_cvtepi32_pd(_mm512_castsi512_si256(z))),
+                                       _mm512_cvtps_pd(_mm512_castps512_ps256(s)));
+      const __m512d hi =
+          _mm512_mul_pd(_mm512_sub_pd(_mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(xi, 1)),
+                                      _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(z, 1))),
+                        _mm512_cvtps_pd(_mm512_extractf32x8_ps(s, 1)));
+      v = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo)), _mm512_cvtpd_ps(hi), 1);
+    } else {
+      v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(xi, z)), s);
     }
+    Store16<Y>(y, i, m, v);
   });
-}
-
-template <DataType X, DataType Y>
-void DequantizeTo(const void* x, int64_t n, const float* scale, const int32_t* zp, bool per_element,
-                  void* y) {
-  if (per_element) {
-    DequantizeLoop<X, Y, true>(x, n, scale, zp, y);
-  } else {
-    DequantizeLoop<X, Y, false>(x, n, scale, zp, y);
-  }
-}
-
-template <DataType X>
-void DequantizeFrom(const void* x, int64_t n, const float* scale, const int32_t* zp,
-                    bool per_element, DataType yt, void* y) {
-  switch (yt) {
-    case DataType::kF32:
-      return DequantizeTo<X, DataType::kF32>(x, n, scale, zp, per_element, y);
-    case DataType::kF16:
-      return DequantizeTo<X, DataType::kF16>(x, n, scale, zp, per_element, y);
-    default:
-      return DequantizeTo<X, DataType::kBF16>(x, n, scale, zp, per_element, y);
-  }
 }
 
 // ---- integer GEMM ---------------------------------------------------------------------------
@@ -338,30 +315,24 @@ TileFn TileFor(int mr, int nr) {
 
 void QuantizeLinearRun(DataType xt, const void* x, int64_t n, const float* scale, const int32_t* zp,
                        bool per_element, DataType yt, void* y) {
-  switch (xt) {
-    case DataType::kF32:
-      return QuantizeFrom<DataType::kF32>(x, n, scale, zp, per_element, yt, y);
-    case DataType::kF16:
-      return QuantizeFrom<DataType::kF16>(x, n, scale, zp, per_element, yt, y);
-    default:
-      return QuantizeFrom<DataType::kBF16>(x, n, scale, zp, per_element, yt, y);
-  }
+  using enum DataType;
+  WithType<kF32, kF16, kBF16>(xt, [&](auto X) {
+    WithType<kU8, kI8, kU16, kI16>(yt, [&](auto Y) {
+      WithBool(per_element,
+               [&](auto kPerElement) { QuantizeLoop<X, Y, kPerElement>(x, n, scale, zp, y); });
+    });
+  });
 }
 
 void DequantizeLinearRun(DataType xt, const void* x, int64_t n, const float* scale,
                          const int32_t* zp, bool per_element, DataType yt, void* y) {
-  switch (xt) {
-    case DataType::kU8:
-      return DequantizeFrom<DataType::kU8>(x, n, scale, zp, per_element, yt, y);
-    case DataType::kI8:
-      return DequantizeFrom<DataType::kI8>(x, n, scale, zp, per_element, yt, y);
-    case DataType::kU16:
-      return DequantizeFrom<DataType::kU16>(x, n, scale, zp, per_element, yt, y);
-    case DataType::kI16:
-      return DequantizeFrom<DataType::kI16>(x, n, scale, zp, per_element, yt, y);
-    default:
-      return DequantizeFrom<DataType::kI32>(x, n, scale, zp, per_element, yt, y);
-  }
+  using enum DataType;
+  WithType<kU8, kI8, kU16, kI16, kI32>(xt, [&](auto X) {
+    WithType<kF32, kF16, kBF16>(yt, [&](auto Y) {
+      WithBool(per_element,
+               [&](auto kPerElement) { DequantizeLoop<X, Y, kPerElement>(x, n, scale, zp, y); });
+    });
+  });
 }
 
 void MinMaxWithZero(const float* x, int64_t n, float* lo, float* hi) {

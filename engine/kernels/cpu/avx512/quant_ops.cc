@@ -16,6 +16,7 @@
 #include "engine/kernels/cpu/avx512/quant.h"
 #include "engine/kernels/cpu/avx512/register.h"
 #include "engine/kernels/cpu/ref/common.h"
+#include "engine/kernels/cpu/ref/dynamic_quantize.h"
 
 namespace kiln::kernels::cpu::avx512 {
 namespace {
@@ -195,15 +196,8 @@ class DequantizeKernel final : public Kernel {
   std::vector<int32_t> z_;
 };
 
-// The reference's SaturateU8 (data_ops_numeric.cc).
-uint8_t SaturateU8(float v) {
-  if (!(v > 0.0f)) return 0;
-  if (v >= 255.0f) return 255;
-  return static_cast<uint8_t>(v);
-}
-
 // DynamicQuantizeLinear: the range scan and the quantization vectorised; scale and zero point
-// with the reference's scalar formulas (data_ops_numeric.cc), so every output is its bits.
+// with the reference's scalar helpers (ref/dynamic_quantize.h), so every output is its bits.
 class DynamicQuantizeKernel final : public Kernel {
  public:
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const ir::Node& node) {
@@ -217,19 +211,10 @@ class DynamicQuantizeKernel final : public Kernel {
     const int64_t n = x->num_elements();
     float lo = 0.0f, hi = 0.0f;
     MinMaxWithZero(x->data<float>(), n, &lo, &hi);
-    const float scale = hi == lo ? 1.0f : (hi - lo) / 255.0f;
-    const float zp = std::nearbyint(std::clamp(0.0f - lo / scale, 0.0f, 255.0f));
+    const ref::DynamicQuantParams p = ref::DynamicQuantizeParams(lo, hi);
     ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, DataType::kU8, x->dims()));
-    DynamicQuantizeU8(x->data<float>(), n, scale, zp, y->data<uint8_t>());
-    if (ctx.num_outputs() > 1 && ctx.output_requested(1)) {
-      ASSIGN_OR_RETURN(ir::Tensor * s, ctx.output(1, DataType::kF32, {}));
-      s->data<float>()[0] = scale;
-    }
-    if (ctx.num_outputs() > 2 && ctx.output_requested(2)) {
-      ASSIGN_OR_RETURN(ir::Tensor * z, ctx.output(2, DataType::kU8, {}));
-      z->data<uint8_t>()[0] = SaturateU8(zp);
-    }
-    return absl::OkStatus();
+    DynamicQuantizeU8(x->data<float>(), n, p.scale, p.zero_point, y->data<uint8_t>());
+    return ref::WriteDynamicQuantizeParams(ctx, p);
   }
 
  private:

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/kernels/cpu/ref/common.h"
+#include "engine/kernels/cpu/ref/dynamic_quantize.h"
 #include "engine/kernels/cpu/ref/register.h"
 
 namespace kiln::kernels::cpu::ref {
@@ -99,14 +100,6 @@ absl::Status RunMvn(const ir::Node& node, KernelContext& ctx) {
 // An all-zero (or empty) input has max == min; scale is then 1 (the ONNX reference's choice)
 // rather than the 0 that would make every x / scale NaN.
 
-// Rounds half to even and saturates to [0, 255]; NaN maps to 0 (a float -> uint8 cast of NaN
-// would be undefined behaviour).
-uint8_t SaturateU8(float v) {
-  if (!(v > 0.0f)) return 0;
-  if (v >= 255.0f) return 255;
-  return static_cast<uint8_t>(v);
-}
-
 absl::Status RunDynamicQuantizeLinear(const ir::Node& node, KernelContext& ctx) {
   ASSIGN_OR_RETURN(const ir::Tensor* x, RequireInput(node, ctx, 0));
   if (x->dtype() != DataType::kF32) {
@@ -119,21 +112,13 @@ absl::Status RunDynamicQuantizeLinear(const ir::Node& node, KernelContext& ctx) 
     lo = std::min(lo, xs[i]);
     hi = std::max(hi, xs[i]);
   }
-  const float scale = hi == lo ? 1.0f : (hi - lo) / 255.0f;
-  // std::nearbyint rounds half to even under the default rounding mode.
-  const float zp = std::nearbyint(std::clamp(0.0f - lo / scale, 0.0f, 255.0f));
+  const DynamicQuantParams p = DynamicQuantizeParams(lo, hi);
   ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, DataType::kU8, x->dims()));
   uint8_t* ys = y->data<uint8_t>();
-  for (int64_t i = 0; i < n; ++i) ys[i] = SaturateU8(std::nearbyint(xs[i] / scale) + zp);
-  if (ctx.num_outputs() > 1 && ctx.output_requested(1)) {
-    ASSIGN_OR_RETURN(ir::Tensor * s, ctx.output(1, DataType::kF32, {}));
-    s->data<float>()[0] = scale;
+  for (int64_t i = 0; i < n; ++i) {
+    ys[i] = SaturateU8(std::nearbyint(xs[i] / p.scale) + p.zero_point);
   }
-  if (ctx.num_outputs() > 2 && ctx.output_requested(2)) {
-    ASSIGN_OR_RETURN(ir::Tensor * z, ctx.output(2, DataType::kU8, {}));
-    z->data<uint8_t>()[0] = SaturateU8(zp);
-  }
-  return absl::OkStatus();
+  return WriteDynamicQuantizeParams(ctx, p);
 }
 
 absl::Status CheckDynamicQuantizeLinear(const ir::Node& node) {
@@ -142,6 +127,32 @@ absl::Status CheckDynamicQuantizeLinear(const ir::Node& node) {
 }
 
 }  // namespace
+
+DynamicQuantParams DynamicQuantizeParams(float lo, float hi) {
+  DynamicQuantParams p;
+  p.scale = hi == lo ? 1.0f : (hi - lo) / 255.0f;
+  // std::nearbyint rounds half to even under the default rounding mode.
+  p.zero_point = std::nearbyint(std::clamp(0.0f - lo / p.scale, 0.0f, 255.0f));
+  return p;
+}
+
+uint8_t SaturateU8(float v) {
+  if (!(v > 0.0f)) return 0;
+  if (v >= 255.0f) return 255;
+  return static_cast<uint8_t>(v);
+}
+
+absl::Status WriteDynamicQuantizeParams(KernelContext& ctx, const DynamicQuantParams& p) {
+  if (ctx.num_outputs() > 1 && ctx.output_requested(1)) {
+    ASSIGN_OR_RETURN(ir::Tensor * s, ctx.output(1, DataType::kF32, {}));
+    s->data<float>()[0] = p.scale;
+  }
+  if (ctx.num_outputs() > 2 && ctx.output_requested(2)) {
+    ASSIGN_OR_RETURN(ir::Tensor * z, ctx.output(2, DataType::kU8, {}));
+    z->data<uint8_t>()[0] = SaturateU8(p.zero_point);
+  }
+  return absl::OkStatus();
+}
 
 void RegisterDataOpsNumeric(Registry& r) {
   r.AddRef(ir::OpType::kMeanVarianceNormalization, FloatTypes(), &CheckedFactory<CheckMvn, RunMvn>);
