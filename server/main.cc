@@ -16,10 +16,10 @@
 #include "server/worker_main.h"
 
 int main(int argc, char** argv) {
-  // OpenMP threads that spin briefly, then sleep while they wait (the server runs several
-  // builds and reports at once, often on a busy machine); may execute the server again, before
-  // any thread starts.
-  kiln::runtime::UseBoundedOmpWait(argv);
+  // OpenMP threads that sleep while they wait: the server runs several builds and reports at
+  // once, each on the cores' worth of threads, so its threads oversubscribe the cores by design
+  // (its workers inherit the setting); may execute the server again, before any thread starts.
+  kiln::runtime::UseBoundedOmpWait(argv, /*always_passive=*/true);
   if (argc >= 3 && std::string(argv[1]) == "--worker") {
     // As in `kiln`: big buffers are mapped and unmapped on their own.
     mallopt(M_MMAP_THRESHOLD, 1 << 20);

@@ -1,4 +1,5 @@
 // OpenMP wait policy of the executables (threads.h: UseBoundedOmpWait says why).
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -19,9 +20,30 @@ constexpr char kChosenByKiln[] = "KILN_OMP_WAIT_DEFAULT";
 // 15 ms at 300; beside one busy process 41 ms at 1000, 24 passive, 157 active, 350 at 100,000.
 constexpr char kSpinCount[] = "1000";
 
+// Whether another task keeps a CPU busy now: the fewest runnable tasks (/proc/stat's
+// procs_running, this one included) over a few samples 2 ms apart, less this process. A single
+// sample also catches short-lived tasks (the shell, a monitor); a busy process is in every one.
+bool MachineBusy() {
+  int fewest = 1 << 30;
+  for (int i = 0; i < 5; ++i) {
+    if (i > 0) usleep(2000);
+    FILE* f = fopen("/proc/stat", "r");
+    if (f == nullptr) return false;
+    char line[256];
+    int running = -1;
+    while (fgets(line, sizeof(line), f) != nullptr) {
+      if (sscanf(line, "procs_running %d", &running) == 1) break;
+    }
+    fclose(f);
+    if (running < 0) return false;
+    fewest = running < fewest ? running : fewest;
+  }
+  return fewest - 1 >= 1;
+}
+
 }  // namespace
 
-void UseBoundedOmpWait(char** argv) {
+void UseBoundedOmpWait(char** argv, bool always_passive) {
   if (getenv("OMP_WAIT_POLICY") != nullptr || getenv("GOMP_SPINCOUNT") != nullptr) return;
   // Started through the dynamic loader (`ld-linux-x86-64.so.2 --library-path LIBS kiln ...`):
   // /proc/self/exe is the loader, which would take argv[1] for the program. Run on as is.
@@ -31,8 +53,10 @@ void UseBoundedOmpWait(char** argv) {
   exe[len] = '\0';
   const char* base = strrchr(exe, '/');
   if (strncmp(base != nullptr ? base + 1 : exe, "ld-", 3) == 0) return;
-  setenv("GOMP_SPINCOUNT", kSpinCount, 1);
-  setenv(kChosenByKiln, "1", 1);
+  // A busy machine: sleep at once (a spinning thread would hold a core its partner needs).
+  const bool passive = always_passive || MachineBusy();
+  setenv("GOMP_SPINCOUNT", passive ? "0" : kSpinCount, 1);
+  setenv(kChosenByKiln, passive ? "passive" : "spin", 1);
   execv("/proc/self/exe", argv);
   // No /proc (or no exec): run on with libgomp's defaults, which WaitPolicy reports.
   unsetenv("GOMP_SPINCOUNT");
@@ -41,8 +65,10 @@ void UseBoundedOmpWait(char** argv) {
 
 std::string WaitPolicy() {
   const char* spin = getenv("GOMP_SPINCOUNT");
-  if (spin != nullptr && getenv(kChosenByKiln) != nullptr) {
-    return std::string("spin ") + spin + " then sleep (default)";
+  const char* chosen = getenv(kChosenByKiln);
+  if (spin != nullptr && chosen != nullptr) {
+    return std::string(chosen) == "passive" ? "passive (default: a busy machine)"
+                                            : std::string("spin ") + spin + " then sleep (default)";
   }
   if (const char* policy = getenv("OMP_WAIT_POLICY")) {
     return std::string("OMP_WAIT_POLICY=") + policy;

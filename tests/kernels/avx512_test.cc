@@ -72,6 +72,7 @@ TEST(Avx512Registry, PrefersFastestSupportedIsaAndFallsBackToRef) {
   // (KernelDef::supports).
   EXPECT_EQ(Pick(OpType::kCast, DataType::kF32, kAvx512Bf16, DataType::kF16)->isa, Isa::kAvx512);
   EXPECT_EQ(Pick(OpType::kCast, DataType::kI32, kAvx512Bf16, DataType::kF32)->isa, Isa::kAvx512);
+  EXPECT_EQ(Pick(OpType::kCast, DataType::kBool, kAvx512Bf16, DataType::kF32)->isa, Isa::kAvx512);
   EXPECT_EQ(Pick(OpType::kCast, DataType::kI32, kAvx512Bf16, DataType::kF16)->isa, Isa::kRef);
   EXPECT_EQ(Pick(OpType::kCast, DataType::kF32, kAvx512Bf16, DataType::kI32)->isa, Isa::kRef);
   EXPECT_EQ(Pick(OpType::kCast, DataType::kF16, kAvx512Bf16, DataType::kF16)->isa, Isa::kRef);
@@ -182,6 +183,20 @@ TEST(Avx512Cast, EveryPairMatchesReferenceKernel) {
   ir::Tensor ref = RunNodeOk0(spec);
   ASSERT_EQ(fast.byte_size(), ref.byte_size());
   EXPECT_EQ(std::memcmp(fast.raw_data(), ref.raw_data(), ref.byte_size()), 0) << "int32 -> float";
+  // bool -> float: 0 -> 0, any other byte -> 1, over a length that is no multiple of 16.
+  std::vector<uint8_t> bools(37);
+  for (size_t i = 0; i < bools.size(); ++i) bools[i] = i % 3 == 0 ? 0 : (i % 3 == 1 ? 1 : 0xfe);
+  NodeSpec b;
+  b.op = OpType::kCast;
+  b.attrs = {{"to", IntAttr(static_cast<int64_t>(DataType::kF32))}};
+  b.inputs = {MakeTensor<uint8_t>({static_cast<int64_t>(bools.size())}, bools, DataType::kBool)};
+  b.output_dtypes = {DataType::kF32};
+  const ir::Tensor fast_b = RunNodeOk0(b);
+  b.cpu_features = 0;
+  const ir::Tensor ref_b = RunNodeOk0(b);
+  ASSERT_EQ(fast_b.byte_size(), ref_b.byte_size());
+  EXPECT_EQ(std::memcmp(fast_b.raw_data(), ref_b.raw_data(), ref_b.byte_size()), 0) << "bool";
+  EXPECT_EQ(fast_b.data<float>()[2], 1.0f);
 }
 
 // ---------------------------------------------------------------- same-shape elementwise

@@ -1,7 +1,7 @@
-// Cast between float, float16 and bfloat16, and int32 to float (the integer GEMMs' sums: QDQ
-// models' MatMulInteger -> Cast -> Mul), with the vectorised conversions of convert.h,
-// bit-identical to the reference Cast. Other dtype pairs fall through to the reference kernel
-// (KernelDef::supports).
+// Cast between float, float16 and bfloat16, int32 to float (the integer GEMMs' sums: QDQ
+// models' MatMulInteger -> Cast -> Mul) and bool to float (one-hot encodings, masks), with the
+// vectorised conversions of convert.h, bit-identical to the reference Cast. Other dtype pairs fall
+// through to the reference kernel (KernelDef::supports).
 #include <memory>
 
 #include "engine/common/cpu_features.h"
@@ -19,10 +19,10 @@ DataType CastTo(const ir::Node& node) {
 }
 
 // Pairs among float, float16, bfloat16 with at least one 16-bit side (float -> float is a copy
-// the reference does as well), and int32 -> float.
+// the reference does as well), and int32 or bool -> float.
 bool Convertible(DataType from, DataType to) {
   return (IsF32OrHalf(from) && IsF32OrHalf(to) && from != to) ||
-         (from == DataType::kI32 && to == DataType::kF32);
+         ((from == DataType::kI32 || from == DataType::kBool) && to == DataType::kF32);
 }
 
 bool Supports(const ir::Node& node) {
@@ -46,7 +46,7 @@ absl::Status CastRun(const ir::Node& node, KernelContext& ctx) {
 
 void RegisterCast(Registry& r) {
   KernelDef def{ir::OpType::kCast,
-                {DataType::kF32, DataType::kF16, DataType::kBF16, DataType::kI32},
+                {DataType::kF32, DataType::kF16, DataType::kBF16, DataType::kI32, DataType::kBool},
                 0,
                 Backend::kCpu,
                 Isa::kAvx512,

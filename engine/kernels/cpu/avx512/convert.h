@@ -21,7 +21,7 @@ void Bf16ToFloat(const uint16_t* src, float* dst, int64_t n);
 
 /// dst[i] = src[i] converted from `from` to `to` (each kF32, kF16 or kBF16; fp16 <-> bf16 through
 /// fp32, exact from fp16 then one rounding, as the reference Cast; or kI32 to kF32, rounded to
-/// nearest even) for i < n, in chunks on the
+/// nearest even; or kBool to kF32, any non-zero byte 1) for i < n, in chunks on the
 /// OpenMP threads when there are enough to keep both streaming. Needs kCpuAvx512Bf16 when `to`
 /// is kBF16.
 void ConvertArray(DataType from, DataType to, const void* src, void* dst, int64_t n);

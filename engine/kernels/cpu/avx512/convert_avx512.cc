@@ -53,6 +53,17 @@ void ConvertChunk(DataType from, DataType to, const void* src, void* dst, int64_
     std::memcpy(dst, src, n * DataTypeSize(from));
     return;
   }
+  if (from == DataType::kBool) {  // to kF32: any non-zero byte is true, 1.0f, as the reference
+    const auto* b = static_cast<const uint8_t*>(src);
+    auto* f = static_cast<float*>(dst);
+    for (int64_t i = 0; i < n; i += 16) {
+      __mmask16 m = TailMask(n - i);
+      const __mmask16 t = _mm_mask_test_epi8_mask(m, _mm_maskz_loadu_epi8(m, b + i),
+                                                  _mm_set1_epi8(static_cast<char>(0xff)));
+      _mm512_mask_storeu_ps(f + i, m, _mm512_maskz_mov_ps(t, _mm512_set1_ps(1.0f)));
+    }
+    return;
+  }
   if (from == DataType::kI32) {  // to kF32: vcvtdq2ps rounds to nearest even, as a C++ cast
     const auto* x = static_cast<const int32_t*>(src);
     auto* f = static_cast<float*>(dst);
