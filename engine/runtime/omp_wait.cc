@@ -21,11 +21,12 @@ constexpr char kChosenByKiln[] = "KILN_OMP_WAIT_DEFAULT";
 constexpr char kSpinCount[] = "1000";
 
 // Whether another task keeps a CPU busy now: the fewest runnable tasks (/proc/stat's
-// procs_running, this one included) over a few samples 2 ms apart, less this process. A single
-// sample also catches short-lived tasks (the shell, a monitor); a busy process is in every one.
+// procs_running, this one included) over up to five samples 2 ms apart, less this process. A
+// single sample also catches short-lived tasks (the shell, a monitor); a busy process is in
+// every one. A sample of this process alone ends it: an idle machine costs one read at start-up.
 bool MachineBusy() {
   int fewest = 1 << 30;
-  for (int i = 0; i < 5; ++i) {
+  for (int i = 0; i < 5 && fewest > 1; ++i) {
     if (i > 0) usleep(2000);
     FILE* f = fopen("/proc/stat", "r");
     if (f == nullptr) return false;

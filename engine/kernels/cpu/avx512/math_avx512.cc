@@ -21,6 +21,16 @@ void Map16(const float* x, float* y, int64_t n) {
   }
 }
 
+// x = n ln2 + r with n = round(x / ln2) (*n) and r returned: ln2 split in a high part,
+// 0.693145751953125 (15 bits: n times it is exact in fp32 for the clamped ranges of Exp16 and
+// Expm1_16), and a low part, 1.4286068e-6.
+inline __m512 ReduceLn2(__m512 x, __m512* n) {
+  *n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 r = _mm512_fnmadd_ps(*n, _mm512_set1_ps(0.693145751953125f), x);
+  return _mm512_fnmadd_ps(*n, _mm512_set1_ps(1.42860682030941723e-6f), r);
+}
+
 // exp(x) of 16 floats: x = n ln2 + r with n = round(x / ln2), |r| <= ln2 / 2 (ln2 split in a
 // high part exact in fp32 times any n of the clamped range, and a low part), exp(r) by its
 // Taylor polynomial of degree 7 (truncation below 5.3e-9 relative, well under half an ulp), and
@@ -33,11 +43,8 @@ __m512 Exp16(__m512 x) {
   // (~150 cycles), and a masked softmax row is mostly such lanes.
   const __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-104.0f), _CMP_NLT_UQ);
   x = _mm512_min_ps(_mm512_set1_ps(89.0f), _mm512_max_ps(_mm512_set1_ps(-104.0f), x));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  // r = x - n ln2 with ln2 = 0.693145751953125 (15 bits: n times it is exact) + 1.4286068e-6.
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860682030941723e-6f), r);
+  __m512 n;
+  const __m512 r = ReduceLn2(x, &n);
   __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
@@ -141,10 +148,8 @@ __m512 Expm1_16(__m512 x) {
   const __m512 one = _mm512_set1_ps(1.0f);
   const __mmask16 tiny = _mm512_cmp_ps_mask(_mm512_abs_ps(x), _mm512_set1_ps(0x1p-30f), _CMP_LT_OQ);
   const __m512 xc = _mm512_min_ps(_mm512_set1_ps(89.0f), _mm512_max_ps(_mm512_set1_ps(-30.0f), x));
-  const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693145751953125f), xc);
-  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(1.42860682030941723e-6f), r);
+  __m512 k;
+  const __m512 r = ReduceLn2(xc, &k);
   __m512 p = _mm512_set1_ps(1.0f / 40320.0f);
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 5040.0f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
