@@ -11,7 +11,9 @@ ASAN_TESTS ?= import_test engine_blob_test precision_policy_test runtime_memory_
 	runtime_session_pool_test cli_errors_test server_test server_process_test server_hostile_test \
 	fuzz_regressions_test fuzz_onnx_mutator_test e2e_control_flow_test e2e_sequences_test \
 	kernels_avx512_broadcast_test kernels_memory_ops_test kernels_quant_fast_test \
-	kernels_resize_fast_test kernels_deconv_pool_dnnl_test passes_qdq_integer_test cli_threads_test
+	kernels_resize_fast_test kernels_deconv_pool_dnnl_test passes_qdq_integer_test cli_threads_test \
+	kernels_lstm_int8_r_test kernels_avx512_reduce_test kernels_avx512_f16_parity_test \
+	kernels_avx512_attention_test passes_fusion_test
 
 # Fuzzing (not part of `test`): libFuzzer harnesses of tests/fuzz, built by clang-14 with ASan +
 # UBSan in FUZZ_DIR, each run FUZZ_SECONDS (FUZZ_PARALLEL at a time); fails when any harness

@@ -13,9 +13,13 @@
 //   DynamicQuantizeMatMul-> DynamicQuantizeLinear + the same
 //   MatMulNBits          -> the 2/4/8-bit blocked weight dequantized to a float constant (K, N)
 //                           at import + MatMul [+ bias]
-//   DynamicQuantizeLSTM  -> W and R dequantized (and transposed to ONNX's layout) at import +
-//                           LSTM. ORT quantizes X and H to uint8 at every step instead: its
-//                           gates differ by that activation rounding.
+//   DynamicQuantizeLSTM  -> W dequantized (and transposed to ONNX's layout) at import +
+//                           LSTMQuantizedR (engine/ir/ops.def): an LSTM whose R stays int8/uint8
+//                           (transposed), with one scale and zero point per row, so that the
+//                           time loop reads a quarter of fp32 R's bytes; its R is
+//                           (q - zero_point) * scale, the fp32 weight the model defines. ORT
+//                           quantizes X and H to uint8 at every step instead: its gates differ
+//                           by that activation rounding.
 //   QuantizeLinear/DequantizeLinear (com.microsoft) -> the ONNX ops.
 #include <cmath>
 #include <string>
@@ -410,6 +414,57 @@ absl::StatusOr<ir::Value*> DequantizeLstmWeight(Expansion& e, int wi, int si, in
   return e.Const(absl::StrCat(what, "_dequantized"), std::move(t));
 }
 
+// R (D, hidden, 4H) int8/uint8 with per-direction or per-column scale / zero point -> R
+// transposed to ONNX's (D, 4H, hidden), its scale as float and its zero point as R's dtype, both
+// (D, 4H): one per row of the transposed R. Values are copied, never rounded.
+struct QuantizedR {
+  ir::Value* r = nullptr;
+  ir::Value* scale = nullptr;
+  ir::Value* zero_point = nullptr;
+};
+absl::StatusOr<QuantizedR> TransposeQuantizedR(Expansion& e) {
+  ASSIGN_OR_RETURN(const ir::Tensor* R, e.ConstantInput(2, "R"));
+  ASSIGN_OR_RETURN(const ir::Tensor* S, e.ConstantInput(10, "R_scale"));
+  ASSIGN_OR_RETURN(const ir::Tensor* Z, e.ConstantInput(11, "R_zero_point"));
+  const DataType rt = R->dtype();
+  if (R->rank() != 3 || (rt != DataType::kI8 && rt != DataType::kU8)) {
+    return e.Invalid("R must be int8/uint8 of rank 3 (D, hidden, 4*hidden)");
+  }
+  if (Z->dtype() != rt) {
+    return e.Invalid(absl::StrCat("R_zero_point is ", DataTypeOnnxName(Z->dtype()),
+                                  ", expected R's ", DataTypeOnnxName(rt)));
+  }
+  const int64_t D = R->dim(0), rows = R->dim(1), cols = R->dim(2);
+  const bool per_col = S->num_elements() == D * cols;
+  if (!(per_col || S->num_elements() == D) || Z->num_elements() != S->num_elements()) {
+    return e.Invalid(absl::StrCat("R_scale and R_zero_point must have D = ", D,
+                                  " or D * 4*hidden = ", D * cols, " elements, the same count"));
+  }
+  ASSIGN_OR_RETURN(ir::Tensor q, ir::Tensor::Allocate(rt, {D, cols, rows}));
+  ASSIGN_OR_RETURN(ir::Tensor zp, ir::Tensor::Allocate(rt, {D, cols}));
+  std::vector<float> scale(static_cast<size_t>(D * cols));
+  const auto* src = static_cast<const uint8_t*>(R->raw_data());  // 1-byte elements, bits copied
+  auto* dst = static_cast<uint8_t*>(q.raw_data());
+  auto* zdst = static_cast<uint8_t*>(zp.raw_data());
+  const auto* zsrc = static_cast<const uint8_t*>(Z->raw_data());
+  for (int64_t d = 0; d < D; ++d) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t si = per_col ? d * cols + c : d;
+      scale[d * cols + c] = static_cast<float>(ir::ElementAsDouble(*S, si));
+      zdst[d * cols + c] = zsrc[si];
+      for (int64_t r = 0; r < rows; ++r) {
+        dst[(d * cols + c) * rows + r] = src[(d * rows + r) * cols + c];
+      }
+    }
+  }
+  QuantizedR out;
+  ASSIGN_OR_RETURN(out.r, e.Const("R_quantized", std::move(q)));
+  ASSIGN_OR_RETURN(ir::Tensor st, FloatTensor(DataType::kF32, {D, cols}, scale));
+  ASSIGN_OR_RETURN(out.scale, e.Const("R_scale", std::move(st)));
+  ASSIGN_OR_RETURN(out.zero_point, e.Const("R_zero_point", std::move(zp)));
+  return out;
+}
+
 // DynamicQuantizeLSTM(X, W, R, B?, sequence_lens?, initial_h?, initial_c?, P?, W_scale,
 // W_zero_point, R_scale, R_zero_point) -> Y?, Y_h?, Y_c?.
 absl::Status ExpandDynamicQuantizeLSTM(Expansion& e) {
@@ -417,14 +472,20 @@ absl::Status ExpandDynamicQuantizeLSTM(Expansion& e) {
   ASSIGN_OR_RETURN(DataType dt, e.FloatType(0, "X"));
   if (dt != DataType::kF32) return e.Invalid("X must be float");
   ASSIGN_OR_RETURN(ir::Value * w, DequantizeLstmWeight(e, 1, 8, 9, "W"));
-  ASSIGN_OR_RETURN(ir::Value * r, DequantizeLstmWeight(e, 2, 10, 11, "R"));
+  ASSIGN_OR_RETURN(const QuantizedR r, TransposeQuantizedR(e));
   std::vector<std::pair<std::string, Attribute>> attrs;
   for (const char* k : {"activation_alpha", "activation_beta", "activations", "clip", "direction",
                         "hidden_size", "input_forget"}) {
     if (e.Has(k)) attrs.emplace_back(k, e.attrs().at(k));
   }
-  std::vector<ir::Value*> ins = {e.in(0), w, r, e.in(3), e.in(4), e.in(5), e.in(6), e.in(7)};
-  return e.Node(OpType::kLSTM, "LSTM", ins, {e.out(0), e.out(1), e.out(2)}, attrs).status();
+  std::vector<ir::Value*> ins = {e.in(0), w,       r.r,     e.in(3), e.in(4),
+                                 e.in(5), e.in(6), e.in(7), r.scale, r.zero_point};
+  // Made as an LSTM (its since_version gives the LSTM semantics the kernels read), then retyped:
+  // the internal op has no ONNX version of its own.
+  ASSIGN_OR_RETURN(ir::Node * n,
+                   e.Node(OpType::kLSTM, "LSTM", ins, {e.out(0), e.out(1), e.out(2)}, attrs));
+  n->op = OpType::kLSTMQuantizedR;
+  return absl::OkStatus();
 }
 
 absl::Status ExpandQuantizeLinear(Expansion& e, OpType op) {

@@ -36,28 +36,37 @@ DataType InType(const Node& n, int i) {
   return v ? v->dtype : DataType::kUndefined;
 }
 
-// The constant integer contents of input `i`, if it is a small constant.
-std::optional<std::vector<int64_t>> ConstInts(const Node& n, int i) {
-  const Value* v = n.input(i);
-  if (!v || !v->constant) return std::nullopt;
-  const ir::Tensor& t = *v->constant;
-  if (t.dtype() != DataType::kI64 && t.dtype() != DataType::kI32) return std::nullopt;
-  std::vector<int64_t> out(t.num_elements());
-  for (int64_t k = 0; k < t.num_elements(); ++k) out[k] = ir::ElementAsInt64(t, k);
+// The integer contents of `v` when it is a constant: an initializer (or a folded value), or the
+// output of a Constant node (`value` tensor, `value_int`, `value_ints`), which the fold pass
+// turns into one only after the patterns have been matched (Paddle2ONNX writes its Reshape
+// targets and Slice bounds as Constant nodes). nullopt for anything else; `max_rank` bounds the
+// tensor's rank.
+std::optional<std::vector<int64_t>> ConstantInts(const Value* v, int max_rank) {
+  if (v == nullptr) return std::nullopt;
+  const ir::Tensor* t = v->constant ? &*v->constant : nullptr;
+  if (t == nullptr && v->producer != nullptr && v->producer->op == OpType::kConstant) {
+    const Node& c = *v->producer;
+    if (const ir::Attribute* a = c.attr("value_ints")) return a->ints;
+    if (const ir::Attribute* a = c.attr("value_int")) return std::vector<int64_t>{a->i};
+    const ir::Attribute* a = c.attr("value");
+    if (a != nullptr && a->type == ir::Attribute::Type::kTensor) t = &a->t;
+  }
+  if (t == nullptr || (t->dtype() != DataType::kI64 && t->dtype() != DataType::kI32) ||
+      t->rank() > max_rank) {
+    return std::nullopt;
+  }
+  std::vector<int64_t> out(t->num_elements());
+  for (int64_t k = 0; k < t->num_elements(); ++k) out[k] = ir::ElementAsInt64(*t, k);
   return out;
 }
 
-// The integer contents of constant `v` (int32 / int64, at most 1-D), nullopt otherwise.
-std::optional<std::vector<int64_t>> ConstIntsOf(const Value* v) {
-  if (v == nullptr || !v->constant) return std::nullopt;
-  const ir::Tensor& t = *v->constant;
-  if ((t.dtype() != DataType::kI64 && t.dtype() != DataType::kI32) || t.rank() > 1) {
-    return std::nullopt;
-  }
-  std::vector<int64_t> out(t.num_elements());
-  for (int64_t k = 0; k < t.num_elements(); ++k) out[k] = ir::ElementAsInt64(t, k);
-  return out;
+// The constant integer contents of input `i`, if it is a small constant.
+std::optional<std::vector<int64_t>> ConstInts(const Node& n, int i) {
+  return ConstantInts(n.input(i), std::numeric_limits<int>::max());
 }
+
+// The integer contents of constant `v` (int32 / int64, at most 1-D), nullopt otherwise.
+std::optional<std::vector<int64_t>> ConstIntsOf(const Value* v) { return ConstantInts(v, 1); }
 
 // An entry of PartialInts that is known only at run time.
 constexpr int64_t kUnknownInt = std::numeric_limits<int64_t>::min();
@@ -68,7 +77,9 @@ constexpr int64_t kUnknownInt = std::numeric_limits<int64_t>::min();
 // nullopt when not even the length is known.
 std::optional<std::vector<int64_t>> PartialInts(const Value* v, int depth = 0) {
   if (v == nullptr || depth > 8) return std::nullopt;
-  if (v->constant) return ConstIntsOf(v);
+  if (v->constant || (v->producer != nullptr && v->producer->op == OpType::kConstant)) {
+    return ConstIntsOf(v);
+  }
   const Node* p = v->producer;
   if (p != nullptr && p->op == OpType::kCast && IsInteger(v->dtype) &&
       IsInteger(p->input(0) ? p->input(0)->dtype : DataType::kUndefined)) {
@@ -382,6 +393,7 @@ absl::StatusOr<DataType> OutputType(const Node& n, int k) {
     case OpType::kOneHot:
       return InType(n, 2);
     case OpType::kLSTM:  // checks the node too (shape_inference_recurrent.h)
+    case OpType::kLSTMQuantizedR:
     case OpType::kGRU:
     case OpType::kRNN:
       return RecurrentOutputType(n, k);
@@ -419,6 +431,8 @@ absl::StatusOr<DataType> OutputType(const Node& n, int k) {
       return t0;
   }
 }
+
+std::optional<std::vector<double>> ConstFloats(const Node& n, int i);  // below
 
 Shape InferShape(const Node& n, int k) {
   if (IsSignalOp(n.op)) return SignalOutputShape(n, k);
@@ -549,6 +563,28 @@ Shape InferShape(const Node& n, int k) {
     case OpType::kConstantOfShape: {
       auto dims = ConstInts(n, 0);
       return dims ? Shape::Of(*dims) : Shape::Unknown();
+    }
+    case OpType::kResize:
+    case OpType::kUpsample: {
+      // Same rank as x (the kernel computes the resized dims at run time): an axis whose constant
+      // scale is exactly 1 keeps its dim, every other axis is unknown. The layout pass needs the
+      // rank to keep a Resize between convolutions channels-last.
+      if (k != 0 || !x || !x->shape.rank_known) return Shape::Unknown();
+      Shape s = x->shape;
+      std::optional<std::vector<double>> scales;
+      if (n.op == OpType::kResize && n.since_version >= 11) {
+        scales = ConstFloats(n, 2);
+        if (scales && scales->empty()) scales.reset();
+      } else if (n.op == OpType::kResize || n.since_version >= 9) {
+        scales = ConstFloats(n, 1);
+      }
+      const bool all_axes = !n.has_attr("axes");
+      for (int d = 0; d < s.rank(); ++d) {
+        const bool kept = all_axes && scales && static_cast<int>(scales->size()) == s.rank() &&
+                          (*scales)[d] == 1.0;
+        if (!kept) s.dims[d] = Dim{};
+      }
+      return s;
     }
     case OpType::kSlice: {
       // Same rank as x; a sliced axis of static length with constant starts, ends (and steps)
@@ -840,6 +876,7 @@ Shape InferShape(const Node& n, int k) {
       return s;
     }
     case OpType::kLSTM:
+    case OpType::kLSTMQuantizedR:
     case OpType::kGRU:
     case OpType::kRNN:
       return RecurrentOutputShape(n, k);

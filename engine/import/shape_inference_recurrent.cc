@@ -20,13 +20,13 @@ using ir::Shape;
 using ir::Value;
 
 // Input slots of the three ops.
-enum Slot { kX, kW, kR, kB, kSequenceLens, kInitialH, kInitialC, kP };
+enum Slot { kX, kW, kR, kB, kSequenceLens, kInitialH, kInitialC, kP, kRScale, kRZeroPoint };
 
 // Gates per direction (rows of W and R per hidden unit) and activations per direction.
-int Gates(OpType op) { return op == OpType::kLSTM ? 4 : op == OpType::kGRU ? 3 : 1; }
-int ActivationsPerDirection(OpType op) {
-  return op == OpType::kLSTM ? 3 : op == OpType::kGRU ? 2 : 1;
-}
+// LSTMQuantizedR is an LSTM whose R is stored quantized (engine/ir/ops.def).
+bool IsLstm(OpType op) { return op == OpType::kLSTM || op == OpType::kLSTMQuantizedR; }
+int Gates(OpType op) { return IsLstm(op) ? 4 : op == OpType::kGRU ? 3 : 1; }
+int ActivationsPerDirection(OpType op) { return IsLstm(op) ? 3 : op == OpType::kGRU ? 2 : 1; }
 
 // The activation functions the operator docs list (matched ignoring case, as ONNX Runtime does).
 constexpr const char* kActivations[] = {
@@ -141,9 +141,13 @@ absl::Status CheckInputDims(const Node& n, const Geometry& g) {
   const std::vector<int64_t> state = g.layout == 0 ? std::vector<int64_t>{g.dirs, batch, h}
                                                    : std::vector<int64_t>{batch, g.dirs, h};
   RETURN_IF_ERROR(CheckDims(n, kInitialH, "initial_h", state));
-  if (n.op == OpType::kLSTM) {
+  if (IsLstm(n.op)) {
     RETURN_IF_ERROR(CheckDims(n, kInitialC, "initial_c", state));
     RETURN_IF_ERROR(CheckDims(n, kP, "P", {g.dirs, h >= 0 ? 3 * h : -1}));
+  }
+  if (n.op == OpType::kLSTMQuantizedR) {
+    RETURN_IF_ERROR(CheckDims(n, kRScale, "R_scale", {g.dirs, gh}));
+    RETURN_IF_ERROR(CheckDims(n, kRZeroPoint, "R_zero_point", {g.dirs, gh}));
   }
   return absl::OkStatus();
 }
@@ -161,10 +165,34 @@ absl::Status CheckInputTypes(const Node& n) {
   for (int i = 1; i < n.num_inputs() && i < 8; ++i) {
     const Value* v = n.input(i);
     if (!v || v->dtype == DataType::kUndefined) continue;
-    const DataType want = i == kSequenceLens ? DataType::kI32 : x->dtype;
+    DataType want = i == kSequenceLens ? DataType::kI32 : x->dtype;
+    if (i == kR && n.op == OpType::kLSTMQuantizedR) {
+      if (v->dtype != DataType::kI8 && v->dtype != DataType::kU8) {
+        return Invalid(n, absl::StrCat("R is ", DataTypeOnnxName(v->dtype),
+                                       ", expected int8 or uint8 (R stored quantized)"));
+      }
+      want = v->dtype;
+    }
     if (v->dtype != want) {
       return Invalid(n, absl::StrCat(kNames[i], " is ", DataTypeOnnxName(v->dtype), ", expected ",
                                      DataTypeOnnxName(want)));
+    }
+  }
+  if (n.op == OpType::kLSTMQuantizedR) {
+    // R_scale floating (the precision pass may store it in the node's precision); R_zero_point
+    // of R's dtype.
+    const Value* r = n.input(kR);
+    const Value* s = n.input(kRScale);
+    const Value* z = n.input(kRZeroPoint);
+    if (!r || !s || !z) return Invalid(n, "inputs R, R_scale and R_zero_point are required");
+    if (s->dtype != DataType::kUndefined && !IsFloating(s->dtype)) {
+      return Invalid(n, absl::StrCat("R_scale is ", DataTypeOnnxName(s->dtype),
+                                     ", expected a floating dtype"));
+    }
+    if (z->dtype != DataType::kUndefined && r->dtype != DataType::kUndefined &&
+        z->dtype != r->dtype) {
+      return Invalid(n, absl::StrCat("R_zero_point is ", DataTypeOnnxName(z->dtype),
+                                     ", expected R's ", DataTypeOnnxName(r->dtype)));
     }
   }
   return absl::OkStatus();

@@ -8,6 +8,8 @@
 // initial_h / initial_c as Y_h, P [dirs, 3*hidden] (LSTM); G = 4 (LSTM), 3 (GRU), 1 (RNN);
 // dirs = 2 for direction "bidirectional", else 1. hidden comes from the hidden_size attribute,
 // else from R's (or W's) static dims.
+// Kiln's LSTMQuantizedR (engine/ir/ops.def) is an LSTM whose R is int8/uint8, with R_scale
+// (floating) and R_zero_point (R's dtype), both [dirs, 4*hidden], at slots 8 and 9.
 #pragma once
 
 #include "absl/status/statusor.h"

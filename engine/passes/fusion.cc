@@ -551,6 +551,9 @@ class Fuser {
 
   // MatMul(Q, Transpose(K)) [-> scale] [-> Add mask] -> Softmax -> MatMul(., V), all 4-D
   // [batch, heads, seq, head_size] => one Attention (opset 23) with its scale and additive mask.
+  // The 3-D batched form (Paddle, SVTR: [batch * heads, seq, head_size], K^T by perm [0, 2, 1])
+  // is Attention's 3-D form with one head (q_num_heads = kv_num_heads = 1), with no mask or one
+  // of rank <= 2 (a 3-D mask would align its first dim to the heads).
   absl::Status FuseAttention(const PatternInstance& p) {
     if (p.is_op || !o_.enabled || !p.fusable || !p.input || !p.key || !p.value || !p.output) {
       return absl::OkStatus();
@@ -560,7 +563,10 @@ class Fuser {
       if (removed_[id]) return absl::OkStatus();
       members.push_back(g_.nodes()[id].get());
     }
-    auto rank4 = [](const ir::Value* v) { return v->shape.rank_known && v->shape.rank() == 4; };
+    const int rank = p.input->shape.rank_known ? p.input->shape.rank() : -1;
+    auto ranked = [rank](const ir::Value* v) {
+      return v->shape.rank_known && v->shape.rank() == rank;
+    };
     if (p.mask_is_condition) {
       if (logger_)
         logger_->info("attention of {} not fused: its mask is a masked_fill", Names(members));
@@ -568,13 +574,18 @@ class Fuser {
     }
     // The Attention op takes K; exporters feed K^T made by a Transpose of the last two dims.
     ir::Node* tr = p.key->producer;
-    std::vector<int64_t> swap = {0, 1, 3, 2};
-    if (!tr || tr->op != ir::OpType::kTranspose || tr->GetInts("perm") != swap ||
-        removed_[tr->id] || p.key->consumers.size() != 1 || p.key->is_graph_output ||
-        !rank4(p.input) || !rank4(p.value) || !rank4(tr->inputs[0]) ||
-        (p.mask && !IsFloating(p.mask->dtype))) {
-      if (logger_)
-        logger_->info("attention of {} not fused: not in the 4-D Q, K^T, V form", Names(members));
+    const std::vector<int64_t> swap =
+        rank == 3 ? std::vector<int64_t>{0, 2, 1} : std::vector<int64_t>{0, 1, 3, 2};
+    const bool mask_ok =
+        !p.mask || (IsFloating(p.mask->dtype) &&
+                    (rank == 4 || (p.mask->shape.rank_known && p.mask->shape.rank() <= 2)));
+    if ((rank != 3 && rank != 4) || !tr || tr->op != ir::OpType::kTranspose ||
+        tr->GetInts("perm") != swap || removed_[tr->id] || p.key->consumers.size() != 1 ||
+        p.key->is_graph_output || !ranked(p.value) || !ranked(tr->inputs[0]) || !mask_ok) {
+      if (logger_) {
+        logger_->info("attention of {} not fused: not in the 4-D or 3-D batched Q, K^T, V form",
+                      Names(members));
+      }
       return absl::OkStatus();
     }
     members.insert(members.begin(), tr);
@@ -590,6 +601,10 @@ class Fuser {
     fused->inputs = std::move(inputs);
     fused->outputs = {const_cast<ir::Value*>(p.output)};
     fused->attrs["scale"] = Attribute::Float(p.attention_scale);
+    if (rank == 3) {
+      fused->attrs["q_num_heads"] = Attribute::Int(1);
+      fused->attrs["kv_num_heads"] = Attribute::Int(1);
+    }
     Commit(fused, members, t, "attention");
     return absl::OkStatus();
   }

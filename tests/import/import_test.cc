@@ -442,6 +442,43 @@ TEST(ImportShapes, TargetsBuiltFromShapeKnowTheirRank) {
   EXPECT_EQ((*graph)->FindValue("big")->shape.ToString(), "[1,?,3]");
 }
 
+// The same target written as Paddle2ONNX writes it: Constant nodes (an int32 `value` tensor
+// through a Cast, a `value_ints` list) rather than initializers, and a Slice whose bounds are
+// Constant nodes. Their contents count as known before the fold pass turns them into
+// constants: the Reshape has rank 4 (the attention pattern of SVTR needs it), not unknown rank.
+TEST(ImportShapes, TargetsBuiltFromConstantNodesKnowTheirRank) {
+  onnx::ModelProto m = AddReluMulModel();
+  onnx::GraphProto* g = m.mutable_graph();
+  g->mutable_input(0)
+      ->mutable_type()
+      ->mutable_tensor_type()
+      ->mutable_shape()
+      ->mutable_dim(0)
+      ->set_dim_param("batch");
+  onnx::NodeProto* c3 = AddOnnxNode(g, "Constant", {}, {"three32"}, "const3");
+  onnx::AttributeProto* value = c3->add_attribute();
+  value->set_name("value");
+  value->set_type(onnx::AttributeProto::TENSOR);
+  value->mutable_t()->set_data_type(onnx::TensorProto::INT32);
+  value->mutable_t()->add_dims(1);
+  value->mutable_t()->add_int32_data(3);
+  onnx::NodeProto* cast = AddOnnxNode(g, "Cast", {"three32"}, {"three"}, "cast");
+  ::kiln::testing::AddIntAttribute(cast, "to", onnx::TensorProto::INT64);
+  onnx::NodeProto* bounds = AddOnnxNode(g, "Constant", {}, {"bounds"}, "bounds");
+  ::kiln::testing::AddIntsAttribute(bounds, "value_ints", {0});
+  onnx::NodeProto* ends = AddOnnxNode(g, "Constant", {}, {"ends"}, "ends");
+  ::kiln::testing::AddIntsAttribute(ends, "value_ints", {1});
+  AddOnnxNode(g, "Shape", {"x"}, {"shp"}, "shape");
+  AddOnnxNode(g, "Slice", {"shp", "bounds", "ends"}, {"lead"}, "slice");
+  onnx::NodeProto* cat =
+      AddOnnxNode(g, "Concat", {"lead", "three", "ends", "ends"}, {"target"}, "concat");
+  ::kiln::testing::AddIntAttribute(cat, "axis", 0);
+  AddOnnxNode(g, "Reshape", {"x", "target"}, {"reshaped"}, "reshape");
+  auto graph = ImportModel(SerializeModel(m), ImportOptions{});
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  EXPECT_EQ((*graph)->FindValue("reshaped")->shape.ToString(), "[?,3,1,1]");
+}
+
 // Slice with constant starts, ends, axes and steps: each sliced axis's length by ONNX's clamping
 // (negative indices, INT64 extremes, negative steps), other axes as they are. Constants known
 // at build time let the build fold slices of weights (an LSTM's gates cut out of one tensor).

@@ -308,6 +308,39 @@ onnx::ModelProto Attention() {
   return m;
 }
 
+// The 3-D batched form (Paddle's exports): [batch * heads, seq, head size] = [6, 8, 4], K^T by a
+// Transpose of the last two dims (perm [0, 2, 1]).
+onnx::ModelProto BatchedAttention3d() {
+  onnx::ModelProto m = NewModel({6, 8, 4}, {6, 8, 4});
+  auto* g = m.mutable_graph();
+  Scalar(g, "sqrt_d", 2.0f);
+  AddOnnxNode(g, "Sigmoid", {"x"}, {"k"}, "/k");
+  AddOnnxNode(g, "Tanh", {"x"}, {"v"}, "/v");
+  auto* tr = AddOnnxNode(g, "Transpose", {"k"}, {"kt"}, "/attn/Transpose");
+  ::kiln::testing::AddIntsAttribute(tr, "perm", {0, 2, 1});
+  AddOnnxNode(g, "MatMul", {"x", "kt"}, {"s"}, "/attn/MatMul");
+  AddOnnxNode(g, "Div", {"s", "sqrt_d"}, {"sc"}, "/attn/Div");
+  AddOnnxNode(g, "Softmax", {"sc"}, {"p"}, "/attn/Softmax");
+  AddOnnxNode(g, "MatMul", {"p", "v"}, {"y"}, "/attn/MatMul_1");
+  return m;
+}
+
+// SVTR's form: Q scaled before the product (MatMul(Q * c, K^T)), 4-D.
+onnx::ModelProto AttentionQueryScaled() {
+  onnx::ModelProto m = NewModel({1, 2, 8, 4}, {1, 2, 8, 4});
+  auto* g = m.mutable_graph();
+  Scalar(g, "scale", 0.5f);
+  AddOnnxNode(g, "Sigmoid", {"x"}, {"k"}, "/k");
+  AddOnnxNode(g, "Tanh", {"x"}, {"v"}, "/v");
+  AddOnnxNode(g, "Mul", {"x", "scale"}, {"q"}, "/attn/Mul");
+  auto* tr = AddOnnxNode(g, "Transpose", {"k"}, {"kt"}, "/attn/Transpose");
+  ::kiln::testing::AddIntsAttribute(tr, "perm", {0, 1, 3, 2});
+  AddOnnxNode(g, "MatMul", {"q", "kt"}, {"s"}, "/attn/MatMul");
+  AddOnnxNode(g, "Softmax", {"s"}, {"p"}, "/attn/Softmax");
+  AddOnnxNode(g, "MatMul", {"p", "v"}, {"y"}, "/attn/MatMul_1");
+  return m;
+}
+
 struct Run {
   builder::BuildResult built;
   ir::Tensor y;
@@ -397,7 +430,9 @@ INSTANTIATE_TEST_SUITE_P(
         FusionCase{"matmul_bias_relu", MatMulBiasRelu, "matmul+bias+Relu"},
         FusionCase{"matmul_identity_bias_relu", MatMulIdentityBiasRelu, "matmul+bias+Relu"},
         FusionCase{"add_layernorm", ResidualAddLayerNorm, "add+layernorm"},
-        FusionCase{"attention", Attention, "attention"}),
+        FusionCase{"attention", Attention, "attention"},
+        FusionCase{"attention_3d_batched", BatchedAttention3d, "attention"},
+        FusionCase{"attention_query_scaled", AttentionQueryScaled, "attention"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(FusionTest, PinnedFp32IsNeverComputedLowerInsideAFusedKernel) {

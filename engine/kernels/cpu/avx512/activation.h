@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "engine/common/dtype.h"
+
 namespace kiln::kernels::cpu::avx512 {
 
 enum class ActFn {
@@ -45,5 +47,12 @@ struct ActParams {
 /// x min(max(x / 6 + 0.5, 0), 1); Clip: min(max(x, lo), hi) as the reference's comparisons, so
 /// NaN passes and lo > hi gives hi). `y` may be `x`.
 void ActivationF32(ActFn fn, const ActParams& p, const float* x, float* y, int64_t n);
+
+/// ActivationF32 on float16 (t = kF16) or bfloat16 (kBF16) storage: each element widened exactly,
+/// the same fp32 arithmetic, one rounding back (half.h's), converted in registers (Elu, Selu,
+/// Celu and Swish through a 4 KB fp32 piece): the numbers of ActivationF32 on an fp32 copy.
+/// Needs kCpuAvx512Bf16 for kBF16. `y` may be `x`.
+void ActivationHalf(ActFn fn, const ActParams& p, DataType t, const uint16_t* x, uint16_t* y,
+                    int64_t n);
 
 }  // namespace kiln::kernels::cpu::avx512

@@ -901,9 +901,17 @@ void GemmAvx512(const GemmArgs& g) {
   // when A is of that kind with unit column stride (and even K for pairs), else copied once
   // into [batch][M][lda] (bf16 rows zero padded to 2 * kp values; other types to fp32).
   const bool a_in_place = g.a_cs == 1 && (dot ? g.k % 2 == 0 : g.type == GemmType::kF32);
+  // fp16 / bf16 A of unit column stride on the fp32 path: each row tile widened to fp32 by its
+  // task just before the micro-kernel (into the thread's own [kMrMax][K] buffer), not the whole
+  // of A into one fp32 copy first: a large A (attention probabilities) then streams through
+  // memory once at half the bytes instead of three times at twice them. The widening is exact,
+  // so the numbers are the copy's. Each strip widens its tiles again, so only for one or two
+  // strips (N <= 128: attention's probabilities times V); more strips share the one copy.
+  const bool a_per_tile = !a_in_place && !dot && g.a_cs == 1 && split.strips <= 2;
   const int64_t lda = a_in_place ? g.a_rs : (dot ? 2 * kp : g.k);
   const int64_t a_elem = dot ? 2 : 4;  // bytes per element the kernels read
-  const Scratch apack(ref::kScratchGemmA, a_in_place ? 64 : g.batch * g.m * lda * a_elem + 64);
+  const Scratch apack(ref::kScratchGemmA,
+                      a_in_place || a_per_tile ? 64 : g.batch * g.m * lda * a_elem + 64);
   auto a_rows = [&](int64_t bi) -> const char* {
     if (!a_in_place) return apack.as<char>() + bi * g.m * lda * a_elem;
     return Elem(g.a, g.type, g.a_offsets ? g.a_offsets[bi] : 0);
@@ -917,8 +925,11 @@ void GemmAvx512(const GemmArgs& g) {
     const Scratch bpack(ref::kScratchGemmB, b_strip_bytes);
     alignas(64) float acc[kMrMax * kNr];
     const Scratch crow(ref::kScratchGemmC, 2 * kNr * 4);
+    // The row tile of a_per_tile. The same slot as `apack`: that mode leaves `apack` unused, and
+    // the others ask for 64 bytes, which never moves a slot's buffer (it only grows).
+    const Scratch atile(ref::kScratchGemmA, a_per_tile ? kMrMax * g.k * 4 + 64 : 64);
 
-    if (!a_in_place) {
+    if (!a_in_place && !a_per_tile) {
 #pragma omp for schedule(static)
       for (int64_t t = 0; t < g.batch * g.m; ++t) {
         const int64_t bi = t / g.m, i = t % g.m;
@@ -1019,8 +1030,18 @@ void GemmAvx512(const GemmArgs& g) {
           kKernelsBf16[mr](kp, reinterpret_cast<const uint16_t*>(a_rows(bi)) + i0 * lda, lda, bp16,
                            acc, lines > 0 ? next_strip + first * 64 : nullptr, Min(lines, kp));
         } else {
-          kKernelsF32[mr](g.k, reinterpret_cast<const float*>(a_rows(bi)) + i0 * lda, lda, bp32,
-                          acc, lines > 0 ? next_strip + first * 64 : nullptr, Min(lines, g.k));
+          const float* a_tile = atile.as<float>();
+          if (a_per_tile) {
+            const void* a = Elem(g.a, g.type, g.a_offsets ? g.a_offsets[bi] : 0);
+            for (int r = 0; r < mr; ++r) {
+              LoadRowF32(g.type, Elem(a, g.type, (i0 + r) * g.a_rs), 1, g.k,
+                         atile.as<float>() + r * g.k);
+            }
+          } else {
+            a_tile = reinterpret_cast<const float*>(a_rows(bi)) + i0 * lda;
+          }
+          kKernelsF32[mr](g.k, a_tile, lda, bp32, acc,
+                          lines > 0 ? next_strip + first * 64 : nullptr, Min(lines, g.k));
         }
         StoreTile(g, bi, i0, mr, j0, nc, acc, crow.as<float>());
       }

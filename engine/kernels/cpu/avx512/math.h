@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "engine/common/dtype.h"
+
 namespace kiln::kernels::cpu::avx512 {
 
 /// y[i] = erf(x[i]) for i < n, 16 at a time by glibc's libmvec: within 2 ulp of the exact value
@@ -89,5 +91,18 @@ void GeluTanhF32(const float* x, float* y, int64_t n);
 /// lanes (element i added to lane i % 16 in order of i, then lanes 0..15 added in order), then
 /// one division per element. The same numbers as that loop written out scalar. `y` may be `x`.
 void SoftmaxRowF32(const float* x, float* y, int64_t n);
+
+/// The parameterless functions above, for MathHalf.
+enum class MathFn { kErf, kExp, kSigmoid, kTanh, kGelu, kGeluTanh, kLog, kSoftplus, kMish };
+
+/// y[i] = fn(x[i]) for i < n on float16 (t = kF16) or bfloat16 (kBF16) storage: each element
+/// widened exactly, the fp32 function above, one rounding back (round to nearest even, half.h's
+/// NaN and subnormal results), in registers: the numbers of the fp32 function on an fp32 copy,
+/// without the copy. Needs kCpuAvx512Bf16 for kBF16. `y` may be `x`.
+void MathHalf(MathFn fn, DataType t, const uint16_t* x, uint16_t* y, int64_t n);
+
+/// SoftmaxRowF32 on float16 / bfloat16 storage (t as MathHalf): the same fp32 arithmetic and
+/// numbers, one rounding of each quotient; `buf` holds n floats (the exps). `y` may be `x`.
+void SoftmaxRowHalf(DataType t, const uint16_t* x, uint16_t* y, int64_t n, float* buf);
 
 }  // namespace kiln::kernels::cpu::avx512

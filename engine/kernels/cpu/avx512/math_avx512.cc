@@ -2,6 +2,7 @@
 #include <immintrin.h>
 
 #include "engine/kernels/cpu/avx512/math.h"
+#include "engine/kernels/cpu/avx512/vec_convert_inl.h"
 
 // glibc's libmvec, AVX-512 variant of erff (x86-64 vector function ABI: 16 floats in zmm0).
 extern "C" __m512 _ZGVeN16v_erff(__m512 x);
@@ -193,7 +194,104 @@ __m512 Gelu16(__m512 x) {
                        _mm512_add_ps(_mm512_set1_ps(1.0f), e));
 }
 
+// MishF32 of 16 floats: tanh(log(1 + e)) = p / (p + 2) with p = e (e + 2) = e^2 + 2e (one fma):
+// one exp, one division. From x = 20 on, tanh(Softplus(x)) is 1 in fp32 (it is from 9.1) and p
+// would overflow past 44: y = x (+Inf included).
+__m512 Mish16(__m512 v) {
+  const __m512 e = Exp16(v);
+  const __m512 p = _mm512_fmadd_ps(e, e, _mm512_add_ps(e, e));
+  const __m512 t = _mm512_div_ps(p, _mm512_add_ps(p, _mm512_set1_ps(2.0f)));
+  const __mmask16 big = _mm512_cmp_ps_mask(v, _mm512_set1_ps(20.0f), _CMP_GE_OQ);
+  return _mm512_mask_mov_ps(_mm512_mul_ps(v, t), big, v);
+}
+
+// GeluTanhF32 of 16 floats.
+__m512 GeluTanh16(__m512 v) {
+  const __m512 cube =
+      _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.044715f), v), v), v);
+  const __m512 z = _mm512_mul_ps(_mm512_set1_ps(0.79788456080286535588f), _mm512_add_ps(v, cube));
+  return _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), v),
+                       _mm512_add_ps(_mm512_set1_ps(1.0f), Tanh16(z)));
+}
+
+// y[i] = F(x[i]) on `T` storage (kF16, kBF16): widened exactly and rounded back in registers.
+template <__m512 (*F)(__m512), DataType T>
+void MapStored(const uint16_t* x, uint16_t* y, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = LaneMask(n - i);
+    Store16<T>(y, i, m, F(Load16<T>(x, i, m)));
+  }
+}
+
+template <__m512 (*F)(__m512)>
+void MapHalfOrBf16(DataType t, const uint16_t* x, uint16_t* y, int64_t n) {
+  if (t == DataType::kF16) return MapStored<F, DataType::kF16>(x, y, n);
+  MapStored<F, DataType::kBF16>(x, y, n);
+}
+
+// SoftmaxRowF32 on `T` storage: the max pass widens x in registers and leaves the fp32 values
+// in `buf` (one conversion each way per element: they cost more than the L1 traffic), the exps
+// replace them there for the division, rounded once on the store.
+template <DataType T>
+void SoftmaxRowStored(const uint16_t* x, uint16_t* y, int64_t n, float* buf) {
+  __m512 mx16 = _mm512_set1_ps(-__builtin_inff());
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = LaneMask(n - i);
+    const __m512 v = Load16<T>(x, i, m);
+    _mm512_mask_storeu_ps(buf + i, m, v);
+    mx16 = _mm512_mask_mov_ps(mx16, _mm512_mask_cmp_ps_mask(m, v, mx16, _CMP_GT_OQ), v);
+  }
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, mx16);
+  float top = lanes[0];
+  for (float l : lanes) top = l > top ? l : top;  // order-free: no NaN among the lanes
+  const __m512 mx = _mm512_set1_ps(top);
+  __m512 sum16 = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = LaneMask(n - i);
+    const __m512 e = Exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, buf + i), mx));
+    _mm512_mask_storeu_ps(buf + i, m, e);
+    sum16 = _mm512_mask_add_ps(sum16, m, sum16, e);
+  }
+  _mm512_store_ps(lanes, sum16);
+  float sum = 0.0f;
+  for (float l : lanes) sum += l;
+  const __m512 s = _mm512_set1_ps(sum);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = LaneMask(n - i);
+    Store16<T>(y, i, m, _mm512_div_ps(_mm512_maskz_loadu_ps(m, buf + i), s));
+  }
+}
+
 }  // namespace
+
+void MathHalf(MathFn fn, DataType t, const uint16_t* x, uint16_t* y, int64_t n) {
+  switch (fn) {
+    case MathFn::kErf:
+      return MapHalfOrBf16<_ZGVeN16v_erff>(t, x, y, n);
+    case MathFn::kExp:
+      return MapHalfOrBf16<Exp16>(t, x, y, n);
+    case MathFn::kSigmoid:
+      return MapHalfOrBf16<Sigmoid16>(t, x, y, n);
+    case MathFn::kTanh:
+      return MapHalfOrBf16<Tanh16>(t, x, y, n);
+    case MathFn::kGelu:
+      return MapHalfOrBf16<Gelu16>(t, x, y, n);
+    case MathFn::kGeluTanh:
+      return MapHalfOrBf16<GeluTanh16>(t, x, y, n);
+    case MathFn::kLog:
+      return MapHalfOrBf16<Log16>(t, x, y, n);
+    case MathFn::kSoftplus:
+      return MapHalfOrBf16<Softplus16>(t, x, y, n);
+    case MathFn::kMish:
+      return MapHalfOrBf16<Mish16>(t, x, y, n);
+  }
+}
+
+void SoftmaxRowHalf(DataType t, const uint16_t* x, uint16_t* y, int64_t n, float* buf) {
+  if (t == DataType::kF16) return SoftmaxRowStored<DataType::kF16>(x, y, n, buf);
+  SoftmaxRowStored<DataType::kBF16>(x, y, n, buf);
+}
 
 void ErfF32(const float* x, float* y, int64_t n) { Map16<_ZGVeN16v_erff>(x, y, n); }
 
@@ -209,18 +307,7 @@ void LogF32(const float* x, float* y, int64_t n) { Map16<Log16>(x, y, n); }
 
 void SoftplusF32(const float* x, float* y, int64_t n) { Map16<Softplus16>(x, y, n); }
 
-void MishF32(const float* x, float* y, int64_t n) {
-  MapWith(x, y, n, [](__m512 v) {
-    // tanh(log(1 + e)) = p / (p + 2) with p = e (e + 2) = e^2 + 2e (one fma): one exp, one
-    // division. From x = 20 on, tanh(Softplus(x)) is 1 in fp32 (it is from 9.1) and p would
-    // overflow past 44: y = x (+Inf included).
-    const __m512 e = Exp16(v);
-    const __m512 p = _mm512_fmadd_ps(e, e, _mm512_add_ps(e, e));
-    const __m512 t = _mm512_div_ps(p, _mm512_add_ps(p, _mm512_set1_ps(2.0f)));
-    const __mmask16 big = _mm512_cmp_ps_mask(v, _mm512_set1_ps(20.0f), _CMP_GE_OQ);
-    return _mm512_mask_mov_ps(_mm512_mul_ps(v, t), big, v);
-  });
-}
+void MishF32(const float* x, float* y, int64_t n) { Map16<Mish16>(x, y, n); }
 
 void SwishF32(const float* x, float* y, int64_t n, float alpha) {
   const __m512 neg_alpha = _mm512_set1_ps(-alpha);
@@ -259,15 +346,7 @@ void SeluF32(const float* x, float* y, int64_t n, float alpha, float gamma) {
   });
 }
 
-void GeluTanhF32(const float* x, float* y, int64_t n) {
-  MapWith(x, y, n, [](__m512 v) {
-    const __m512 cube =
-        _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.044715f), v), v), v);
-    const __m512 z = _mm512_mul_ps(_mm512_set1_ps(0.79788456080286535588f), _mm512_add_ps(v, cube));
-    return _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), v),
-                         _mm512_add_ps(_mm512_set1_ps(1.0f), Tanh16(z)));
-  });
-}
+void GeluTanhF32(const float* x, float* y, int64_t n) { Map16<GeluTanh16>(x, y, n); }
 
 void SoftmaxRowF32(const float* x, float* y, int64_t n) {
   const int64_t full = n / 16 * 16;

@@ -5,13 +5,15 @@
 // Each step multiplies the state Ht-1 (fp32, [batch][hidden]) by the recurrent weight R^T packed
 // for it: the rows of R in blocks of 16 hidden units, each block [hidden][gates][16] (k-major, the
 // gates of a unit side by side, units past `hidden` zero), in fp32, fp16 or bf16 storage widened
-// to fp32 in registers. The block's dot products (fp32 fused multiply-adds, k split over 1 to 8
-// accumulators) are added to the step's input projection (Xt W^T + biases, fp32, computed for the
-// whole sequence beforehand) and the gate math of recurrent.h's equations runs on them in fp32
-// (SigmoidF32 and TanhF32 of math.h). With several threads, each owns a range of blocks (its
-// hidden units: the same slice of R every step) and the team meets at one barrier per step (two
-// for GRU with linear_before_reset = 0, whose h gate reads rt . Ht-1 of every unit); the two
-// directions of a bidirectional node run at once, on half of the threads each.
+// to fp32 in registers, or, for an R stored quantized (LSTMQuantizedR), as the integers
+// q - zero_point in int8 or int16 storage (exact), widened to fp32 in registers, the row's scale
+// applied to each finished dot product: s * (h . (q - zp)). The block's dot products (fp32 fused
+// multiply-adds, k split over 1 to 8 accumulators) are added to the step's input projection (Xt W^T
+// + biases, fp32, computed for the whole sequence beforehand) and the gate math of recurrent.h's
+// equations runs on them in fp32 (SigmoidF32 and TanhF32 of math.h). With several threads, each
+// owns a range of blocks (its hidden units: the same slice of R every step) and the team meets at
+// one barrier per step (two for GRU with linear_before_reset = 0, whose h gate reads rt . Ht-1 of
+// every unit); the two directions of a bidirectional node run at once, on half of the threads each.
 #pragma once
 
 #include <cstdint>
@@ -39,7 +41,7 @@ int64_t RnnPackedElems(int64_t hidden, int gates);
 /// One run of the time loop over every direction.
 struct RnnLoopArgs {
   RnnCellType cell = RnnCellType::kLstm;
-  DataType weight_type = DataType::kF32;  // packed R storage: kF32, kF16 or kBF16
+  DataType weight_type = DataType::kF32;  // packed R storage: kF32, kF16, kBF16, kI8 or kI16
   DataType y_type = DataType::kF32;       // Y storage: kF32, kF16 or kBF16
   int64_t seq = 0, batch = 0, hidden = 0;
   int dirs = 1;
@@ -54,6 +56,10 @@ struct RnnLoopArgs {
   /// linear_before_reset.
   const void* r0[2] = {nullptr, nullptr};
   const void* r1[2] = {nullptr, nullptr};
+  /// Integer R (kI8, kI16): each row's scale, gate g's units at r_scale[d] + g * r_scale_gs
+  /// (r_scale_gs a multiple of 16 >= hidden, lanes past hidden readable).
+  const float* r_scale[2] = {nullptr, nullptr};
+  int64_t r_scale_gs = 0;
   const float* rbh[2] = {nullptr, nullptr};   // GRU with linear_before_reset: Rbh, or nullptr
   const float* peep[2] = {nullptr, nullptr};  // LSTM: P (i, o, f; 3 * hidden), or nullptr
   RnnActType f[2] = {RnnActType::kSigmoid, RnnActType::kSigmoid};

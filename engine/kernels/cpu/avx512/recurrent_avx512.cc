@@ -23,11 +23,16 @@ namespace {
 
 constexpr int kMaxRows = 4;  // batch rows per pass over a block of R
 
-// 16 packed weights (64- or 32-byte aligned) as fp32: exact widening.
+// 16 packed weights (64-, 32- or 16-byte aligned) as fp32: exact widening.
 template <DataType W>
 static inline __m512 LoadW(const void* p) {
   if constexpr (W == DataType::kF32) {
     return _mm512_load_ps(p);
+  } else if constexpr (W == DataType::kI8) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(static_cast<const __m128i*>(p))));
+  } else if constexpr (W == DataType::kI16) {
+    return _mm512_cvtepi32_ps(
+        _mm512_cvtepi16_epi32(_mm256_load_si256(static_cast<const __m256i*>(p))));
   } else {
     const __m256i raw = _mm256_load_si256(static_cast<const __m256i*>(p));
     if constexpr (W == DataType::kF16) {
@@ -41,13 +46,18 @@ static inline __m512 LoadW(const void* p) {
 // out[r * row_stride + g * gate_stride + l] = sum over k < K of h[r * h_stride + k] *
 // p[(k * G + g) * 16 + l] for r < ROWS, g < G, l < 16: one block of R for ROWS rows of Ht-1. The
 // sum over k runs in S interleaved partial sums (k = s mod S), added at the end, so that at least
-// 8 chains of fused multiply-adds are in flight.
+// 8 chains of fused multiply-adds are in flight. Integer weights (kI8, kI16): each finished sum
+// times sc[g * sc_gs + l], the row's scale.
 template <DataType W, int G, int ROWS>
 void GemvBlock(const void* pv, int64_t K, const float* h, int64_t h_stride, float* out,
-               int64_t row_stride, int64_t gate_stride) {
+               int64_t row_stride, int64_t gate_stride, const float* sc, int64_t sc_gs) {
   constexpr int kChains = G * ROWS;
   constexpr int S = kChains >= 8 ? 1 : kChains >= 4 ? 2 : kChains >= 2 ? 4 : 8;
-  using Elem = std::conditional_t<W == DataType::kF32, float, uint16_t>;
+  constexpr bool kInt = W == DataType::kI8 || W == DataType::kI16;
+  using Elem = std::conditional_t<
+      W == DataType::kF32, float,
+      std::conditional_t<W == DataType::kI8, int8_t,
+                         std::conditional_t<W == DataType::kI16, int16_t, uint16_t>>>;
   const Elem* p = static_cast<const Elem*>(pv);
   __m512 acc[S][ROWS][G];
 #pragma GCC unroll 8
@@ -92,12 +102,14 @@ void GemvBlock(const void* pv, int64_t K, const float* h, int64_t h_stride, floa
       __m512 v = acc[0][r][g];
 #pragma GCC unroll 8
       for (int s = 1; s < S; ++s) v = _mm512_add_ps(v, acc[s][r][g]);
+      if constexpr (kInt) v = _mm512_mul_ps(v, _mm512_loadu_ps(sc + g * sc_gs));
       _mm512_storeu_ps(out + r * row_stride + g * gate_stride, v);
     }
   }
 }
 
-using GemvFn = void (*)(const void*, int64_t, const float*, int64_t, float*, int64_t, int64_t);
+using GemvFn = void (*)(const void*, int64_t, const float*, int64_t, float*, int64_t, int64_t,
+                        const float*, int64_t);
 
 template <DataType W, int G>
 GemvFn GemvForRows(int rows) {
@@ -134,6 +146,10 @@ GemvFn Gemv(DataType type, int gates, int rows) {
       return GemvForType<DataType::kF16>(gates, rows);
     case DataType::kBF16:
       return GemvForType<DataType::kBF16>(gates, rows);
+    case DataType::kI8:
+      return GemvForType<DataType::kI8>(gates, rows);
+    case DataType::kI16:
+      return GemvForType<DataType::kI16>(gates, rows);
     default:
       return GemvForType<DataType::kF32>(gates, rows);
   }
@@ -340,7 +356,9 @@ void RunTeam(const RnnLoopArgs& a, int d, int tid, int nt, bool sync) {
   const bool lstm = a.cell == RnnCellType::kLstm, gru = a.cell == RnnCellType::kGru;
   const int g0 = RnnGates0(a.cell, a.linear_before_reset);  // gates of r0
   const int gates = lstm ? 4 : gru ? 3 : 1;                 // gates of the input projection
-  const int64_t esize = a.weight_type == DataType::kF32 ? 4 : 2;
+  const int64_t esize = a.weight_type == DataType::kF32  ? 4
+                        : a.weight_type == DataType::kI8 ? 1
+                                                         : 2;
   const int64_t ysize = a.y_type == DataType::kF32 ? 4 : 2;
   const char* r0 = static_cast<const char*>(a.r0[d]);
   const char* r1 = static_cast<const char*>(a.r1[d]);
@@ -392,7 +410,9 @@ void RunTeam(const RnnLoopArgs& a, int d, int tid, int nt, bool sync) {
   // steps take the blocks in reverse order: the blocks a step reads last are still in L2 when
   // the next step starts with them (a slice of R larger than L2 otherwise misses on every block:
   // the least recently used block is always the next one).
-  auto dots = [&](const char* w, int64_t bytes, int g, const float* h, float* out, int32_t s) {
+  // `sc`: the first gate's scales (integer R), or nullptr.
+  auto dots = [&](const char* w, int64_t bytes, int g, const float* h, float* out, int32_t s,
+                  const float* sc) {
     if (n == 0) return;
     for (int64_t i = 0; i < jb1 - jb0; ++i) {
       const int64_t j = s % 2 == 0 ? jb0 + i : jb1 - 1 - i;
@@ -401,7 +421,8 @@ void RunTeam(const RnnLoopArgs& a, int d, int tid, int nt, bool sync) {
         const int64_t rb = ch * kMaxRows;
         const int rows = static_cast<int>(std::min<int64_t>(kMaxRows, batch - rb));
         Gemv(a.weight_type, g, rows)(w + j * bytes, hs, h + rb * hs, hs,
-                                     out + rb * g * up + (j - jb0) * kRnnBlock, g * up, up);
+                                     out + rb * g * up + (j - jb0) * kRnnBlock, g * up, up,
+                                     sc ? sc + j * kRnnBlock : nullptr, a.r_scale_gs);
       }
     }
   };
@@ -415,7 +436,7 @@ void RunTeam(const RnnLoopArgs& a, int d, int tid, int nt, bool sync) {
         live[ch] = live[ch] || s < a.lens[b];
       }
     }
-    dots(r0, block0, g0, cur, pre.data(), s);
+    dots(r0, block0, g0, cur, pre.data(), s, a.r_scale[d]);
     for (int64_t b = 0; b < batch; ++b) {
       if (s >= a.lens[b]) {  // ended: the state carries over
         std::memcpy(nxt + b * hs + u0, cur + b * hs + u0, n * sizeof(float));
@@ -443,7 +464,8 @@ void RunTeam(const RnnLoopArgs& a, int d, int tid, int nt, bool sync) {
       if (sync) {
 #pragma omp barrier
       }
-      dots(r1, block1, 1, rh, preh.data(), s);
+      dots(r1, block1, 1, rh, preh.data(), s,
+           a.r_scale[d] ? a.r_scale[d] + g0 * a.r_scale_gs : nullptr);
       for (int64_t b = 0; b < batch; ++b) {
         if (s >= a.lens[b]) continue;
         int64_t t;

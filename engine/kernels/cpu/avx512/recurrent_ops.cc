@@ -7,6 +7,11 @@
 // place of the C library's exp and tanh. A node with other activations (Affine, Elu, ...) runs
 // on the reference kernel (`supports`).
 //
+// LSTMQuantizedR (cpu/ref/recurrent.h): R's integers q - zero_point are packed exactly, in int8
+// when every one fits, else int16, and each step's dot product of a row is scaled once by the
+// row's scale: s * (h . (q - zp)) for the reference's h . ((q - zp) * s), the same real number
+// rounded in another order (a quarter of fp32 R's bytes to read per step).
+//
 // Precision (DESIGN.md §5): fp16 and bf16 inputs are widened exactly to fp32, every sum and gate
 // is computed in fp32 and each output is rounded once. The recurrent state stays in fp32 between
 // steps, as in the reference kernel (higher than assigned, which the guarantee allows).
@@ -35,7 +40,7 @@ namespace {
 namespace rnn = ref::rnn;
 
 // Input slots.
-enum Slot { kX, kW, kR, kB, kSequenceLens, kInitialH, kInitialC, kP };
+enum Slot { kX, kW, kR, kB, kSequenceLens, kInitialH, kInitialC, kP, kRScale, kRZeroPoint };
 
 // Multiply-adds of one step a thread must have before the loop takes another thread: below, the
 // per-step barrier costs about as much as the work it splits.
@@ -124,8 +129,15 @@ class RecurrentKernel final : public Kernel {
     // Constant weights are packed now, once; others at each run.
     const ir::Value* w = node.input(kW);
     const ir::Value* r = node.input(kR);
-    if (w && r && w->constant && r->constant && !w->is_graph_input && !r->is_graph_input) {
-      k->PackIfValid(*w->constant, *r->constant);
+    const ir::Value* sc = node.input(kRScale);
+    const ir::Value* zp = node.input(kRZeroPoint);
+    auto constant = [](const ir::Value* v) { return v && v->constant && !v->is_graph_input; };
+    if (constant(w) && constant(r)) {
+      if (!k->a_.quantized_r) {
+        k->PackIfValid(*w->constant, *r->constant, nullptr, nullptr);
+      } else if (constant(sc) && constant(zp)) {
+        k->PackIfValid(*w->constant, *r->constant, &*sc->constant, &*zp->constant);
+      }
     }
     return std::unique_ptr<Kernel>(std::move(k));
   }
@@ -138,7 +150,7 @@ class RecurrentKernel final : public Kernel {
     }
     const int64_t hs = p.hidden, batch = p.batch, seq = p.seq, in = p.input;
     const int64_t rows = seq * batch, n_all = p.dirs * a_.gates * hs;
-    if (!Packed(p) && !Pack(*p.w, *p.r, hs, in)) {
+    if (!Packed(p) && !Pack(*p.w, *p.r, p.r_scale, p.r_zero_point, hs, in)) {
       return absl::ResourceExhaustedError(
           absl::StrCat(node_.Label(), " cannot allocate the packed weights"));
     }
@@ -197,7 +209,8 @@ class RecurrentKernel final : public Kernel {
 
     RnnLoopArgs l;
     l.cell = CellType();
-    l.weight_type = dt;
+    l.weight_type = a_.quantized_r ? r_int_type_ : dt;
+    l.r_scale_gs = r_scale_gs_;
     l.y_type = dt;
     l.seq = seq;
     l.batch = batch;
@@ -211,6 +224,7 @@ class RecurrentKernel final : public Kernel {
       if (acts > 2) FastAct(a_.act(d, 2), &l.h[d]);
       l.r0[d] = r_packed_.data() + d * r_dir_bytes_;
       l.r1[d] = r_packed_.data() + d * r_dir_bytes_ + r0_bytes_;
+      l.r_scale[d] = a_.quantized_r ? r_scale_.data() + d * a_.gates * r_scale_gs_ : nullptr;
       l.rbh[d] = has_bias_ && a_.cell == rnn::Cell::kGru && a_.linear_before_reset
                      ? rbh_.data() + d * hs
                      : nullptr;
@@ -266,13 +280,16 @@ class RecurrentKernel final : public Kernel {
   int Gates0() const { return RnnGates0(CellType(), a_.linear_before_reset); }
   int Gates1() const { return a_.gates - Gates0(); }
 
-  // Packs constant W and R when their dims agree with the attributes (the run checks them again
-  // and reports what does not).
-  void PackIfValid(const ir::Tensor& w, const ir::Tensor& r) {
+  // Packs constant W and R (and R's scale and zero point) when their dims and dtypes agree with
+  // the attributes (the run checks them again and reports what does not).
+  void PackIfValid(const ir::Tensor& w, const ir::Tensor& r, const ir::Tensor* scale,
+                   const ir::Tensor* zp) {
     const DataType dt = w.dtype();
-    if (r.dtype() != dt ||
-        (dt != DataType::kF32 && dt != DataType::kF16 && dt != DataType::kBF16) || w.rank() != 3 ||
-        r.rank() != 3) {
+    const bool r_ok = a_.quantized_r ? (r.dtype() == DataType::kI8 || r.dtype() == DataType::kU8) &&
+                                           IsFloating(scale->dtype()) && zp->dtype() == r.dtype()
+                                     : r.dtype() == dt;
+    if (!r_ok || (dt != DataType::kF32 && dt != DataType::kF16 && dt != DataType::kBF16) ||
+        w.rank() != 3 || r.rank() != 3) {
       return;
     }
     const int64_t hs = a_.hidden_size >= 0 ? a_.hidden_size : r.dim(2);
@@ -281,14 +298,21 @@ class RecurrentKernel final : public Kernel {
         r.dim(2) != hs) {
       return;
     }
-    Pack(w, r, hs, w.dim(2));
+    if (a_.quantized_r && (scale->dims() != std::vector<int64_t>{dirs, gh} ||
+                           zp->dims() != std::vector<int64_t>{dirs, gh})) {
+      return;
+    }
+    Pack(w, r, scale, zp, hs, w.dim(2));
   }
 
   // Whether the packed weights are those of this run's W and R (constants packed before).
   bool Packed(const rnn::Problem& p) const {
     return w_src_ != nullptr && w_src_ == p.w->raw_data() && r_src_ == p.r->raw_data() &&
            packed_hidden_ == p.hidden && packed_input_ == p.input && IsConstant(kW, *p.w) &&
-           IsConstant(kR, *p.r);
+           IsConstant(kR, *p.r) &&
+           (!a_.quantized_r ||
+            (IsConstant(kRScale, *p.r_scale) && IsConstant(kRZeroPoint, *p.r_zero_point) &&
+             scale_src_ == p.r_scale->raw_data() && zp_src_ == p.r_zero_point->raw_data()));
   }
 
   bool IsConstant(int slot, const ir::Tensor& t) const {
@@ -297,8 +321,10 @@ class RecurrentKernel final : public Kernel {
   }
 
   // W^T of every direction for the GEMM ([in][dirs * gates * hs], fp32) and R per direction in
-  // the loop's layout, in R's storage type. False when the memory cannot be had.
-  bool Pack(const ir::Tensor& w, const ir::Tensor& r, int64_t hs, int64_t in) {
+  // the loop's layout, in R's storage type (quantized R: its integers q - zero_point, with the
+  // row scales in r_scale_). False when the memory cannot be had.
+  bool Pack(const ir::Tensor& w, const ir::Tensor& r, const ir::Tensor* scale, const ir::Tensor* zp,
+            int64_t hs, int64_t in) {
     const DataType dt = w.dtype();
     const int64_t n_all = a_.num_directions * a_.gates * hs;
     const float* wf = w.data<float>();
@@ -312,6 +338,7 @@ class RecurrentKernel final : public Kernel {
     // B = W^T: element (k, n) of B is W's row n, column k.
     if (in > 0 && n_all > 0) PackBF32Strided(wf, in, n_all, 1, in, w_packed_.data());
 
+    if (a_.quantized_r) return PackQuantizedR(r, *scale, *zp, hs) && RecordSources(w, r, hs, in);
     const int64_t esize = dt == DataType::kF32 ? 4 : 2;
     const int g0 = Gates0(), g1 = Gates1();
     r0_bytes_ = RnnPackedElems(hs, g0) * esize;
@@ -332,10 +359,70 @@ class RecurrentKernel final : public Kernel {
         pack(r.data<uint16_t>());
       }
     }
+    return RecordSources(w, r, hs, in);
+  }
+
+  // Records what the weights were packed from.
+  bool RecordSources(const ir::Tensor& w, const ir::Tensor& r, int64_t hs, int64_t in) {
     w_src_ = w.raw_data();
     r_src_ = r.raw_data();
     packed_hidden_ = hs;
     packed_input_ = in;
+    return true;
+  }
+
+  // R's integers q - zero_point ([dirs][gates * hs][hs]) in the loop's layout, as int8 when each
+  // fits in it (always with a zero point of 0 and int8 R), else int16 (|q - zp| <= 255), and the
+  // row scales as fp32, gate g of direction d at r_scale_ + (d * gates + g) * r_scale_gs_.
+  bool PackQuantizedR(const ir::Tensor& r, const ir::Tensor& scale, const ir::Tensor& zp,
+                      int64_t hs) {
+    const int dirs = a_.num_directions, gates = a_.gates;
+    const int64_t gh = gates * hs;
+    const bool u8 = r.dtype() == DataType::kU8;
+    auto at = [&](const ir::Tensor& t, int64_t i) -> int32_t {
+      return u8 ? t.data<uint8_t>()[i] : t.data<int8_t>()[i];
+    };
+    std::vector<int16_t> diff(static_cast<size_t>(dirs * gh * hs));
+    bool fits8 = true;
+    for (int64_t row = 0; row < dirs * gh; ++row) {
+      const int32_t z = at(zp, row);
+      for (int64_t k = 0; k < hs; ++k) {
+        const int32_t v = at(r, row * hs + k) - z;
+        fits8 = fits8 && v >= -128 && v <= 127;
+        diff[row * hs + k] = static_cast<int16_t>(v);
+      }
+    }
+    r_int_type_ = fits8 ? DataType::kI8 : DataType::kI16;
+    const int64_t esize = fits8 ? 1 : 2;
+    const int g0 = Gates0(), g1 = Gates1();
+    r0_bytes_ = RnnPackedElems(hs, g0) * esize;
+    const int64_t r1_bytes = g1 > 0 ? RnnPackedElems(hs, g1) * esize : 0;
+    r_dir_bytes_ = (r0_bytes_ + r1_bytes + 63) / 64 * 64;
+    if (!r_packed_.Reserve(dirs * r_dir_bytes_)) return false;
+    for (int d = 0; d < dirs; ++d) {
+      char* out = r_packed_.data() + d * r_dir_bytes_;
+      const int16_t* rd = diff.data() + d * gh * hs;
+      if (fits8) {
+        std::vector<int8_t> narrow(rd, rd + gh * hs);
+        PackR(narrow.data(), hs, 0, g0, reinterpret_cast<int8_t*>(out));
+        if (g1 > 0) PackR(narrow.data(), hs, g0, g1, reinterpret_cast<int8_t*>(out + r0_bytes_));
+      } else {
+        PackR(rd, hs, 0, g0, reinterpret_cast<int16_t*>(out));
+        if (g1 > 0) PackR(rd, hs, g0, g1, reinterpret_cast<int16_t*>(out + r0_bytes_));
+      }
+    }
+    r_scale_gs_ = (hs + kRnnBlock - 1) / kRnnBlock * kRnnBlock;
+    r_scale_.assign(dirs * gates * r_scale_gs_, 0.0f);
+    for (int d = 0; d < dirs; ++d) {
+      for (int g = 0; g < gates; ++g) {
+        for (int64_t u = 0; u < hs; ++u) {
+          r_scale_[(d * gates + g) * r_scale_gs_ + u] =
+              static_cast<float>(ir::ElementAsDouble(scale, d * gh + g * hs + u));
+        }
+      }
+    }
+    scale_src_ = scale.raw_data();
+    zp_src_ = zp.raw_data();
     return true;
   }
 
@@ -401,6 +488,12 @@ class RecurrentKernel final : public Kernel {
   const void* w_src_ = nullptr;
   const void* r_src_ = nullptr;
   int64_t packed_hidden_ = -1, packed_input_ = -1;
+  // Quantized R: the integer storage of r_packed_, the row scales and their sources.
+  DataType r_int_type_ = DataType::kI8;
+  std::vector<float> r_scale_;
+  int64_t r_scale_gs_ = 0;
+  const void* scale_src_ = nullptr;
+  const void* zp_src_ = nullptr;
   // Per-run buffers, kept between runs.
   bool has_bias_ = false;
   std::vector<float> bias_, rbh_, peep_, xf_, xproj_, h_state_, c_state_, scratch_;
@@ -419,7 +512,8 @@ int RnnGates0(RnnCellType cell, bool linear_before_reset) {
 }
 
 void RegisterRecurrent(Registry& r) {
-  for (ir::OpType op : {ir::OpType::kLSTM, ir::OpType::kGRU, ir::OpType::kRNN}) {
+  for (ir::OpType op :
+       {ir::OpType::kLSTM, ir::OpType::kLSTMQuantizedR, ir::OpType::kGRU, ir::OpType::kRNN}) {
     KernelDef def{op,           {DataType::kF32, DataType::kF16}, 0, Backend::kCpu,
                   Isa::kAvx512, &RecurrentKernel::Create};
     def.supports = &RecurrentKernel::Supports;

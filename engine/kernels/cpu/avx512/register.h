@@ -27,6 +27,8 @@ void RegisterResize(Registry& r);       // resize_ops.cc: Resize, Upsample (near
 void RegisterPoolNchw(Registry& r);     // pool_nchw_ops.cc: NCHW MaxPool, AveragePool, global pools
 void RegisterQuantOps(Registry& r);     // quant_ops.cc: QuantizeLinear, DequantizeLinear, ...
 void RegisterQuantInteger(Registry& r);  // quant_integer_ops.cc: MatMulInteger, ConvInteger (VNNI)
+void RegisterAttention(Registry& r);     // attention_ops.cc: Attention (opset 23)
+void RegisterReduceOps(Registry& r);     // reduce_ops.cc: ReduceSum, ReduceMean, ReduceMax, ...
 
 /// Registers every AVX-512 kernel.
 inline void RegisterAvx512(Registry& r) {
@@ -46,6 +48,8 @@ inline void RegisterAvx512(Registry& r) {
   RegisterPoolNchw(r);
   RegisterQuantOps(r);
   RegisterQuantInteger(r);
+  RegisterAttention(r);
+  RegisterReduceOps(r);
 }
 
 }  // namespace kiln::kernels::cpu::avx512

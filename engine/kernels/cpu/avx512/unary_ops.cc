@@ -9,7 +9,6 @@
 
 #include "engine/common/cpu_features.h"
 #include "engine/common/half.h"
-#include "engine/kernels/cpu/avx512/convert.h"
 #include "engine/kernels/cpu/avx512/math.h"
 #include "engine/kernels/cpu/avx512/register.h"
 #include "engine/kernels/cpu/ref/common.h"
@@ -35,12 +34,7 @@ absl::Status ErfRun(const ir::Node& node, KernelContext& ctx) {
       ErfF32(x->data<float>() + i, y->data<float>() + i, len);
       continue;
     }
-    alignas(64) float tmp[kChunk];
-    const uint16_t* src = x->data<uint16_t>() + i;
-    uint16_t* dst = y->data<uint16_t>() + i;
-    t == DataType::kF16 ? HalfToFloat(src, tmp, len) : Bf16ToFloat(src, tmp, len);
-    ErfF32(tmp, tmp, len);
-    t == DataType::kF16 ? FloatToHalf(tmp, dst, len) : FloatToBf16(tmp, dst, len);
+    MathHalf(MathFn::kErf, t, x->data<uint16_t>() + i, y->data<uint16_t>() + i, len);
   }
   return absl::OkStatus();
 }
@@ -73,30 +67,24 @@ absl::Status SoftmaxRun(const ir::Node& node, KernelContext& ctx) {
         SoftmaxRowF32(x->data<float>() + base, y->data<float>() + base, n);
         continue;
       }
-      if (inner == 1) {
-        const uint16_t* src = x->data<uint16_t>() + base;
-        t == DataType::kF16 ? HalfToFloat(src, v, n) : Bf16ToFloat(src, v, n);
-      } else {
-        for (int64_t k = 0; k < n; ++k) {
-          const int64_t e = base + k * inner;
-          v[k] = t == DataType::kF32   ? x->data<float>()[e]
-                 : t == DataType::kF16 ? HalfBitsToFloat(x->data<uint16_t>()[e])
-                                       : BFloat16BitsToFloat(x->data<uint16_t>()[e]);
-        }
+      if (inner == 1) {  // 16-bit storage converted in registers, the exps kept in `buf`
+        SoftmaxRowHalf(t, x->data<uint16_t>() + base, y->data<uint16_t>() + base, n, v);
+        continue;
+      }
+      for (int64_t k = 0; k < n; ++k) {  // a strided row: gathered into `buf`
+        const int64_t e = base + k * inner;
+        v[k] = t == DataType::kF32   ? x->data<float>()[e]
+               : t == DataType::kF16 ? HalfBitsToFloat(x->data<uint16_t>()[e])
+                                     : BFloat16BitsToFloat(x->data<uint16_t>()[e]);
       }
       SoftmaxRowF32(v, v, n);
-      if (inner == 1) {
-        uint16_t* dst = y->data<uint16_t>() + base;
-        t == DataType::kF16 ? FloatToHalf(v, dst, n) : FloatToBf16(v, dst, n);
-      } else {
-        for (int64_t k = 0; k < n; ++k) {
-          const int64_t e = base + k * inner;
-          if (t == DataType::kF32) {
-            y->data<float>()[e] = v[k];
-          } else {
-            y->data<uint16_t>()[e] =
-                t == DataType::kF16 ? FloatToHalfBits(v[k]) : FloatToBFloat16Bits(v[k]);
-          }
+      for (int64_t k = 0; k < n; ++k) {
+        const int64_t e = base + k * inner;
+        if (t == DataType::kF32) {
+          y->data<float>()[e] = v[k];
+        } else {
+          y->data<uint16_t>()[e] =
+              t == DataType::kF16 ? FloatToHalfBits(v[k]) : FloatToBFloat16Bits(v[k]);
         }
       }
     }

@@ -13,13 +13,15 @@ namespace kiln::kernels::cpu::avx512 {
 namespace {
 
 // 16 fp16 -> fp32. vcvtph2ps quiets signalling NaNs; half.h keeps the payload as it is
-// (sign | 0x7f800000 | mant << 13), so NaN lanes are rebuilt with integer ops.
+// (sign | 0x7f800000 | mant << 13), so NaN lanes are rebuilt with integer ops. The NaN test
+// reads the 16-bit words themselves (AVX512BW/VL), so the common path is one conversion and
+// one compare.
 static inline __m512 HalfToFloat16(__m256i h) {
   __m512 f = _mm512_cvtph_ps(h);
-  __m512i w = _mm512_cvtepu16_epi32(h);
-  __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(w, _mm512_set1_epi32(0x7fff)),
-                                          _mm512_set1_epi32(0x7c00));
+  __mmask16 nan = _mm256_cmpgt_epu16_mask(_mm256_and_si256(h, _mm256_set1_epi16(0x7fff)),
+                                          _mm256_set1_epi16(0x7c00));
   if (nan) {
+    __m512i w = _mm512_cvtepu16_epi32(h);
     __m512i bits = _mm512_or_si512(
         _mm512_slli_epi32(_mm512_and_si512(w, _mm512_set1_epi32(0x8000)), 16),
         _mm512_or_si512(_mm512_set1_epi32(0x7f800000),

@@ -1,5 +1,6 @@
 // LSTM, GRU and RNN: attribute and input checks (recurrent.h) and the reference kernel, one
-// batch entry and one step at a time, as the operator docs write the equations.
+// batch entry and one step at a time, as the operator docs write the equations; LSTMQuantizedR
+// (recurrent.h) with its R dequantized first.
 //
 // Precision (DESIGN.md §5): inputs of the node's dtype P are widened to the compute type (fp32;
 // double for double), every gate is computed in it, and each output is rounded to P once. The
@@ -22,7 +23,7 @@ namespace rnn {
 namespace {
 
 // Input slots.
-enum Slot { kX, kW, kR, kB, kSequenceLens, kInitialH, kInitialC, kP };
+enum Slot { kX, kW, kR, kB, kSequenceLens, kInitialH, kInitialC, kP, kRScale, kRZeroPoint };
 
 struct ActInfo {
   const char* name;  // lower case
@@ -76,7 +77,7 @@ class Evaluator {
 
   void Run() {
     w_ = Widen(p_.w);
-    r_ = Widen(p_.r);
+    r_ = a_.quantized_r ? Dequantize(*p_.r, *p_.r_scale, *p_.r_zero_point) : Widen(p_.r);
     b_ = Widen(p_.b);
     peep_ = Widen(p_.p);
     for (int d = 0; d < p_.dirs; ++d) {
@@ -91,6 +92,21 @@ class Evaluator {
     v.resize(t->num_elements());
     const T* src = t->data<T>();
     for (int64_t i = 0; i < t->num_elements(); ++i) v[i] = Load(src[i]);
+    return v;
+  }
+
+  // Row j of the quantized R `q` ([rows][cols]) as (q - zero_point[j]) * scale[j] in C.
+  static std::vector<C> Dequantize(const ir::Tensor& q, const ir::Tensor& scale,
+                                   const ir::Tensor& zero_point) {
+    const int64_t cols = q.dim(2), rows = q.num_elements() / std::max<int64_t>(cols, 1);
+    std::vector<C> v(q.num_elements());
+    for (int64_t j = 0; j < rows; ++j) {
+      const C sc = static_cast<C>(ir::ElementAsDouble(scale, j));
+      const C zp = static_cast<C>(ir::ElementAsDouble(zero_point, j));
+      for (int64_t k = 0; k < cols; ++k) {
+        v[j * cols + k] = (static_cast<C>(ir::ElementAsDouble(q, j * cols + k)) - zp) * sc;
+      }
+    }
     return v;
   }
 
@@ -251,9 +267,11 @@ absl::StatusOr<Attrs> ReadAttrs(const ir::Node& node) {
   Attrs a;
   switch (node.op) {
     case ir::OpType::kLSTM:
+    case ir::OpType::kLSTMQuantizedR:
       a.cell = Cell::kLstm;
       a.gates = 4;
       a.acts_per_dir = 3;
+      a.quantized_r = node.op == ir::OpType::kLSTMQuantizedR;
       break;
     case ir::OpType::kGRU:
       a.cell = Cell::kGru;
@@ -343,7 +361,21 @@ absl::StatusOr<Problem> Prepare(const ir::Node& node, const Attrs& a, KernelCont
   if (!IsFloating(dt)) {
     return InvalidNode(node, "X must be a floating tensor, got ", DataTypeOnnxName(dt));
   }
-  if (p.w->dtype() != dt || p.r->dtype() != dt) {
+  if (a.quantized_r) {
+    const DataType rt = p.r->dtype();
+    if (p.w->dtype() != dt || (rt != DataType::kI8 && rt != DataType::kU8)) {
+      return InvalidNode(node, "X and W must have the same dtype and R int8 or uint8, got ",
+                         DataTypeOnnxName(dt), ", ", DataTypeOnnxName(p.w->dtype()), " and ",
+                         DataTypeOnnxName(rt));
+    }
+    ASSIGN_OR_RETURN(p.r_scale, RequireInput(node, ctx, kRScale));
+    ASSIGN_OR_RETURN(p.r_zero_point, RequireInput(node, ctx, kRZeroPoint));
+    if (!IsFloating(p.r_scale->dtype()) || p.r_zero_point->dtype() != rt) {
+      return InvalidNode(node, "R_scale must be floating and R_zero_point ", DataTypeOnnxName(rt),
+                         " (R's dtype), got ", DataTypeOnnxName(p.r_scale->dtype()), " and ",
+                         DataTypeOnnxName(p.r_zero_point->dtype()));
+    }
+  } else if (p.w->dtype() != dt || p.r->dtype() != dt) {
     return InvalidNode(node, "X, W and R must have the same dtype, got ", DataTypeOnnxName(dt),
                        ", ", DataTypeOnnxName(p.w->dtype()), " and ",
                        DataTypeOnnxName(p.r->dtype()));
@@ -363,6 +395,8 @@ absl::StatusOr<Problem> Prepare(const ir::Node& node, const Attrs& a, KernelCont
   const int64_t gh = a.gates * p.hidden;
   RETURN_IF_ERROR(CheckDims(node, p.w, "W", {p.dirs, gh, p.input}));
   RETURN_IF_ERROR(CheckDims(node, p.r, "R", {p.dirs, gh, p.hidden}));
+  RETURN_IF_ERROR(CheckDims(node, p.r_scale, "R_scale", {p.dirs, gh}));
+  RETURN_IF_ERROR(CheckDims(node, p.r_zero_point, "R_zero_point", {p.dirs, gh}));
   RETURN_IF_ERROR(CheckDims(node, p.b, "B", {p.dirs, 2 * gh}));
   const std::vector<int64_t> state = a.layout == 0
                                          ? std::vector<int64_t>{p.dirs, p.batch, p.hidden}
@@ -406,7 +440,8 @@ absl::StatusOr<Problem> Prepare(const ir::Node& node, const Attrs& a, KernelCont
 }  // namespace rnn
 
 void RegisterRecurrent(Registry& r) {
-  for (ir::OpType op : {ir::OpType::kLSTM, ir::OpType::kGRU, ir::OpType::kRNN}) {
+  for (ir::OpType op :
+       {ir::OpType::kLSTM, ir::OpType::kLSTMQuantizedR, ir::OpType::kGRU, ir::OpType::kRNN}) {
     r.AddRef(op, FloatTypes(), &rnn::RecurrentKernel::Create);
   }
 }

@@ -17,6 +17,11 @@
 // 1 of a bidirectional node, and a "reverse" node, read each batch entry's sequence backwards from
 // its own length. With sequence_lens, Y is zero past each entry's length and Y_h / Y_c hold the
 // state after its last step (zero for a length of 0, as ONNX Runtime gives).
+//
+// Kiln's LSTMQuantizedR (engine/ir/ops.def) is an LSTM whose R is stored quantized: R int8 or
+// uint8 [dirs, 4*hidden, hidden], R_scale (floating) and R_zero_point (R's dtype) [dirs,
+// 4*hidden] at slots 8 and 9, one scale and zero point per row of R. Its R is the row's
+// (q - zero_point) * scale, computed in the compute type (as the import dequantized it before).
 #pragma once
 
 #include <cmath>
@@ -109,6 +114,7 @@ struct Attrs {
   bool input_forget = false;         // LSTM
   bool linear_before_reset = false;  // GRU
   int layout = 0;
+  bool quantized_r = false;  // LSTMQuantizedR: R int8/uint8 with R_scale and R_zero_point
 
   /// Whether direction `d` reads the sequences backwards.
   bool DirReverse(int d) const { return reverse || d == 1; }
@@ -136,6 +142,9 @@ struct Problem {
   const ir::Tensor* init_h = nullptr;  // optional
   const ir::Tensor* init_c = nullptr;  // optional (LSTM)
   const ir::Tensor* p = nullptr;       // optional (LSTM)
+  /// LSTMQuantizedR: R's scale (floating) and zero point (R's dtype), [dirs, gates * hidden].
+  const ir::Tensor* r_scale = nullptr;
+  const ir::Tensor* r_zero_point = nullptr;
   /// Each batch entry's length, in [0, seq] (seq for every entry without sequence_lens).
   std::vector<int32_t> lens;
   ir::Tensor* y = nullptr;    // nullptr when not requested
@@ -157,8 +166,9 @@ struct Problem {
 };
 
 /// Checks the run's inputs against each other and `attrs` (dims, dtypes, sequence_lens values in
-/// [0, seq]) and gets the requested outputs from `ctx`, in X's dtype. InvalidArgument naming the
-/// node otherwise.
+/// [0, seq]) and gets the requested outputs from `ctx`, in X's dtype (LSTMQuantizedR: R int8 or
+/// uint8, R_scale floating and R_zero_point of R's dtype, both [dirs, gates * hidden]).
+/// InvalidArgument naming the node otherwise.
 absl::StatusOr<Problem> Prepare(const ir::Node& node, const Attrs& attrs, KernelContext& ctx);
 
 }  // namespace kiln::kernels::cpu::ref::rnn
