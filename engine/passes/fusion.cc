@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
@@ -40,6 +41,22 @@ std::string ActivationOf(const ir::Node& a) {
     default:
       return "";
   }
+}
+
+// The constant tensor behind `v`: an initializer (or a value a pass made constant), or the
+// `value` tensor of the Constant node computing it (Paddle2ONNX writes every weight so; the fold
+// pass turns those into constants only after fusion). Null otherwise.
+const ir::Tensor* Known(const ir::Value* v) {
+  if (v == nullptr) return nullptr;
+  if (v->constant) return &*v->constant;
+  const ir::Node* p = v->producer;
+  if (p == nullptr || p->op != ir::OpType::kConstant || p->num_outputs() != 1) return nullptr;
+  const ir::Attribute* a = p->attr("value");
+  if (a == nullptr || a->type != ir::Attribute::Type::kTensor || !a->t.defined() ||
+      a->t.dtype() != v->dtype) {
+    return nullptr;
+  }
+  return &a->t;
 }
 
 class Fuser {
@@ -219,12 +236,11 @@ class Fuser {
     ir::Value* bias = add->inputs[0] == mm->outputs[0] ? add->inputs[1] : add->inputs[0];
     // Exporters that share equal weights pass them through Identity nodes (PyTorch gives every
     // zero bias as Identity(one zero tensor)): the constant behind them is the bias.
-    while (bias && !bias->constant && bias->producer &&
-           bias->producer->op == ir::OpType::kIdentity && !removed_[bias->producer->id] &&
-           bias->producer->num_inputs() == 1) {
+    while (bias && !Known(bias) && bias->producer && bias->producer->op == ir::OpType::kIdentity &&
+           !removed_[bias->producer->id] && bias->producer->num_inputs() == 1) {
       bias = bias->producer->inputs[0];
     }
-    if (!bias || !bias->constant || bias->constant->rank() != 1) return absl::OkStatus();
+    if (!bias || !Known(bias) || Known(bias)->rank() != 1) return absl::OkStatus();
     std::vector<ir::Node*> members = {mm, add};
     ir::Value* out = add->outputs[0];
     std::string act;
@@ -260,7 +276,7 @@ class Fuser {
       // Bounds from attributes (opset < 11) or constant scalar inputs.
       for (int k = 1; k <= 2; ++k) {
         const ir::Value* v = a.input(k);
-        if (v && (!v->constant || v->constant->num_elements() != 1)) return "";
+        if (v && (!Known(v) || Known(v)->num_elements() != 1)) return "";
       }
       return act;
     }
@@ -278,9 +294,9 @@ class Fuser {
     if (act == "Clip") {
       float lo = a->GetFloat("min", -INFINITY), hi = a->GetFloat("max", INFINITY);
       if (const ir::Value* v = a->input(1))
-        lo = static_cast<float>(ir::ElementAsDouble(*v->constant, 0));
+        lo = static_cast<float>(ir::ElementAsDouble(*Known(v), 0));
       if (const ir::Value* v = a->input(2))
-        hi = static_cast<float>(ir::ElementAsDouble(*v->constant, 0));
+        hi = static_cast<float>(ir::ElementAsDouble(*Known(v), 0));
       fused->attrs["activation_min"] = Attribute::Float(lo);
       fused->attrs["activation_max"] = Attribute::Float(hi);
     }
@@ -317,9 +333,94 @@ class Fuser {
     return true;
   }
 
+  // The one-element constant `v` holds, if it is one.
+  static std::optional<double> Scalar(const ir::Value* v) {
+    const ir::Tensor* t = Known(v);
+    if (t == nullptr || t->num_elements() != 1 || !IsFloating(t->dtype())) return std::nullopt;
+    return ir::ElementAsDouble(*t, 0);
+  }
+
+  // `n` is a binary `op` of `x` and a one-element constant (either order for Add and Mul):
+  // that constant.
+  static std::optional<double> WithScalar(const ir::Node* n, ir::OpType op, const ir::Value* x) {
+    if (n == nullptr || n->op != op || n->num_inputs() != 2) return std::nullopt;
+    if (n->inputs[0] == x) return Scalar(n->inputs[1]);
+    const bool commutes = op == ir::OpType::kAdd || op == ir::OpType::kMul;
+    return commutes && n->inputs[1] == x ? Scalar(n->inputs[0]) : std::nullopt;
+  }
+
+  // HardSwish written out after a Conv (Paddle2ONNX, and PyTorch models that spell it):
+  // y = Conv(...) read by exactly Add(y, 3) -> Clip(., 0, 6) -> Mul(y, .) -> Div(., 6) (or
+  // Mul(., 1/6)), or by HardSigmoid(y; alpha 1/6, beta 0.5) -> Mul(y, .) => FusedConv with
+  // activation "HardSwish" (x * max(0, min(1, x / 6 + 1/2)) in fp32: the same function, its
+  // steps in another order). Returns whether it fused.
+  bool FuseConvHardSwishWritten(ir::Node* conv) {
+    ir::Value* y = conv->outputs.empty() ? nullptr : conv->outputs[0];
+    if (!y || y->is_graph_output || y->consumers.size() != 2) return false;
+    auto near = [](std::optional<double> c, double want) {
+      return c && std::abs(*c - want) <= 1e-6 * std::abs(want);
+    };
+    ir::Node* mul = nullptr;
+    ir::Node* gate = nullptr;  // the Add or the HardSigmoid
+    for (ir::Node* c : y->consumers) {
+      if (removed_[c->id]) return false;
+      if (c->op == ir::OpType::kMul && c->num_inputs() == 2 && c->inputs[0] != c->inputs[1]) {
+        mul = c;
+      } else {
+        gate = c;
+      }
+    }
+    if (!mul || !gate) return false;
+    std::vector<ir::Node*> members = {conv, gate};
+    ir::Node* clip = nullptr;
+    if (gate->op == ir::OpType::kHardSigmoid) {
+      if (!near(gate->GetFloat("alpha", 0.2f), 1.0 / 6) || !near(gate->GetFloat("beta", 0.5f), 0.5))
+        return false;
+      if (SoleConsumer(gate->outputs[0]) != mul) return false;
+    } else {
+      if (!near(WithScalar(gate, ir::OpType::kAdd, y), 3.0)) return false;
+      clip = SoleConsumer(gate->outputs[0]);
+      if (!clip || clip->op != ir::OpType::kClip || clip->input(0) != gate->outputs[0] ||
+          ConvActivationOf(*clip) != "Clip" || SoleConsumer(clip->outputs[0]) != mul) {
+        return false;
+      }
+      float lo = clip->GetFloat("min", -INFINITY), hi = clip->GetFloat("max", INFINITY);
+      if (auto v = Scalar(clip->input(1))) lo = static_cast<float>(*v);
+      if (auto v = Scalar(clip->input(2))) hi = static_cast<float>(*v);
+      if (lo != 0.0f || hi != 6.0f) return false;
+      members.push_back(clip);
+    }
+    const ir::Value* gated = members.back()->outputs[0];
+    if (!((mul->inputs[0] == y && mul->inputs[1] == gated) ||
+          (mul->inputs[1] == y && mul->inputs[0] == gated))) {
+      return false;
+    }
+    members.push_back(mul);
+    ir::Value* out = mul->outputs[0];
+    if (clip) {  // the division by 6 after the product
+      ir::Node* div = SoleConsumer(out);
+      if (!div || !(near(WithScalar(div, ir::OpType::kDiv, out), 6.0) ||
+                    near(WithScalar(div, ir::OpType::kMul, out), 1.0 / 6))) {
+        return false;
+      }
+      members.push_back(div);
+      out = div->outputs[0];
+    }
+    std::string label = absl::StrCat(conv->fusion.empty() ? "conv" : conv->fusion, "+HardSwish");
+    if (Excluded(members, ir::OpType::kFusedConv, "conv+activation")) return false;
+    Precision t = PrecisionOf(*conv);
+    if (!Allowed(label.c_str(), members, t)) return false;
+    ir::Node* fused = NewFusedConv(*conv, nullptr, "HardSwish");
+    fused->inputs = conv->inputs;
+    fused->outputs = {out};
+    result_.precision.erase(conv);
+    Commit(fused, members, t, label);
+    return true;
+  }
+
   // Conv -> Relu | LeakyRelu | Clip (constant bounds) | HardSwish | Sigmoid => FusedConv.
   void FuseConvActivation(ir::Node* conv) {
-    if (FuseConvSilu(conv)) return;
+    if (FuseConvSilu(conv) || FuseConvHardSwishWritten(conv)) return;
     ir::Node* a = SoleConsumer(conv->outputs.empty() ? nullptr : conv->outputs[0]);
     if (!a) return;
     const std::string act = ConvActivationOf(*a);
@@ -347,7 +448,7 @@ class Fuser {
       return;
     }
     ir::Value* z = add->inputs[0] == y ? add->inputs[1] : add->inputs[0];
-    if (!z || z == y || z->constant || !y->shape.rank_known || !y->shape.is_static() ||
+    if (!z || z == y || Known(z) || !y->shape.rank_known || !y->shape.is_static() ||
         !z->shape.rank_known || !z->shape.is_static() ||
         y->shape.StaticDims() != z->shape.StaticDims()) {
       return;  // a bias or a broadcast, not a residual
@@ -377,7 +478,7 @@ class Fuser {
   // when other nodes read it (the residual stream).
   void FuseAddLayerNorm(ir::Node* add) {
     if (add->num_inputs() != 2 || !add->inputs[0] || !add->inputs[1]) return;
-    if (add->inputs[0]->constant || add->inputs[1]->constant) return;  // a bias, not a residual
+    if (Known(add->inputs[0]) || Known(add->inputs[1])) return;  // a bias, not a residual
     ir::Value* sum = add->outputs[0];
     ir::Node* ln = nullptr;
     for (ir::Node* c : sum->consumers) {
@@ -622,11 +723,11 @@ class Fuser {
       if (removed_[conv->id] || y->consumers.size() != 1 || y->is_graph_output) continue;
       const ir::Value* w = conv->input(1);
       const ir::Value* b = conv->input(2);
-      bool consts = w && w->constant && w->dtype == DataType::kF32 &&
-                    (!b || (b->constant && b->dtype == DataType::kF32));
+      bool consts = Known(w) && w->dtype == DataType::kF32 &&
+                    (!b || (Known(b) && b->dtype == DataType::kF32));
       for (int k = 1; k <= 4; ++k) {
         const ir::Value* v = bn->input(k);
-        consts = consts && v && v->constant && v->dtype == DataType::kF32;
+        consts = consts && Known(v) && v->dtype == DataType::kF32;
       }
       if (!consts) continue;
       std::vector<ir::Node*> members = {conv, bn};
@@ -640,14 +741,14 @@ class Fuser {
                             precision::PrecisionName(ca.assigned), ") would compute it lower"));
         continue;
       }
-      const ir::Tensor& wt = *w->constant;
+      const ir::Tensor& wt = *Known(w);
       int64_t oc = wt.dim(0);
-      const ir::Tensor* scale = &*bn->input(1)->constant;
-      const ir::Tensor* beta = &*bn->input(2)->constant;
-      const ir::Tensor* mean = &*bn->input(3)->constant;
-      const ir::Tensor* var = &*bn->input(4)->constant;
+      const ir::Tensor* scale = Known(bn->input(1));
+      const ir::Tensor* beta = Known(bn->input(2));
+      const ir::Tensor* mean = Known(bn->input(3));
+      const ir::Tensor* var = Known(bn->input(4));
       if (scale->num_elements() != oc || beta->num_elements() != oc || mean->num_elements() != oc ||
-          var->num_elements() != oc || (b && b->constant->num_elements() != oc)) {
+          var->num_elements() != oc || (b && Known(b)->num_elements() != oc)) {
         continue;
       }
       double eps = bn->GetFloat("epsilon", 1e-5f);
@@ -660,7 +761,7 @@ class Fuser {
         for (int64_t k = 0; k < per; ++k) {
           nw.data<float>()[o * per + k] = static_cast<float>(wt.data<float>()[o * per + k] * s);
         }
-        double bias = b ? b->constant->data<float>()[o] : 0.0;
+        double bias = b ? Known(b)->data<float>()[o] : 0.0;
         nb.data<float>()[o] =
             static_cast<float>((bias - mean->data<float>()[o]) * s + beta->data<float>()[o]);
       }
@@ -686,11 +787,11 @@ class Fuser {
   // the constant an Unsqueeze or Reshape (same values, same order) gives another shape.
   static const ir::Tensor* ConstantValues(const ir::Value* v) {
     if (!v) return nullptr;
-    if (v->constant) return &*v->constant;
+    if (const ir::Tensor* t = Known(v)) return t;
     const ir::Node* p = v->producer;
     if (p && (p->op == ir::OpType::kUnsqueeze || p->op == ir::OpType::kReshape) && p->input(0) &&
-        p->input(0)->constant) {
-      return &*p->input(0)->constant;
+        Known(p->input(0))) {
+      return Known(p->input(0));
     }
     return nullptr;
   }
@@ -713,24 +814,23 @@ class Fuser {
   static int64_t ScalableChannels(const ir::Node& base) {
     if (base.num_outputs() != 1 || !base.outputs[0]) return 0;
     auto fp32_constant = [](const ir::Value* v) {
-      return v && v->constant && v->dtype == DataType::kF32 &&
-             v->constant->dtype() == DataType::kF32;
+      return v && Known(v) && v->dtype == DataType::kF32 && Known(v)->dtype() == DataType::kF32;
     };
     if (base.op == ir::OpType::kConv) {
       const ir::Value* w = base.input(1);
       const ir::Value* b = base.input(2);
-      if (!fp32_constant(w) || w->constant->rank() != 4 || (b && !fp32_constant(b))) return 0;
-      const int64_t oc = w->constant->dim(0);
-      return !b || b->constant->num_elements() == oc ? oc : 0;
+      if (!fp32_constant(w) || Known(w)->rank() != 4 || (b && !fp32_constant(b))) return 0;
+      const int64_t oc = Known(w)->dim(0);
+      return !b || Known(b)->num_elements() == oc ? oc : 0;
     }
     if (base.op != ir::OpType::kBatchNormalization || base.num_inputs() != 5 ||
         base.since_version < 9 || base.GetInt("training_mode", 0) != 0 ||
         !base.outputs[0]->shape.rank_known || base.outputs[0]->shape.rank() != 4) {
       return 0;
     }
-    const int64_t c = fp32_constant(base.input(1)) ? base.input(1)->constant->num_elements() : 0;
+    const int64_t c = fp32_constant(base.input(1)) ? Known(base.input(1))->num_elements() : 0;
     for (int k = 1; k <= 4; ++k) {
-      if (!fp32_constant(base.input(k)) || base.input(k)->constant->num_elements() != c) return 0;
+      if (!fp32_constant(base.input(k)) || Known(base.input(k))->num_elements() != c) return 0;
     }
     return c;
   }
@@ -801,7 +901,7 @@ class Fuser {
       // bias, absent from a Conv without one).
       const ir::Value* mv = base->input(1);
       const ir::Value* bv0 = base->input(2);
-      const ir::Tensor& mt = *mv->constant;
+      const ir::Tensor& mt = *Known(mv);
       ASSIGN_OR_RETURN(ir::Tensor nm, ir::Tensor::Allocate(DataType::kF32, mt.dims()));
       ASSIGN_OR_RETURN(ir::Tensor nb, ir::Tensor::Allocate(DataType::kF32, {oc}));
       const int64_t per = mt.num_elements() / oc;
@@ -810,7 +910,7 @@ class Fuser {
         for (int64_t k = 0; k < per; ++k) {
           nm.data<float>()[o * per + k] = static_cast<float>(mt.data<float>()[o * per + k] * sc);
         }
-        const double bias = bv0 ? bv0->constant->data<float>()[o] : 0.0;
+        const double bias = bv0 ? Known(bv0)->data<float>()[o] : 0.0;
         nb.data<float>()[o] = static_cast<float>(bias * sc + (tv ? at(tv, o) : 0.0));
       }
       ASSIGN_OR_RETURN(ir::Value * mnew,

@@ -259,6 +259,54 @@ onnx::ModelProto ConvSilu() {
   return m;
 }
 
+// ConvScale with every constant a Constant node (Paddle2ONNX's BatchNormalization as Mul, Add).
+onnx::ModelProto ConvScaleConstantNodes() {
+  onnx::ModelProto m = NewModel({1, 3, 8, 8}, {1, 4, 6, 6});
+  auto* g = m.mutable_graph();
+  ConstantNode(g, "w", {4, 3, 3, 3}, Ramp(4 * 27, 0.3f, 0.0f));
+  ConstantNode(g, "b", {4}, {0.1f, -0.2f, 0.3f, 0.0f});
+  ConstantNode(g, "s", {1, 4, 1, 1}, {1.5f, 0.5f, -2.0f, 1.0f});
+  ConstantNode(g, "t", {1, 4, 1, 1}, {0.0f, 0.1f, -0.1f, 0.2f});
+  AddOnnxNode(g, "Conv", {"x", "w", "b"}, {"c"}, "/conv");
+  AddOnnxNode(g, "Mul", {"c", "s"}, {"cs"}, "/scale/mul");
+  AddOnnxNode(g, "Add", {"cs", "t"}, {"y"}, "/scale/add");
+  return m;
+}
+
+// HardSwish written out after a Conv, as Paddle2ONNX writes it, constants as Constant nodes:
+// y = (c * Clip(c + 3, 0, 6)) / 6.
+onnx::ModelProto ConvHardSwishWritten() {
+  onnx::ModelProto m = NewModel({1, 3, 8, 8}, {1, 4, 6, 6});
+  auto* g = m.mutable_graph();
+  ConstantNode(g, "w", {4, 3, 3, 3}, Ramp(4 * 27, 1.2f, 0.0f));
+  ConstantNode(g, "b", {4}, {0.1f, -0.2f, 0.3f, 0.0f});
+  ConstantNode(g, "three", {1}, {3.0f});
+  ConstantNode(g, "zero", {}, {0.0f});
+  ConstantNode(g, "six", {}, {6.0f});
+  ConstantNode(g, "six_again", {1}, {6.0f});
+  AddOnnxNode(g, "Conv", {"x", "w", "b"}, {"c"}, "/conv");
+  AddOnnxNode(g, "Add", {"c", "three"}, {"c3"}, "/hs/add");
+  AddOnnxNode(g, "Clip", {"c3", "zero", "six"}, {"r6"}, "/hs/clip");
+  AddOnnxNode(g, "Mul", {"c", "r6"}, {"p"}, "/hs/mul");
+  AddOnnxNode(g, "Div", {"p", "six_again"}, {"y"}, "/hs/div");
+  return m;
+}
+
+// y = c * HardSigmoid(c; alpha 1/6, beta 0.5): HardSwish by its definition.
+onnx::ModelProto ConvHardSigmoidMul() {
+  onnx::ModelProto m = NewModel({1, 3, 8, 8}, {1, 4, 6, 6});
+  auto* g = m.mutable_graph();
+  AddFloatInitializer(g, "w", {4, 3, 3, 3}, Ramp(4 * 27, 1.2f, 0.0f));
+  AddOnnxNode(g, "Conv", {"x", "w"}, {"c"}, "/conv");
+  onnx::NodeProto* hs = AddOnnxNode(g, "HardSigmoid", {"c"}, {"h"}, "/hsig");
+  onnx::AttributeProto* alpha = hs->add_attribute();
+  alpha->set_name("alpha");
+  alpha->set_type(onnx::AttributeProto::FLOAT);
+  alpha->set_f(1.0f / 6);
+  AddOnnxNode(g, "Mul", {"h", "c"}, {"y"}, "/mul");
+  return m;
+}
+
 // y = Relu(Conv(x) + Tanh(x)): a residual Add after a convolution.
 onnx::ModelProto ConvResidualRelu() {
   onnx::ModelProto m = NewModel({1, 4, 8, 8}, {1, 4, 8, 8});
@@ -426,6 +474,9 @@ INSTANTIATE_TEST_SUITE_P(
         FusionCase{"batchnorm_scale", BatchNormScale, "batchnorm+scale"},
         FusionCase{"conv_relu", ConvRelu, "conv+Relu"},
         FusionCase{"conv_silu", ConvSilu, "conv+Swish"},
+        FusionCase{"conv_scale_constant_nodes", ConvScaleConstantNodes, "conv+scale"},
+        FusionCase{"conv_hardswish_written", ConvHardSwishWritten, "conv+HardSwish"},
+        FusionCase{"conv_hardsigmoid_mul", ConvHardSigmoidMul, "conv+HardSwish"},
         FusionCase{"conv_residual_relu", ConvResidualRelu, "conv+residual+Relu"},
         FusionCase{"matmul_bias_relu", MatMulBiasRelu, "matmul+bias+Relu"},
         FusionCase{"matmul_identity_bias_relu", MatMulIdentityBiasRelu, "matmul+bias+Relu"},

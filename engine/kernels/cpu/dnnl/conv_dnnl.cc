@@ -580,15 +580,18 @@ class ConvKernel final : public Kernel {
   // Y = act(sums), rounded once to Y's type (the reference epilogue; `sums` may be Y itself).
   // Sigmoid and Swish (SiLU) on AVX-512 (avx512/activation.h: within the bound math.h states,
   // the reference's std::exp being an ulp off as well; a scalar exp per output cost more than
-  // the convolution on YOLO-style detectors), in chunks on the threads.
+  // the convolution on YOLO-style detectors), HardSwish too (the reference's bits: x / 6 + 1/2
+  // clamped, times x), in chunks on the threads.
   void ApplyActivation(const float* sums, ir::Tensor& y) const {
     const int64_t n = y.num_elements();
     static const bool avx512 = kernels::CpuHasIsa(Isa::kAvx512);
-    if (avx512 && (act_.kind == ActKind::kSigmoid || act_.kind == ActKind::kSwish)) {
+    if (avx512 && (act_.kind == ActKind::kSigmoid || act_.kind == ActKind::kSwish ||
+                   act_.kind == ActKind::kHardSwish)) {
       avx512::ActParams p;
       p.alpha = 1.0f;
-      const avx512::ActFn fn =
-          act_.kind == ActKind::kSigmoid ? avx512::ActFn::kSigmoid : avx512::ActFn::kSwish;
+      const avx512::ActFn fn = act_.kind == ActKind::kSigmoid ? avx512::ActFn::kSigmoid
+                               : act_.kind == ActKind::kSwish ? avx512::ActFn::kSwish
+                                                              : avx512::ActFn::kHardSwish;
       constexpr int64_t kChunk = 4096;
       const int64_t chunks = (n + kChunk - 1) / kChunk;
       float* sums_rw = const_cast<float*>(sums);  // the kernel's own sums (scratch or Y)
