@@ -149,6 +149,20 @@ class ChannelsLast {
         }
       }
     }
+    // A Transpose of the model reading a value computed NHWC reads its NHWC twin instead, with
+    // the two permutations composed (YuNet's heads: NHWC -> NCHW -> NHWC becomes one identity
+    // copy, and the value needs no transpose back).
+    for (ir::Node* n : live_) {
+      if (nhwc_nodes_.contains(n) || !ModelTranspose(*n)) continue;
+      auto it = twin_.find(n->inputs[0]);
+      if (it == twin_.end()) continue;
+      const std::vector<int64_t> p = n->GetInts("perm");
+      std::vector<int64_t> q(4);
+      for (int i = 0; i < 4; ++i) q[i] = kToNchw[p[i]];  // v = w transposed by kToNchw
+      n->inputs[0] = it->second;
+      n->attrs["perm"] = ir::Attribute::Ints(q);
+      ++result_.composed;
+    }
     // Values produced NHWC that something still reads as NCHW (or a graph output): one
     // transpose back, producing the value under its own name (in execution order, so that a
     // build is deterministic).
@@ -175,6 +189,32 @@ class ChannelsLast {
     return n.op == ir::OpType::kMaxPool || n.op == ir::OpType::kAveragePool ||
            n.op == ir::OpType::kGlobalAveragePool || n.op == ir::OpType::kBatchNormalization ||
            n.op == ir::OpType::kLRN;
+  }
+
+  // A live Transpose of the graph with a rank-4 permutation, one input and one output.
+  bool ModelTranspose(const ir::Node& n) const {
+    if (n.op != ir::OpType::kTranspose || !live_set_.contains(&n) || n.num_inputs() != 1 ||
+        n.num_outputs() != 1 || !n.inputs[0] || !n.has_attr("perm")) {
+      return false;
+    }
+    std::vector<int64_t> p = n.GetInts("perm");
+    if (p.size() != 4) return false;
+    std::sort(p.begin(), p.end());
+    return p == std::vector<int64_t>{0, 1, 2, 3};
+  }
+
+  // Whether every live reader of `v` is a convolution or pool running NHWC that reads `v` as
+  // its X only (input 0, which the rewrite points at the NHWC twin), and `v` is no graph output.
+  bool OnlyNhwcXReaders(const ir::Value* v) const {
+    if (v->is_graph_output || v->consumers.empty()) return false;
+    for (const ir::Node* c : v->consumers) {
+      if (!live_set_.contains(c)) continue;
+      if (!nhwc_nodes_.contains(c) || !(IsConv(*c) || IsPool(*c))) return false;
+      for (int i = 1; i < c->num_inputs(); ++i) {
+        if (c->inputs[i] == v) return false;
+      }
+    }
+    return true;
   }
 
   // How many leading inputs of elementwise node `n` are operands (the rest, Clip's bounds, are
@@ -297,6 +337,21 @@ class ChannelsLast {
                      g_.AddValue(absl::StrCat(v->name, "::", kernels::kChannelsLastSuffix)));
     w->dtype = v->dtype;
     w->shape = Permuted(v->shape, kToNhwc);
+    ir::Node* t = v->producer;
+    if (t != nullptr && ModelTranspose(*t) && OnlyNhwcXReaders(v)) {
+      // v = the model's Transpose of u, read only as X of NHWC nodes: that Transpose writes the
+      // NHWC twin directly, the two permutations composed (magika's [N, L, C, 1] -> [N, C, L, 1]
+      // -> NHWC [N, L, 1, C] becomes one transpose moving a unit axis).
+      const std::vector<int64_t> p = t->GetInts("perm");
+      std::vector<int64_t> q(4);
+      for (int i = 0; i < 4; ++i) q[i] = p[kToNhwc[i]];
+      t->attrs["perm"] = ir::Attribute::Ints(q);
+      t->outputs[0] = w;
+      w->producer = t;
+      ++result_.composed;
+      to_nhwc_[v] = w;
+      return w;
+    }
     AddTranspose(v, w, kToNhwc);
     to_nhwc_[v] = w;
     return w;
@@ -344,8 +399,8 @@ absl::StatusOr<LayoutResult> KeepChannelsLast(
     logger->info(
         "layout: {} convolution(s), {} pool, BatchNormalization and LRN node(s), {} elementwise "
         "node(s), {} Concat(s) and {} Resize(s) run channels-last (NHWC), {} transpose(s) "
-        "inserted",
-        r.convolutions, r.pools, r.elementwise, r.concats, r.resizes, r.transposes);
+        "inserted, {} of the model's Transpose(s) composed with a layout change",
+        r.convolutions, r.pools, r.elementwise, r.concats, r.resizes, r.transposes, r.composed);
   }
   return r;
 }

@@ -49,6 +49,7 @@ struct LayoutResult {
   int concats = 0;                  // Concat nodes joining NHWC values
   int resizes = 0;                  // Resize nodes resizing NHWC values
   int transposes = 0;               // transposes inserted (into and out of NHWC)
+  int composed = 0;                 // model Transposes composed with a layout change instead
   std::vector<ir::Node*> inserted;  // the inserted Transpose nodes
 };
 

@@ -420,5 +420,129 @@ TEST(ChannelsLastTest, SqueezeExcitationWithASymbolicBatchStaysNhwc) {
   EXPECT_LE(diff, 1e-5f * range);
 }
 
+// A decoder's upsampling between convolutions on an image of symbolic height and width
+// (PP-OCR's detection neck): Conv -> nearest Resize by [1, 1, 2, 2] -> Add of another such Resize
+// -> Conv. The Resizes' outputs have x's rank (their H and W known only at run time), so every
+// node runs NHWC with one transpose in and one out, and the outputs are the NCHW engine's.
+onnx::ModelProto UpsamplingNeck() {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(17);
+  auto* g = m.mutable_graph();
+  g->set_name("upsampling_neck");
+  for (auto* vi : {AddTensorValueInfo(g->mutable_input(), "x", {1, kC, kH, kW}),
+                   AddTensorValueInfo(g->mutable_output(), "y", {1, kC, 2 * kH, 2 * kW})}) {
+    auto* shape = vi->mutable_type()->mutable_tensor_type()->mutable_shape();
+    shape->mutable_dim(2)->set_dim_param("h");
+    shape->mutable_dim(3)->set_dim_param("w");
+  }
+  AddFloatInitializer(g, "roi", {0}, {});
+  AddFloatInitializer(g, "scales", {4}, {1.0f, 1.0f, 2.0f, 2.0f});
+  Conv(g, "/c0", "x", kC, kC, 3, "c0");
+  Conv(g, "/c1", "x", kC, kC, 1, "c1");
+  for (const char* name : {"c0", "c1"}) {
+    AddOnnxNode(g, "Resize", {name, "roi", "scales"}, {std::string(name) + "up"},
+                std::string("/up_") + name);  // mode "nearest" by default
+  }
+  AddOnnxNode(g, "Add", {"c0up", "c1up"}, {"sum"}, "/sum");
+  Conv(g, "/c2", "sum", kC, kC, 3, "y");
+  return m;
+}
+
+TEST(ChannelsLastTest, ResizeOfSymbolicSizeBetweenConvolutionsStaysNhwc) {
+  std::vector<ir::Tensor> outs[2];
+  for (bool channels_last : {false, true}) {
+    builder::BuildOptions o;
+    o.channels_last = channels_last;
+    auto r = builder::BuildEngine(SerializeModel(UpsamplingNeck()), o, nullptr);
+    ASSERT_TRUE(r.ok()) << r.status();
+    if (channels_last) {
+      EXPECT_EQ(r->summary.layout_convolutions, 3);
+      EXPECT_EQ(r->summary.layout_transposes, 2);  // x in, y out
+    }
+    auto e = plan::LoadEngineFromBytes(std::make_shared<const std::string>(r->blob));
+    ASSERT_TRUE(e.ok()) << e.status();
+    auto s = runtime::Session::Create(*std::move(e));
+    ASSERT_TRUE(s.ok()) << s.status();
+    auto out = (*s)->Run(Input());
+    ASSERT_TRUE(out.ok()) << out.status();
+    outs[channels_last] = *std::move(out);
+  }
+  ASSERT_EQ(outs[0].size(), 1u);
+  ASSERT_EQ(outs[1].size(), 1u);
+  ASSERT_EQ(outs[0][0].dims(), (std::vector<int64_t>{1, kC, 2 * kH, 2 * kW}));
+  ASSERT_EQ(outs[0][0].dims(), outs[1][0].dims());
+  const float* a = outs[0][0].data<float>();
+  const float* b = outs[1][0].data<float>();
+  float range = 0, diff = 0;
+  for (int64_t i = 0; i < outs[0][0].num_elements(); ++i) {
+    range = std::max(range, std::fabs(a[i]));
+    diff = std::max(diff, std::fabs(a[i] - b[i]));
+  }
+  EXPECT_GT(range, 0.1f);
+  // Resize and Add move and add the same values in either layout; the convolutions sum the same
+  // products in an order oneDNN chooses per layout: fp32 rounding of sums of at most 145 terms
+  // (two 73-term convolutions added, then one more): well within 1e-5 of the range.
+  EXPECT_LE(diff, 1e-5f * range);
+}
+
+// The model's own Transposes next to a layout change (magika's Conv input, YuNet's heads):
+// x [1, kH, kW, kC] -> Transpose to NCHW -> Conv -> Transpose back to [1, kH, kW, kC] (y). The
+// first Transpose writes the Conv's NHWC X directly and the last reads its NHWC Y: no transpose
+// is inserted, and the outputs are the NCHW engine's.
+onnx::ModelProto TransposedConv() {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(17);
+  auto* g = m.mutable_graph();
+  g->set_name("transposed_conv");
+  AddTensorValueInfo(g->mutable_input(), "x", {1, kH, kW, kC});
+  AddTensorValueInfo(g->mutable_output(), "y", {1, kH, kW, kC});
+  AddIntsAttribute(AddOnnxNode(g, "Transpose", {"x"}, {"xt"}, "/in"), "perm", {0, 3, 1, 2});
+  Conv(g, "/c", "xt", kC, kC, 3, "c");
+  AddIntsAttribute(AddOnnxNode(g, "Transpose", {"c"}, {"y"}, "/out"), "perm", {0, 2, 3, 1});
+  return m;
+}
+
+TEST(ChannelsLastTest, ModelTransposesComposeWithTheLayoutChange) {
+  std::vector<ir::Tensor> outs[2];
+  auto in = ir::Tensor::Allocate(DataType::kF32, {1, kH, kW, kC});
+  ASSERT_TRUE(in.ok());
+  std::vector<float> v = Wave(kC * kH * kW, 1.0f, 0.0f);
+  std::copy(v.begin(), v.end(), in->data<float>());
+  for (bool channels_last : {false, true}) {
+    builder::BuildOptions o;
+    o.channels_last = channels_last;
+    auto r = builder::BuildEngine(SerializeModel(TransposedConv()), o, nullptr);
+    ASSERT_TRUE(r.ok()) << r.status();
+    if (channels_last) {
+      EXPECT_EQ(r->summary.layout_convolutions, 1);
+      EXPECT_EQ(r->summary.layout_transposes, 0);
+    }
+    auto e = plan::LoadEngineFromBytes(std::make_shared<const std::string>(r->blob));
+    ASSERT_TRUE(e.ok()) << e.status();
+    auto s = runtime::Session::Create(*std::move(e));
+    ASSERT_TRUE(s.ok()) << s.status();
+    auto out = (*s)->Run({*in});
+    ASSERT_TRUE(out.ok()) << out.status();
+    outs[channels_last] = *std::move(out);
+  }
+  ASSERT_EQ(outs[0].size(), 1u);
+  ASSERT_EQ(outs[1].size(), 1u);
+  ASSERT_EQ(outs[0][0].dims(), (std::vector<int64_t>{1, kH, kW, kC}));
+  ASSERT_EQ(outs[0][0].dims(), outs[1][0].dims());
+  const float* a = outs[0][0].data<float>();
+  const float* b = outs[1][0].data<float>();
+  float range = 0, diff = 0;
+  for (int64_t i = 0; i < outs[0][0].num_elements(); ++i) {
+    range = std::max(range, std::fabs(a[i]));
+    diff = std::max(diff, std::fabs(a[i] - b[i]));
+  }
+  EXPECT_GT(range, 0.1f);
+  // The transposes move values exactly; the convolution sums the same 73 products in an order
+  // oneDNN chooses per layout.
+  EXPECT_LE(diff, 1e-5f * range);
+}
+
 }  // namespace
 }  // namespace kiln::testing
