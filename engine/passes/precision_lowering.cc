@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/common/half.h"
 #include "engine/common/status.h"
+#include "engine/passes/qdq_integer.h"
 
 namespace kiln::passes {
 namespace {
@@ -31,6 +32,8 @@ bool FixedInput(const ir::Node& n, int i) {
       return true;  // quantization keeps fp32 scales
     case ir::OpType::kBitCast:
       return true;  // the bits of the authored dtype: fp16 bits reinterpreted are not fp32's
+    case ir::OpType::kLSTMQuantizedR:
+      return i == 8;  // R_scale: a dequantization scale, fp32 as DequantizeLinear's
     default:
       return false;
   }
@@ -106,6 +109,8 @@ class Lowering {
     authored_.resize(g_.values().size());
     for (const auto& v : g_.values()) authored_[v->id] = v->dtype;
     for (ir::Node* n : order) RETURN_IF_ERROR(LowerNode(*n));
+    g_.RebuildEdges();
+    RETURN_IF_ERROR(DequantizeToReaders());
     RETURN_IF_ERROR(KeepGraphOutputTypes());
     g_.RebuildEdges();
     return std::move(result_);
@@ -176,6 +181,9 @@ class Lowering {
       // optionals keep their authored types too (a Cast takes no sequence).
       const bool authored_types = ir::HasSubgraphs(n.op) || n.TouchesContainers();
       if (!FixedInput(n, i) && Retypable(want) && !authored_types) want = pdt;
+      // QuantizeLinear widens an fp16 / bf16 x exactly and divides in fp32 by its fp32 scale:
+      // it reads x at whatever float dtype its producer wrote (what a Cast to fp32 would give).
+      if (n.op == ir::OpType::kQuantizeLinear && i == 0 && Retypable(v->dtype)) want = v->dtype;
       if (v->dtype != want) {
         ASSIGN_OR_RETURN(n.inputs[i], Convert(v, want, n));
       }
@@ -329,10 +337,122 @@ class Lowering {
       cast->inputs = {v};
       cast->outputs = {out};
       ++result_.inserted_conversions;
+      inserted_[cast] = result_.changes.size();
       Record(name, v->dtype, to, absl::StrCat("conversion inserted for ", consumer.Label()));
     }
     converted_[key] = out;
     return out;
+  }
+
+  // Dequantization rounded once to its reader's dtype, in place of an inserted conversion of an
+  // fp32 result to fp16 / bf16 that is its only reader, where that dtype is the precision every
+  // source of the producer was assigned (rounding there is what the assignment asks, DESIGN.md
+  // §5): a DequantizeLinear writes that dtype itself (output_dtype, opset 23), and the Cast +
+  // Mul of a qdq-integer rewrite whose int32 sums are exact in fp32 (IntegerSumsExactInFloat)
+  // become one such DequantizeLinear of the sums. Both compute the fp32 result (for int32 data
+  // the double product rounded to fp32) and round it once: the converted bits. The effective
+  // precision of the sources becomes the assigned one (the MatMul of a qdq-integer rewrite, run
+  // in fp32 until now, rounds its output so). Graph outputs keep their authored dtype.
+  absl::Status DequantizeToReaders() {
+    std::vector<bool> removed(g_.nodes().size(), false);
+    bool any = false;
+    for (const auto& node : g_.nodes()) {
+      auto it = inserted_.find(node.get());
+      if (it == inserted_.end()) continue;
+      ir::Node* conversion = node.get();
+      ir::Value* converted = conversion->outputs[0];
+      ir::Value* v = conversion->inputs[0];
+      const DataType to = converted->dtype;
+      if ((to != DataType::kF16 && to != DataType::kBF16) || v->dtype != DataType::kF32 ||
+          v->is_graph_output || v->consumers.size() != 1 || v->producer == nullptr) {
+        continue;
+      }
+      ir::Node& p = *v->producer;
+      if (p.sources.empty() || p.num_outputs() != 1) continue;
+      bool assigned = true;
+      for (int s : p.sources) {
+        assigned &=
+            a_.nodes[s].floating && precision::PrecisionDataType(a_.nodes[s].assigned) == to;
+      }
+      if (!assigned) continue;
+      if (p.op == ir::OpType::kMul) {
+        ASSIGN_OR_RETURN(ir::Node * cast, IntegerDequantization(p));
+        if (cast == nullptr) continue;
+        removed[cast->id] = true;
+      } else if (p.op != ir::OpType::kDequantizeLinear) {
+        continue;
+      }
+      // The conversion's readers read v, now of its dtype.
+      for (ir::Node* c : std::vector<ir::Node*>(converted->consumers)) {
+        for (ir::Value*& in : c->inputs) {
+          if (in == converted) in = v;
+        }
+      }
+      Record(v->name, v->dtype, to,
+             absl::StrCat("output of ", p.Label(), " rounded once to ", DataTypeName(to),
+                          " (dequantized in fp32), in place of an inserted conversion"));
+      v->dtype = to;
+      p.attrs["output_dtype"] = ir::Attribute::Int(static_cast<int64_t>(to));
+      p.since_version = std::max(p.since_version, 23);
+      for (int s : p.sources) result_.effective[s] = a_.nodes[s].assigned;
+      result_.changes[it->second].reason.clear();  // dropped below
+      --result_.inserted_conversions;
+      removed[conversion->id] = true;
+      any = true;
+    }
+    if (!any) return absl::OkStatus();
+    std::erase_if(result_.changes, [](const DtypeChange& c) { return c.reason.empty(); });
+    inserted_.clear();  // indices into changes, stale now
+    g_.RemoveNodes(removed);
+    return absl::OkStatus();
+  }
+
+  // `mul`, the Mul(Cast(int32 sums), scale) of a qdq-integer rewrite whose sums are exact in fp32,
+  // made a DequantizeLinear of the sums (opset 13 form: scale [] or 1-D with its axis); returns
+  // the Cast, which goes, or null (and `mul` unchanged) for any other node.
+  absl::StatusOr<ir::Node*> IntegerDequantization(ir::Node& mul) {
+    if ((mul.fusion != "qdq-matmul" && mul.fusion != "qdq-conv") || mul.num_inputs() != 2) {
+      return nullptr;
+    }
+    ir::Value* f = mul.inputs[0];
+    ir::Value* scale = mul.inputs[1];
+    if (f == nullptr || f->is_graph_output || f->consumers.size() != 1 || scale == nullptr ||
+        !scale->constant || scale->constant->dtype() != DataType::kF32) {
+      return nullptr;
+    }
+    ir::Node* cast = f->producer;
+    if (cast == nullptr || cast->op != ir::OpType::kCast || cast->fusion != mul.fusion) {
+      return nullptr;
+    }
+    ir::Value* acc = cast->inputs[0];
+    if (acc == nullptr || acc->dtype != DataType::kI32 || acc->producer == nullptr ||
+        !IntegerSumsExactInFloat(*acc->producer)) {
+      return nullptr;
+    }
+    // The scale: one value, [N] over a MatMul's last axis, or [M, 1(, 1)] over a Conv's axis 1.
+    const ir::Tensor& t = *scale->constant;
+    int axis = 0;
+    if (t.num_elements() != 1) {
+      if (mul.fusion == "qdq-matmul" && t.rank() == 1) {
+        axis = -1;
+      } else if (mul.fusion == "qdq-conv" && t.rank() >= 2 && t.dim(0) == t.num_elements()) {
+        axis = 1;
+        ASSIGN_OR_RETURN(ir::Value * flat, g_.AddValue(absl::StrCat(scale->name, "::1d")));
+        authored_.push_back(DataType::kUndefined);
+        ir::Tensor c = t.Clone().Reshaped({t.num_elements()});  // its values as [M]
+        flat->dtype = DataType::kF32;
+        flat->shape = ir::Shape::Of(c.dims());
+        flat->constant = std::move(c);
+        scale = flat;
+      } else {
+        return nullptr;
+      }
+    }
+    mul.op = ir::OpType::kDequantizeLinear;
+    mul.inputs = {acc, scale};
+    mul.attrs.clear();
+    if (axis != 0) mul.attrs["axis"] = ir::Attribute::Int(axis);
+    return cast;
   }
 
   // Graph outputs keep their authored name and dtype: the lowered value is renamed and a final
@@ -374,6 +494,7 @@ class Lowering {
   LoweringResult result_;
   std::vector<DataType> authored_;  // per value id: dtype in the authored model
   std::map<std::pair<int, DataType>, ir::Value*> converted_;
+  std::map<const ir::Node*, size_t> inserted_;  // inserted conversion -> its entry in changes
 };
 
 }  // namespace

@@ -6,6 +6,13 @@
 // per (value, dtype) is inserted; graph outputs keep their authored dtype and name through a final
 // conversion. Slots whose type the op fixes (Resize scales/roi, LayerNormalization's Mean and
 // InvStdDev, quantization scales) keep fp32. Integer, bool and shape computation is untouched.
+// Quantization without conversions: QuantizeLinear reads x at the float dtype its producer wrote
+// (widening is exact; it divides in fp32); a DequantizeLinear whose only reader is a conversion
+// of its fp32 output to the fp16 / bf16 its sources were assigned writes that dtype itself
+// (output_dtype, opset 23: the fp32 product rounded once, the converted bits) and the conversion
+// goes; so does the Cast + Mul of a qdq-integer rewrite (qdq_integer.h) whose int32 sums are
+// exact in fp32, made one such DequantizeLinear of the sums. The sources' effective precision is
+// then the assigned one (their output is rounded to it once).
 //
 // Preconditions: `assignment` was computed for this graph; weak typing (strong typing changes
 // nothing and the pass returns at once). Every dtype change is recorded.

@@ -1,5 +1,6 @@
 // QdqToInteger (qdq_integer.h): QDQ MatMul and Conv rewritten onto MatMulInteger / ConvInteger,
-// a Cast to fp32 and one Mul by the product of the scales (and the Conv's bias Add).
+// a Cast to fp32 and one Mul by the product of the scales (and the Conv's bias Add); and
+// IntegerSumsExactInFloat, the bound on those integer sums that precision lowering reads.
 #include "engine/passes/qdq_integer.h"
 
 #include <algorithm>
@@ -315,6 +316,75 @@ class Rewriter {
 };
 
 }  // namespace
+
+namespace {
+
+// The largest |q - z| over the values of a uint8 / int8 input against its per-tensor constant
+// zero point `z` (null: zero); -1 for any other input.
+int64_t MaxCentered(const ir::Value* q, const ir::Value* z) {
+  if (q == nullptr || !IsInt8(q->dtype)) return -1;
+  int64_t zero = 0;
+  if (z != nullptr) {
+    if (!IsConstant(z) || z->constant->num_elements() != 1) return -1;
+    zero = static_cast<int64_t>(ir::ElementAsDouble(*z->constant, 0));
+  }
+  const int64_t lo = q->dtype == DataType::kU8 ? 0 : -128;
+  const int64_t hi = q->dtype == DataType::kU8 ? 255 : 127;
+  return std::max(zero - lo, hi - zero);
+}
+
+// The largest sum of |w - zw| over one slice of the constant uint8 / int8 weight `w` along
+// `axis` (1: the columns of a MatMul's B [K, N]; 0: a convolution's output channels), zw (null:
+// zero) per tensor or per slice; -1 for any other form.
+int64_t MaxSliceAbsSum(const ir::Value* w, const ir::Value* zw, int axis) {
+  if (!IsConstant(w) || !IsInt8(w->constant->dtype()) || w->constant->rank() <= axis) return -1;
+  const ir::Tensor& t = *w->constant;
+  const int64_t slices = t.dim(axis);
+  if (slices == 0) return 0;
+  if (axis == 1 && t.rank() != 2) return -1;
+  const ir::Tensor* z = nullptr;
+  if (zw != nullptr) {
+    if (!IsConstant(zw)) return -1;
+    z = &*zw->constant;
+    if (z->num_elements() != 1 && z->num_elements() != slices) return -1;
+  }
+  const int64_t outer = axis == 0 ? 1 : t.dim(0);
+  const int64_t inner = axis == 0 ? t.num_elements() / slices : 1;
+  const bool is_signed = t.dtype() == DataType::kI8;
+  int64_t worst = 0;
+  for (int64_t j = 0; j < slices; ++j) {
+    const int64_t zero =
+        z == nullptr
+            ? 0
+            : static_cast<int64_t>(ir::ElementAsDouble(*z, z->num_elements() == 1 ? 0 : j));
+    int64_t sum = 0;
+    for (int64_t o = 0; o < outer; ++o) {
+      for (int64_t i = 0; i < inner; ++i) {
+        const int64_t e = (o * slices + j) * inner + i;
+        const int64_t q = is_signed ? t.data<int8_t>()[e] : t.data<uint8_t>()[e];
+        sum += q > zero ? q - zero : zero - q;
+      }
+    }
+    worst = std::max(worst, sum);
+  }
+  return worst;
+}
+
+}  // namespace
+
+bool IntegerSumsExactInFloat(const ir::Node& integer) {
+  int axis;
+  if (integer.op == ir::OpType::kMatMulInteger) {
+    axis = 1;
+  } else if (integer.op == ir::OpType::kConvInteger) {
+    axis = 0;
+  } else {
+    return false;
+  }
+  const int64_t a = MaxCentered(integer.input(0), integer.input(2));
+  const int64_t w = MaxSliceAbsSum(integer.input(1), integer.input(3), axis);
+  return a >= 0 && w >= 0 && a * w <= (int64_t{1} << 24);
+}
 
 absl::StatusOr<int> QdqToInteger(ir::Graph& graph, const FusionOptions& options,
                                  FusionResult& fusion,

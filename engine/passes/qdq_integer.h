@@ -23,7 +23,10 @@
 // as the fp32 computation or more. The Cast and the Mul compute in fp32 whatever the MatMul was
 // assigned (an fp16 Cast of an int32 sum would overflow), and consumers assigned lower read a
 // conversion lowering inserts: the effective precision of the MatMul / Conv and of the absorbed
-// DequantizeLinear nodes is fp32 >= assigned. New nodes carry the sources of the nodes they
+// DequantizeLinear nodes is fp32 >= assigned. Where precision lowering replaces the Cast, the Mul
+// and that conversion by one DequantizeLinear rounding once to the MatMul's assigned fp16 / bf16
+// (IntegerSumsExactInFloat below; precision_lowering.h), the MatMul's effective precision is the
+// assigned one: its output is rounded so. New nodes carry the sources of the nodes they
 // implement (the MatMulInteger / ConvInteger also those of the absorbed DequantizeLinears) and
 // the fusion label "qdq-matmul" / "qdq-conv".
 //
@@ -40,6 +43,15 @@
 #include "spdlog/logger.h"
 
 namespace kiln::passes {
+
+/// Whether every int32 sum of `integer`, a MatMulInteger / ConvInteger of this pass (uint8 /
+/// int8 A with a per-tensor constant zero point or none; a constant uint8 / int8 weight, B [K, N]
+/// or a convolution weight, with constant zero points per tensor or per column / output
+/// channel), is at most 2^24 in magnitude: max |qa - za| over A's dtype times the largest sum of
+/// |qb - zb| over a column / output channel. Then int32 -> fp32 is exact, and one
+/// DequantizeLinear of the sums (the product in double, rounded once) gives the bits of the Cast
+/// and the fp32 Mul. False for any other node or form.
+bool IntegerSumsExactInFloat(const ir::Node& integer);
 
 /// Rewrites every QDQ MatMul / Conv of `graph` as above whose integer node `fast_kernel` accepts
 /// (a kernel faster than the reference one runs it: else the fp32 GEMM is faster), recording each

@@ -176,6 +176,32 @@ TEST_P(ContribModels, MatchOnnxRuntime) {
   }
 }
 
+// DynamicQuantizeLSTM keeps R in int8 (LSTMQuantizedR) and R's row scales in fp32 under every
+// policy: they are dequantization scales, as DequantizeLinear's (precision_lowering.cc's
+// FixedInput); the LSTM's floating inputs follow the policy.
+TEST(ContribModelsPrecision, QuantizedLstmScalesStayFp32) {
+  for (const char* policy : {"fp16", "bf16"}) {
+    builder::BuildOptions o;
+    o.policy = policy;
+    auto built = builder::BuildEngineFromFile(Path("dynamic_quantize_lstm/model.onnx"), o, nullptr);
+    ASSERT_TRUE(built.ok()) << built.status();
+    auto engine = plan::LoadEngineFromBytes(std::make_shared<std::string>(built->blob));
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    int found = 0;
+    for (const ir::Node* n : (*engine)->order) {
+      if (n->op != ir::OpType::kLSTMQuantizedR) continue;
+      ++found;
+      ASSERT_GT(n->num_inputs(), 9);
+      ASSERT_NE(n->input(8), nullptr);
+      EXPECT_EQ(n->input(8)->dtype, DataType::kF32) << policy;
+      EXPECT_TRUE(n->input(2)->dtype == DataType::kI8 || n->input(2)->dtype == DataType::kU8);
+      EXPECT_EQ(n->input(0)->dtype,
+                std::string(policy) == "fp16" ? DataType::kF16 : DataType::kBF16);
+    }
+    EXPECT_EQ(found, 1) << policy;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(OnnxRuntimeContribOps, ContribModels, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            return std::string(info.param.model);

@@ -67,21 +67,35 @@ float MaskAdd(DataType dt, const void* m, int64_t i) {
 
 float HorizontalMax(__m512 v) { return _mm512_reduce_max_ps(v); }
 
+// scores[r * tp + j] = q_r . k_j for NR rows and NJ vectors of 16 keys from key j0: NR * NJ
+// independent accumulators (the FMA latency hidden), one K^T load feeding NR products.
+template <int NR, int NJ>
+void ScoresTile(const float* q, int64_t d_len, const float* kt, int64_t tp, int64_t j0, float* s) {
+  __m512 acc[NR][NJ];
+  for (int r = 0; r < NR; ++r) {
+    for (int c = 0; c < NJ; ++c) acc[r][c] = _mm512_setzero_ps();
+  }
+  const float* col = kt + j0;
+  for (int64_t d = 0; d < d_len; ++d) {
+    __m512 kv[NJ];
+    for (int c = 0; c < NJ; ++c) kv[c] = _mm512_loadu_ps(col + d * tp + 16 * c);
+    for (int r = 0; r < NR; ++r) {
+      const __m512 qv = _mm512_set1_ps(q[r * d_len + d]);
+      for (int c = 0; c < NJ; ++c) acc[r][c] = _mm512_fmadd_ps(qv, kv[c], acc[r][c]);
+    }
+  }
+  for (int r = 0; r < NR; ++r) {
+    for (int c = 0; c < NJ; ++c) _mm512_storeu_ps(s + r * tp + j0 + 16 * c, acc[r][c]);
+  }
+}
+
 // scores[r * tp + j] = q_r . k_j for NR rows, every padded key.
 template <int NR>
 void Scores(const float* q, int64_t d_len, const float* kt, int64_t tp, float* s) {
-  for (int64_t j0 = 0; j0 < tp; j0 += 16) {
-    __m512 acc[NR];
-    for (int r = 0; r < NR; ++r) acc[r] = _mm512_setzero_ps();
-    const float* col = kt + j0;
-    for (int64_t d = 0; d < d_len; ++d) {
-      const __m512 kv = _mm512_loadu_ps(col + d * tp);
-      for (int r = 0; r < NR; ++r) {
-        acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(q[r * d_len + d]), kv, acc[r]);
-      }
-    }
-    for (int r = 0; r < NR; ++r) _mm512_storeu_ps(s + r * tp + j0, acc[r]);
-  }
+  int64_t j0 = 0;
+  for (; j0 + 64 <= tp; j0 += 64) ScoresTile<NR, 4>(q, d_len, kt, tp, j0, s);
+  for (; j0 + 32 <= tp; j0 += 32) ScoresTile<NR, 2>(q, d_len, kt, tp, j0, s);
+  for (; j0 < tp; j0 += 16) ScoresTile<NR, 1>(q, d_len, kt, tp, j0, s);
 }
 
 // y[r * vp + c0 + 16c] = sum_j p_r[j] v[j][c0 + 16c] for NR rows and NC vectors of columns.
@@ -136,7 +150,21 @@ void SoftmaxRow(const AttentionArgs& a, float* row, int64_t keys, int64_t b, int
     _mm512_mask_storeu_ps(row + j, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, row + j), factor));
   }
   bool all_masked = false;
-  if (a.mask != nullptr || a.causal) {
+  if (a.mask != nullptr && !a.causal && a.mask_dtype == DataType::kF32 && a.mask_strides[3] == 1 &&
+      a.mask_keys == keys) {
+    // The common form (an additive fp32 row per query or broadcast): 16 keys at a time.
+    const float* m = static_cast<const float*>(a.mask) + b * a.mask_strides[0] +
+                     h * a.mask_strides[1] + i * a.mask_strides[2];
+    const __m512 ninf = _mm512_set1_ps(kNegInf);
+    __mmask16 finite = 0;
+    for (int64_t j = 0; j < keys; j += 16) {
+      const __mmask16 k = keys - j >= 16 ? 0xffff : static_cast<__mmask16>((1u << (keys - j)) - 1);
+      const __m512 add = _mm512_maskz_loadu_ps(k, m + j);
+      finite |= _mm512_mask_cmp_ps_mask(k, add, ninf, _CMP_NEQ_UQ);
+      _mm512_mask_storeu_ps(row + j, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, row + j), add));
+    }
+    all_masked = keys > 0 && finite == 0;
+  } else if (a.mask != nullptr || a.causal) {
     all_masked = keys > 0;
     const int64_t base = b * a.mask_strides[0] + h * a.mask_strides[1] + i * a.mask_strides[2];
     for (int64_t j = 0; j < keys; ++j) {

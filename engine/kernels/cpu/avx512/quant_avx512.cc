@@ -22,11 +22,17 @@ namespace {
 constexpr int64_t kPiece = 16384;
 constexpr int64_t kParallelMin = 4 * kPiece;
 
-// Runs body(begin, end) over [0, n) in kPiece pieces, on the threads when n is large.
+// Runs body(begin, end) over [0, n) in kPiece pieces, on the threads when n is large. Below
+// that no parallel region is opened at all: even a serialised one costs about a microsecond, and
+// a per-axis DequantizeLinear calls this once per row of a few hundred elements.
 template <typename F>
 void Pieces(int64_t n, F&& body) {
   const int64_t pieces = (n + kPiece - 1) / kPiece;
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  if (n < kParallelMin) {
+    for (int64_t p = 0; p < pieces; ++p) body(p * kPiece, std::min(n, (p + 1) * kPiece));
+    return;
+  }
+#pragma omp parallel for schedule(static)
   for (int64_t p = 0; p < pieces; ++p) body(p * kPiece, std::min(n, (p + 1) * kPiece));
 }
 
@@ -142,6 +148,38 @@ void DequantizeLoop(const void* x, int64_t n, const float* scale, const int32_t*
       v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(xi, z)), s);
     }
     Store16<Y>(y, i, m, v);
+  });
+}
+
+// int32 x (the integer sums of a qdq-integer rewrite) in fp32: where |x|, |z| <= 2^23 in every
+// lane (abs of INT32_MIN reads as 2^31 unsigned), x - z is an fp32 integer and the fp32 product
+// is the double product (at most 49 significant bits, exact) rounded to fp32: DequantizeLoop's
+// bits. Each piece is computed so without a branch on the data, its lanes out of that range
+// noted, and the piece recomputed by DequantizeLoop when there was one.
+template <DataType Y, bool kPerElement>
+void DequantizeI32(const int32_t* x, int64_t n, const float* scale, const int32_t* zp, void* y) {
+  Pieces(n, [=](int64_t begin, int64_t end) {
+    const __m512i lim = _mm512_set1_epi32(1 << 23);
+    __m512 s = _mm512_set1_ps(scale[0]);
+    __m512i z = _mm512_set1_epi32(zp[0]);
+    __mmask16 wide = 0;
+    for (int64_t i = begin; i < end; i += 16) {
+      const __mmask16 m = LaneMask(end - i);
+      if constexpr (kPerElement) {
+        s = _mm512_maskz_loadu_ps(m, scale + i);
+        z = _mm512_maskz_loadu_epi32(m, zp + i);
+      }
+      const __m512i xi = _mm512_maskz_loadu_epi32(m, x + i);
+      wide |= _mm512_mask_cmpgt_epu32_mask(m, _mm512_abs_epi32(xi), lim) |
+              _mm512_mask_cmpgt_epu32_mask(m, _mm512_abs_epi32(z), lim);
+      Store16<Y>(y, i, m, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(xi, z)), s));
+    }
+    if (wide != 0) {
+      const int64_t ys = static_cast<int64_t>(DataTypeSize(Y));
+      DequantizeLoop<DataType::kI32, Y, kPerElement>(
+          x + begin, end - begin, kPerElement ? scale + begin : scale,
+          kPerElement ? zp + begin : zp, static_cast<uint8_t*>(y) + begin * ys);
+    }
   });
 }
 
@@ -327,6 +365,14 @@ void QuantizeLinearRun(DataType xt, const void* x, int64_t n, const float* scale
 void DequantizeLinearRun(DataType xt, const void* x, int64_t n, const float* scale,
                          const int32_t* zp, bool per_element, DataType yt, void* y) {
   using enum DataType;
+  if (xt == kI32) {
+    WithType<kF32, kF16, kBF16>(yt, [&](auto Y) {
+      WithBool(per_element, [&](auto kPerElement) {
+        DequantizeI32<Y, kPerElement>(static_cast<const int32_t*>(x), n, scale, zp, y);
+      });
+    });
+    return;
+  }
   WithType<kU8, kI8, kU16, kI16, kI32>(xt, [&](auto X) {
     WithType<kF32, kF16, kBF16>(yt, [&](auto Y) {
       WithBool(per_element,

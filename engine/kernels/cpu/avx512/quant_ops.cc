@@ -4,10 +4,13 @@
 // activations of int8 models (Smart Turn: a QuantizeLinear / DequantizeLinear pair after nearly
 // every op). The reference's numbers to the bit (quant.h); what these kernels do not take goes
 // to the reference kernel at run time: blocked quantization, the low-bit and float8 types,
-// output_dtype and precision attributes, int32 or float8e8m0 scales, and any shape the
-// reference reports as an error.
+// QuantizeLinear's output_dtype and precision attributes, int32 or float8e8m0 scales, and any
+// shape the reference reports as an error. DequantizeLinear's output_dtype (opset 23; the fp16 /
+// bf16 output precision lowering gives a dequantization read at that dtype) is taken: the
+// product in fp32 rounded once to it. QuantizeLinear reads fp16 / bf16 x with an fp32 scale.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -84,6 +87,11 @@ void ReadParams(const ir::Tensor& scale, const ir::Tensor* zp, std::vector<float
 using ElementFn = void (*)(DataType, const void*, int64_t, const float*, const int32_t*, bool,
                            DataType, void*);
 
+// Elements of a per-axis layout above which its runs are shared among the OpenMP threads, in
+// blocks of about kRunBlock elements (each run's own loop then stays on its thread).
+constexpr int64_t kRunBlock = 16384;
+constexpr int64_t kParallelRuns = 4 * kRunBlock;
+
 // Runs `fn` over the layout: the whole tensor, one call per (outer, axis) run of `inner`
 // elements, or per outer row with a scale per element when inner is 1.
 void RunPlan(ElementFn fn, const QuantPlan& p, DataType xt, const void* x, const float* s,
@@ -93,15 +101,23 @@ void RunPlan(ElementFn fn, const QuantPlan& p, DataType xt, const void* x, const
   auto* yb = static_cast<uint8_t*>(y);
   if (p.outer == 1 && p.axis_dim == 1) {
     fn(xt, x, p.inner, s, z, false, yt, y);
-  } else if (p.inner == 1) {
-    for (int64_t o = 0; o < p.outer; ++o) {
-      fn(xt, xb + o * p.axis_dim * xs, p.axis_dim, s, z, true, yt, yb + o * p.axis_dim * ys);
-    }
-  } else {
-    for (int64_t o = 0; o < p.outer; ++o) {
-      for (int64_t a = 0; a < p.axis_dim; ++a) {
-        const int64_t e = (o * p.axis_dim + a) * p.inner;
-        fn(xt, xb + e * xs, p.inner, s + a, z + a, false, yt, yb + e * ys);
+    return;
+  }
+  // Run r: row r of [outer, axis_dim] when inner is 1, else the inner elements of (o, a).
+  const bool rows = p.inner == 1;
+  const int64_t runs = rows ? p.outer : p.outer * p.axis_dim;
+  const int64_t len = rows ? p.axis_dim : p.inner;
+  const int64_t per_block = std::max<int64_t>(1, kRunBlock / std::max<int64_t>(len, 1));
+  const int64_t blocks = (runs + per_block - 1) / per_block;
+#pragma omp parallel for schedule(static) if (runs * len >= kParallelRuns && blocks > 1)
+  for (int64_t b = 0; b < blocks; ++b) {
+    for (int64_t r = b * per_block; r < std::min(runs, (b + 1) * per_block); ++r) {
+      const int64_t e = r * len;
+      if (rows) {
+        fn(xt, xb + e * xs, len, s, z, true, yt, yb + e * ys);
+      } else {
+        const int64_t a = r % p.axis_dim;
+        fn(xt, xb + e * xs, len, s + a, z + a, false, yt, yb + e * ys);
       }
     }
   }
@@ -161,11 +177,21 @@ class DequantizeKernel final : public Kernel {
     return std::unique_ptr<Kernel>(new DequantizeKernel(node, std::move(reference)));
   }
 
-  // No output_dtype attribute (opset 23): Y takes the scale's type, which must be a float.
+  // Y of the output_dtype attribute (opset 23; precision lowering sets it to round an fp32
+  // dequantization once to fp16 / bf16), else of the scale's type, which must be a float.
   static bool Supports(const ir::Node& node) {
     const ir::Value* scale = node.input(1);
-    return AttrUnset(node, "output_dtype") && scale != nullptr &&
+    const DataType y = OutputType(node, DataType::kF32);
+    return (IsFloatType(y) || y == DataType::kUndefined) && scale != nullptr &&
            (IsFloatType(scale->dtype) || scale->dtype == DataType::kUndefined);
+  }
+
+  // output_dtype when set, else `scale` (kUndefined for an output_dtype that is no type).
+  static DataType OutputType(const ir::Node& node, DataType scale) {
+    if (AttrUnset(node, "output_dtype")) return scale;
+    const int64_t v = node.GetInt("output_dtype", 0);
+    return v < 0 || v > INT32_MAX ? DataType::kUndefined
+                                  : DataTypeFromOnnx(static_cast<int32_t>(v));
   }
 
   absl::Status Run(KernelContext& ctx) override {
@@ -177,12 +203,16 @@ class DequantizeKernel final : public Kernel {
         (zp != nullptr && zp->dtype() != x->dtype())) {
       return reference_->Run(ctx);
     }
+    const DataType yt = OutputType(node_, scale->dtype());
     const std::optional<QuantPlan> p = PlanQuant(node_, *x, *scale, zp);
-    if (!p) return reference_->Run(ctx);
-    ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, scale->dtype(), x->dims()));
+    // output_dtype before opset 23 is the reference's error to report.
+    if (!p || !IsFloatType(yt) || (yt != scale->dtype() && node_.since_version < 23)) {
+      return reference_->Run(ctx);
+    }
+    ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, yt, x->dims()));
     ReadParams(*scale, zp, s_, z_);
-    RunPlan(&DequantizeLinearRun, *p, x->dtype(), x->raw_data(), s_.data(), z_.data(),
-            scale->dtype(), y->raw_data());
+    RunPlan(&DequantizeLinearRun, *p, x->dtype(), x->raw_data(), s_.data(), z_.data(), yt,
+            y->raw_data());
     return absl::OkStatus();
   }
 
