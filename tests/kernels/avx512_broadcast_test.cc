@@ -126,6 +126,42 @@ TEST(Avx512Broadcast, ArithmeticMatchesTheReferenceBitForBit) {
   }
 }
 
+// One operand repeated along short rows (inner runs of at most 256 elements) against one read
+// contiguously: the NHWC gates and biases ([.., H*W, C] op [.., 1, C]) that the kernel streams
+// across rows from a tile. Periods below, at and above 16 and 64, the last short one (256) and
+// the first long one (257), an outer dim that moves the repeated row, and outputs over 64K
+// elements whose 16K-element pieces start in the middle of a row (16384 % 24 == 16).
+TEST(Avx512Broadcast, RepeatedShortRowsMatchTheReferenceBitForBit) {
+  SKIP_WITHOUT_AVX512();
+  std::mt19937 gen(17);
+  const std::vector<std::pair<Dims, Dims>> cases = {{{1, 80, 120, 24}, {1, 1, 1, 24}},
+                                                    {{1, 40, 30, 96}, {96}},
+                                                    {{2, 30, 96}, {2, 1, 96}},
+                                                    {{3000, 7}, {7}},
+                                                    {{500, 33}, {1, 33}},
+                                                    {{40, 64}, {64}},
+                                                    {{300, 256}, {256}},
+                                                    {{300, 257}, {257}},
+                                                    {{3, 5, 48}, {3, 1, 48}},
+                                                    {{9, 17}, {17}}};
+  for (DataType t : {DataType::kF32, DataType::kF16, DataType::kBF16}) {
+    for (const auto& [dense, rep] : cases) {
+      for (OpType op :
+           {OpType::kAdd, OpType::kSub, OpType::kMul, OpType::kDiv, OpType::kMax, OpType::kPRelu}) {
+        for (int swap = 0; swap < (op == OpType::kPRelu ? 1 : 2); ++swap) {
+          const Dims& a = swap ? rep : dense;
+          const Dims& b = swap ? dense : rep;
+          NodeSpec spec;
+          spec.op = op;
+          spec.since_version = op == OpType::kPRelu ? 16 : 13;
+          spec.inputs = {MakeOf(t, a, Values(gen, a)), MakeOf(t, b, Values(gen, b))};
+          ExpectSameAsReference(spec, Describe(op, t, {a, b}));
+        }
+      }
+    }
+  }
+}
+
 // Sum, Max and Min of three and four inputs, each broadcast differently (the N-input loop).
 TEST(Avx512Broadcast, VariadicOpsFoldLeftToRightAsTheReference) {
   SKIP_WITHOUT_AVX512();

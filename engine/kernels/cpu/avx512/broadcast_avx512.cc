@@ -40,15 +40,30 @@ inline __m512 Splat(const void* x, int64_t i) {
   return _mm512_set1_ps(_mm512_cvtss_f32(Load16<T>(x, i, 1)));
 }
 
+// 16 lanes of operand p at element i (lanes m), or its splat sv; kFull: all lanes, unmasked.
+template <DataType T, bool kSplat, bool kFull>
+inline __m512 Operand(const void* p, int64_t i, __mmask16 m, __m512 sv) {
+  if constexpr (kSplat) return sv;
+  if constexpr (kFull) return LoadFull16<T>(p, i);
+  return Load16<T>(p, i, m);
+}
+
 // Two operands; kSa / kSb: the operand is one element splat over the run (inner stride 0).
+// Full vectors with plain loads and stores, the tail masked (StoreFull16 says why).
 template <BcOp Op, DataType T, bool kSa, bool kSb>
 void Seg2(const void* a, const void* b, void* dst, int64_t o, int64_t len, const int64_t* off) {
   const __m512 va = kSa ? Splat<T>(a, off[0]) : _mm512_setzero_ps();
   const __m512 vb = kSb ? Splat<T>(b, off[1]) : _mm512_setzero_ps();
-  for (int64_t i = 0; i < len; i += 16) {
+  int64_t i = 0;
+  for (; i + 16 <= len; i += 16) {
+    const __m512 x = Operand<T, kSa, true>(a, off[0] + i, 0xffff, va);
+    const __m512 y = Operand<T, kSb, true>(b, off[1] + i, 0xffff, vb);
+    StoreFull16<T>(dst, o + i, Apply<Op>(x, y));
+  }
+  if (i < len) {
     const __mmask16 m = LaneMask(len - i);
-    const __m512 x = kSa ? va : Load16<T>(a, off[0] + i, m);
-    const __m512 y = kSb ? vb : Load16<T>(b, off[1] + i, m);
+    const __m512 x = Operand<T, kSa, false>(a, off[0] + i, m, va);
+    const __m512 y = Operand<T, kSb, false>(b, off[1] + i, m, vb);
     Store16<T>(dst, o + i, m, Apply<Op>(x, y));
   }
 }
@@ -63,14 +78,89 @@ void SegN(const BcPlan& p, const void* const* ins, void* dst, int64_t o, int64_t
   for (int k = 0; k < nin; ++k) {
     splat[k] = p.strides[k][r - 1] == 0 ? Splat<T>(ins[k], off[k]) : _mm512_setzero_ps();
   }
-  for (int64_t i = 0; i < len; i += 16) {
-    const __mmask16 m = LaneMask(len - i);
-    __m512 acc = p.strides[0][r - 1] == 0 ? splat[0] : Load16<T>(ins[0], off[0] + i, m);
-    for (int k = 1; k < nin; ++k) {
-      acc = Apply<Op>(acc, p.strides[k][r - 1] == 0 ? splat[k] : Load16<T>(ins[k], off[k] + i, m));
+  auto step = [&]<bool kFull>(int64_t i, __mmask16 m) {
+    auto in = [&](int k) {
+      if (p.strides[k][r - 1] == 0) return splat[k];
+      return kFull ? LoadFull16<T>(ins[k], off[k] + i) : Load16<T>(ins[k], off[k] + i, m);
+    };
+    __m512 acc = in(0);
+    for (int k = 1; k < nin; ++k) acc = Apply<Op>(acc, in(k));
+    if constexpr (kFull) {
+      StoreFull16<T>(dst, o + i, acc);
+    } else {
+      Store16<T>(dst, o + i, m, acc);
     }
-    Store16<T>(dst, o + i, m, acc);
+  };
+  int64_t i = 0;
+  for (; i + 16 <= len; i += 16) step.template operator()<true>(i, 0xffff);
+  if (i < len) step.template operator()<false>(i, LaneMask(len - i));
+}
+
+// ---- short inner runs repeated over rows -----------------------------------------------------
+
+// Rows of at most kShortRun elements: an operand that repeats along the rows (an NHWC
+// per-channel gate or bias: [.., H*W, C] op [.., 1, C]) against one read contiguously.
+constexpr int64_t kShortRun = 256;
+// Its period repeated over at least kTileMin lanes (a multiple of the period), plus 16.
+constexpr int64_t kTileMin = 64;
+constexpr int64_t kTileCap = kShortRun + 16;
+
+// True when, over the last two dims of `p` (rows of inner <= kShortRun elements), operand
+// `dense` is read contiguously across rows and operand `rep` is one row repeated.
+bool IsRepeatedRows(const BcPlan& p, int dense, int rep) {
+  const int r = p.rank;
+  if (r < 2) return false;
+  const int64_t inner = p.dims[r - 1];
+  return inner <= kShortRun && p.strides[dense][r - 1] == 1 && p.strides[dense][r - 2] == inner &&
+         p.strides[rep][r - 1] == 1 && p.strides[rep][r - 2] == 0;
+}
+
+// The stretch [o, o + len) of the output over the two last dims as one contiguous run (the plan
+// of RepeatedRows): kRepFirst says which operand repeats (the first or the second). Instead of
+// stopping at every short row, the loop streams 16 lanes at a time, the repeated operand read
+// from a tile of it widened to fp32 and repeated; the output's position in the row is o % inner
+// (each block of rows starts at a multiple of inner).
+template <BcOp Op, DataType T, bool kRepFirst>
+void SegRepeated(const void* dense, const void* rep, int64_t inner, void* dst, int64_t o,
+                 int64_t len, int64_t off_dense, int64_t off_rep) {
+  alignas(64) float tile[kTileCap];
+  const int64_t lt = inner * ((kTileMin + inner - 1) / inner);  // <= kShortRun
+  for (int64_t c = 0; c < inner; c += 16) {
+    const __mmask16 m = LaneMask(inner - c);
+    _mm512_mask_storeu_ps(tile + c, m, Load16<T>(rep, off_rep + c, m));
   }
+  for (int64_t t = inner; t < lt + 16; ++t) tile[t] = tile[t - inner];
+  int64_t j = o % inner;  // tile[j .. j + 15] are the repeated operand's next 16 lanes
+  auto apply = [&](__m512 x, __m512 y) { return kRepFirst ? Apply<Op>(y, x) : Apply<Op>(x, y); };
+  int64_t i = 0;
+  for (; i + 16 <= len; i += 16) {
+    const __m512 y = _mm512_loadu_ps(tile + j);
+    StoreFull16<T>(dst, o + i, apply(LoadFull16<T>(dense, off_dense + i), y));
+    j += 16;
+    if (j >= lt) j -= lt;
+  }
+  if (i < len) {
+    const __mmask16 m = LaneMask(len - i);
+    const __m512 y = _mm512_loadu_ps(tile + j);
+    Store16<T>(dst, o + i, m, apply(Load16<T>(dense, off_dense + i, m), y));
+  }
+}
+
+// Two operands, one repeated along short rows (IsRepeatedRows): the last two dims merged into
+// one run that the walker hands out whole.
+template <BcOp Op, DataType T, bool kRepFirst>
+void ArithRepeated(const BcPlan& p, const void* const* ins, void* dst) {
+  const int r = p.rank;
+  const int dense = kRepFirst ? 1 : 0, rep = kRepFirst ? 0 : 1;
+  const int64_t inner = p.dims[r - 1];
+  BcPlan q = p;
+  q.rank = r - 1;
+  q.dims[r - 2] = p.dims[r - 2] * inner;
+  q.strides[dense][r - 2] = 1;
+  q.strides[rep][r - 2] = 0;  // the walker's offset: the start of the repeated row
+  BcWalk(q, [&](int64_t o, int64_t len, const int64_t* off) {
+    SegRepeated<Op, T, kRepFirst>(ins[dense], ins[rep], inner, dst, o, len, off[dense], off[rep]);
+  });
 }
 
 template <BcOp Op, DataType T>
@@ -82,6 +172,8 @@ void Arith(const BcPlan& p, const void* const* ins, void* dst) {
     });
     return;
   }
+  if (IsRepeatedRows(p, 0, 1)) return ArithRepeated<Op, T, false>(p, ins, dst);
+  if (IsRepeatedRows(p, 1, 0)) return ArithRepeated<Op, T, true>(p, ins, dst);
   const void* a = ins[0];
   const void* b = ins[1];
   const bool sa = p.strides[0][r - 1] == 0, sb = p.strides[1][r - 1] == 0;
@@ -124,7 +216,9 @@ inline __m512 PowVec(__m512 x, float e) {
 
 template <PowKind K, DataType T>
 void PowRange(float e, const void* x, void* dst, int64_t begin, int64_t end) {
-  for (int64_t i = begin; i < end; i += 16) {
+  int64_t i = begin;
+  for (; i + 16 <= end; i += 16) StoreFull16<T>(dst, i, PowVec<K>(LoadFull16<T>(x, i), e));
+  if (i < end) {
     const __mmask16 m = LaneMask(end - i);
     Store16<T>(dst, i, m, PowVec<K>(Load16<T>(x, i, m), e));
   }

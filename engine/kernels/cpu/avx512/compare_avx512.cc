@@ -49,14 +49,19 @@ constexpr int IntPred() {
 
 // The comparison mask of 16 elements: lanes m of a and b at element offsets ia / ib (an operand
 // with stride 0 is element ia / ib itself, splat).
-template <BcCmp Op, DataType T>
+// kFull: all 16 lanes (m all ones), read with plain loads.
+template <BcCmp Op, DataType T, bool kFull>
 inline __mmask16 Compare16(const void* a, int64_t ia, bool sa, const void* b, int64_t ib, bool sb,
                            __mmask16 m) {
   if constexpr (T == DataType::kI32) {
     const int32_t* pa = static_cast<const int32_t*>(a);
     const int32_t* pb = static_cast<const int32_t*>(b);
-    const __m512i x = sa ? _mm512_set1_epi32(pa[ia]) : _mm512_maskz_loadu_epi32(m, pa + ia);
-    const __m512i y = sb ? _mm512_set1_epi32(pb[ib]) : _mm512_maskz_loadu_epi32(m, pb + ib);
+    const __m512i x = sa      ? _mm512_set1_epi32(pa[ia])
+                      : kFull ? _mm512_loadu_si512(pa + ia)
+                              : _mm512_maskz_loadu_epi32(m, pa + ia);
+    const __m512i y = sb      ? _mm512_set1_epi32(pb[ib])
+                      : kFull ? _mm512_loadu_si512(pb + ib)
+                              : _mm512_maskz_loadu_epi32(m, pb + ib);
     return _mm512_mask_cmp_epi32_mask(m, x, y, IntPred<Op>());
   } else if constexpr (T == DataType::kI64) {
     const int64_t* pa = static_cast<const int64_t*>(a);
@@ -73,8 +78,8 @@ inline __mmask16 Compare16(const void* a, int64_t ia, bool sa, const void* b, in
     }
     return out;
   } else {
-    const __m512 x = Load16<T>(a, ia, sa ? 1 : m);
-    const __m512 y = Load16<T>(b, ib, sb ? 1 : m);
+    const __m512 x = sa ? Load16<T>(a, ia, 1) : kFull ? LoadFull16<T>(a, ia) : Load16<T>(a, ia, m);
+    const __m512 y = sb ? Load16<T>(b, ib, 1) : kFull ? LoadFull16<T>(b, ib) : Load16<T>(b, ib, m);
     const __m512 xs = sa ? _mm512_set1_ps(_mm512_cvtss_f32(x)) : x;
     const __m512 ys = sb ? _mm512_set1_ps(_mm512_cvtss_f32(y)) : y;
     return _mm512_mask_cmp_ps_mask(m, xs, ys, FloatPred<Op>());
@@ -86,11 +91,19 @@ void CompareTyped(const BcPlan& p, const void* a, const void* b, uint8_t* dst) {
   const int r = p.rank;
   const bool sa = p.strides[0][r - 1] == 0, sb = p.strides[1][r - 1] == 0;
   const __m128i one = _mm_set1_epi8(1);
+  // Full vectors stored with plain stores, the tail masked (StoreFull16 in vec_convert_inl.h
+  // says why).
   BcWalk(p, [&](int64_t o, int64_t len, const int64_t* off) {
-    for (int64_t i = 0; i < len; i += 16) {
+    int64_t i = 0;
+    for (; i + 16 <= len; i += 16) {
+      const __mmask16 c = Compare16<Op, T, true>(a, sa ? off[0] : off[0] + i, sa, b,
+                                                 sb ? off[1] : off[1] + i, sb, 0xffff);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + o + i), _mm_maskz_mov_epi8(c, one));
+    }
+    if (i < len) {
       const __mmask16 m = LaneMask(len - i);
-      const __mmask16 c =
-          Compare16<Op, T>(a, sa ? off[0] : off[0] + i, sa, b, sb ? off[1] : off[1] + i, sb, m);
+      const __mmask16 c = Compare16<Op, T, false>(a, sa ? off[0] : off[0] + i, sa, b,
+                                                  sb ? off[1] : off[1] + i, sb, m);
       _mm_mask_storeu_epi8(dst + o + i, m, _mm_maskz_mov_epi8(c, one));
     }
   });
@@ -114,7 +127,8 @@ void CompareOp(DataType dtype, const BcPlan& p, const void* a, const void* b, ui
 
 // ---- Where -----------------------------------------------------------------------------------
 
-// 16 elements of S bytes: a masked load, a splat of one element, a blend and a masked store.
+// 16 elements of S bytes: a masked load, a splat of one element, a blend and a store (plain when
+// all 16 lanes are stored: StoreFull16 in vec_convert_inl.h says why).
 template <int S>
 struct Lanes;
 template <>
@@ -128,7 +142,11 @@ struct Lanes<1> {
   }
   static V Blend(__mmask16 c, V y, V x) { return _mm_mask_blend_epi8(c, y, x); }
   static void Store(void* p, int64_t i, __mmask16 m, V v) {
-    _mm_mask_storeu_epi8(static_cast<uint8_t*>(p) + i, m, v);
+    if (m == 0xffff) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(static_cast<uint8_t*>(p) + i), v);
+    } else {
+      _mm_mask_storeu_epi8(static_cast<uint8_t*>(p) + i, m, v);
+    }
   }
 };
 template <>
@@ -142,7 +160,11 @@ struct Lanes<2> {
   }
   static V Blend(__mmask16 c, V y, V x) { return _mm256_mask_blend_epi16(c, y, x); }
   static void Store(void* p, int64_t i, __mmask16 m, V v) {
-    _mm256_mask_storeu_epi16(static_cast<uint16_t*>(p) + i, m, v);
+    if (m == 0xffff) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(p) + i), v);
+    } else {
+      _mm256_mask_storeu_epi16(static_cast<uint16_t*>(p) + i, m, v);
+    }
   }
 };
 template <>
@@ -156,7 +178,11 @@ struct Lanes<4> {
   }
   static V Blend(__mmask16 c, V y, V x) { return _mm512_mask_blend_epi32(c, y, x); }
   static void Store(void* p, int64_t i, __mmask16 m, V v) {
-    _mm512_mask_storeu_epi32(static_cast<uint32_t*>(p) + i, m, v);
+    if (m == 0xffff) {
+      _mm512_storeu_si512(static_cast<uint32_t*>(p) + i, v);
+    } else {
+      _mm512_mask_storeu_epi32(static_cast<uint32_t*>(p) + i, m, v);
+    }
   }
 };
 template <>
@@ -179,6 +205,11 @@ struct Lanes<8> {
   }
   static void Store(void* p, int64_t i, __mmask16 m, V v) {
     uint64_t* q = static_cast<uint64_t*>(p) + i;
+    if (m == 0xffff) {
+      _mm512_storeu_si512(q, v.lo);
+      _mm512_storeu_si512(q + 8, v.hi);
+      return;
+    }
     _mm512_mask_storeu_epi64(q, static_cast<__mmask8>(m), v.lo);
     _mm512_mask_storeu_epi64(q + 8, static_cast<__mmask8>(m >> 8), v.hi);
   }

@@ -18,20 +18,31 @@ inline __m512 Apply(__m512 acc, __m512 x) {
   return acc;
 }
 
-template <EwOp Op, DataType T>
-void Loop(const void* const* ins, int nin, void* dst, int64_t begin, int64_t end) {
-  for (int64_t i = begin; i < end; i += 16) {
-    const __mmask16 m = LaneMask(end - i);
-    __m512 acc = Load16<T>(ins[0], i, m);
-    if constexpr (Op == EwOp::kRelu) {
-      // x < 0 ? 0 : x (ordered: NaN passes through, -0 stays -0), as the reference.
-      acc = _mm512_mask_mov_ps(acc, _mm512_cmp_ps_mask(acc, _mm512_setzero_ps(), _CMP_LT_OQ),
-                               _mm512_setzero_ps());
-    } else {
-      for (int k = 1; k < nin; ++k) acc = Apply<Op>(acc, Load16<T>(ins[k], i, m));
+// Elements i .. i+15 (lanes m; kFull: all 16, plain loads and stores).
+template <EwOp Op, DataType T, bool kFull>
+inline void Step(const void* const* ins, int nin, void* dst, int64_t i, __mmask16 m) {
+  __m512 acc = kFull ? LoadFull16<T>(ins[0], i) : Load16<T>(ins[0], i, m);
+  if constexpr (Op == EwOp::kRelu) {
+    // x < 0 ? 0 : x (ordered: NaN passes through, -0 stays -0), as the reference.
+    acc = _mm512_mask_mov_ps(acc, _mm512_cmp_ps_mask(acc, _mm512_setzero_ps(), _CMP_LT_OQ),
+                             _mm512_setzero_ps());
+  } else {
+    for (int k = 1; k < nin; ++k) {
+      acc = Apply<Op>(acc, kFull ? LoadFull16<T>(ins[k], i) : Load16<T>(ins[k], i, m));
     }
+  }
+  if constexpr (kFull) {
+    StoreFull16<T>(dst, i, acc);
+  } else {
     Store16<T>(dst, i, m, acc);
   }
+}
+
+template <EwOp Op, DataType T>
+void Loop(const void* const* ins, int nin, void* dst, int64_t begin, int64_t end) {
+  int64_t i = begin;
+  for (; i + 16 <= end; i += 16) Step<Op, T, true>(ins, nin, dst, i, 0xffff);
+  if (i < end) Step<Op, T, false>(ins, nin, dst, i, LaneMask(end - i));
 }
 
 // f.template operator()<Op, T>() for the run-time `op` and `dtype` (kF16, kBF16, else kF32).
