@@ -245,7 +245,7 @@ TEST(MemoryOps, ConstantPadMatchesReference) {
     spec.inputs = {RandomBits(dt, {3, 4}, rng)};
     ExpectSameAsReference(spec, std::string("opset 2 ") + DataTypeOnnxName(dt));
   }
-  // Edge and reflect run the reference inside the fast kernel.
+  // Edge and reflect (more in avx512_topk_pad_test.cc).
   for (const char* mode : {"edge", "reflect"}) {
     NodeSpec spec;
     spec.op = ir::OpType::kPad;

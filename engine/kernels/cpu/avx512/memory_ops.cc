@@ -1,15 +1,16 @@
 // Fast data-movement kernels, part 1: Slice, Transpose (the dtypes and permutations the tiled
-// kernel of transpose_ops.cc does not take), Expand, Tile and constant Pad, each a StridedCopy
-// (memory.h) or row copies planned from the run's own dims (dynamic shapes welcome). Concat,
-// Split and Gather are memory_join_ops.cc. Pure data movement of 1-, 2-, 4- or 8-byte elements
-// of any dtype: the reference kernel's output exactly. Anything these kernels do not plan for
-// (old opsets, other pad modes, arguments the reference reports as errors) runs the reference
-// kernel, so errors and their messages are the reference's.
+// kernel of transpose_ops.cc does not take), Expand, Tile and Pad (constant, edge, reflect,
+// wrap), each a StridedCopy (memory.h) or row copies planned from the run's own dims (dynamic
+// shapes welcome). Concat, Split and Gather are memory_join_ops.cc. Pure data movement of 1-,
+// 2-, 4- or 8-byte elements of any dtype: the reference kernel's output exactly. Anything these
+// kernels do not plan for (old opsets, arguments the reference reports as errors) runs the
+// reference kernel, so errors and their messages are the reference's.
 #include <omp.h>
 
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -142,7 +143,7 @@ absl::StatusOr<bool> FastTile(const ir::Node& node, KernelContext& ctx) {
   return true;
 }
 
-// ---- Pad (constant) -------------------------------------------------------------------------
+// ---- Pad ------------------------------------------------------------------------------------
 
 // The constant as the data's bytes, as the reference reads it; false where it would fail.
 bool PadConstant(const ir::Node& node, KernelContext& ctx, DataType dt, uint64_t* bits) {
@@ -170,11 +171,74 @@ bool PadConstant(const ir::Node& node, KernelContext& ctx, DataType dt, uint64_t
   return true;
 }
 
+enum class PadMode { kConstant, kEdge, kReflect, kWrap };
+
+// The input coordinate, within the kept window [0, n) (n > 0), of a position i outside it: the
+// reference's PadCoord (kernels/cpu/ref/layout.cc).
+int64_t PadSource(PadMode mode, int64_t i, int64_t n) {
+  switch (mode) {
+    case PadMode::kEdge:
+      return std::clamp<int64_t>(i, 0, n - 1);
+    case PadMode::kWrap:
+      return ((i % n) + n) % n;
+    case PadMode::kReflect: {
+      if (n == 1) return 0;
+      const int64_t period = 2 * (n - 1);  // repeated reflection: a triangle wave
+      const int64_t m = ((i % period) + period) % period;
+      return m < n ? m : period - m;
+    }
+    case PadMode::kConstant:
+      break;
+  }
+  return 0;
+}
+
+// Edge, reflect and wrap: every output element reads an input element. Per axis a table of the
+// input offset (in elements) of each output position; each output row is its left border from
+// the last axis's table, the kept run memcpy'd, its right border from the table.
+template <typename U>
+void PadIndexedRows(const U* in, U* out, const std::vector<int64_t>& out_dims,
+                    const std::vector<std::vector<int64_t>>& offsets, int64_t left, int64_t mid,
+                    int64_t mid_src) {
+  const int rank = static_cast<int>(out_dims.size());
+  const int64_t inner = out_dims[rank - 1];
+  const int64_t rows = ref::Product(out_dims, 0, rank - 1);
+  const std::vector<int64_t>& last = offsets[rank - 1];
+  const int64_t bytes = rows * inner * static_cast<int64_t>(sizeof(U));
+  const int64_t chunks =
+      bytes >= (int64_t{1} << 17) ? std::min<int64_t>(rows, 4 * omp_get_max_threads()) : 1;
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (int64_t c = 0; c < chunks; ++c) {
+    for (int64_t r = rows * c / chunks; r < rows * (c + 1) / chunks; ++r) {
+      int64_t rem = r, off = 0;
+      for (int a = rank - 2; a >= 0; --a) {
+        off += offsets[a][rem % out_dims[a]];
+        rem /= out_dims[a];
+      }
+      const U* src = in + off;
+      U* dst = out + r * inner;
+      for (int64_t j = 0; j < left; ++j) dst[j] = src[last[j]];
+      if (mid > 0) std::memcpy(dst + left, src + mid_src, mid * sizeof(U));
+      for (int64_t j = left + mid; j < inner; ++j) dst[j] = src[last[j]];
+    }
+  }
+}
+
 absl::StatusOr<bool> FastPad(const ir::Node& node, KernelContext& ctx) {
   const ir::Tensor* x = ctx.input(0);
-  if (x == nullptr || node.since_version < 2 || !Movable(x->dtype()) ||
-      node.GetString("mode", "constant") != "constant") {
-    return false;
+  if (x == nullptr || node.since_version < 2 || !Movable(x->dtype())) return false;
+  const std::string mode_name = node.GetString("mode", "constant");
+  PadMode mode;
+  if (mode_name == "constant") {
+    mode = PadMode::kConstant;
+  } else if (mode_name == "edge") {
+    mode = PadMode::kEdge;
+  } else if (mode_name == "reflect") {
+    mode = PadMode::kReflect;
+  } else if (mode_name == "wrap") {
+    mode = PadMode::kWrap;
+  } else {
+    return false;  // the reference reports the mode
   }
   const int rank = x->rank();
   std::vector<int64_t> pads, axes;
@@ -216,6 +280,11 @@ absl::StatusOr<bool> FastPad(const ir::Node& node, KernelContext& ctx) {
     keep[a] = std::max<int64_t>(0, x->dim(a) - lo[a] - std::max<int64_t>(0, -end[a]));
     pb[a] = std::max<int64_t>(0, begin[a]);
   }
+  if (mode != PadMode::kConstant) {
+    for (int a = 0; a < rank; ++a) {
+      if (keep[a] <= 0 && out_dims[a] > 0) return false;  // the reference: an empty axis
+    }
+  }
   ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, x->dtype(), out_dims));
   const int64_t total = y->num_elements();
   if (total == 0) return true;
@@ -224,6 +293,29 @@ absl::StatusOr<bool> FastPad(const ir::Node& node, KernelContext& ctx) {
   char* out = static_cast<char*>(y->raw_data());
   if (rank == 0) {
     std::memcpy(out, in, esz);
+    return true;
+  }
+  if (mode != PadMode::kConstant) {
+    const std::vector<int64_t> in_strides = ref::Strides(x->dims());
+    std::vector<std::vector<int64_t>> offsets(rank);
+    for (int a = 0; a < rank; ++a) {
+      offsets[a].resize(out_dims[a]);
+      for (int64_t o = 0; o < out_dims[a]; ++o) {
+        const int64_t i = o - pb[a];
+        const int64_t c = i >= 0 && i < keep[a] ? i : PadSource(mode, i, keep[a]);
+        offsets[a][o] = (lo[a] + c) * in_strides[a];
+      }
+    }
+    const int64_t inner = out_dims[rank - 1];
+    const int64_t left = std::min(pb[rank - 1], inner);
+    const int64_t mid = std::min(keep[rank - 1], inner - left);
+    const int64_t mid_src = lo[rank - 1];
+    RETURN_IF_ERROR(ref::DispatchBySize(x->dtype(), [&](auto tag) -> absl::Status {
+      using U = typename decltype(tag)::type;
+      PadIndexedRows(static_cast<const U*>(x->raw_data()), static_cast<U*>(y->raw_data()), out_dims,
+                     offsets, left, mid, mid_src);
+      return absl::OkStatus();
+    }));
     return true;
   }
   const std::vector<int64_t> strides = ref::Strides(x->dims());

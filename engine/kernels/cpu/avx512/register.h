@@ -13,7 +13,7 @@ namespace kiln::kernels::cpu::avx512 {
 
 void RegisterCast(Registry& r);         // cast.cc: Cast between float, float16 and bfloat16
 void RegisterGemmOps(Registry& r);      // gemm_ops.cc: Gemm, MatMul on float, float16, bfloat16
-void RegisterUnary(Registry& r);        // unary_ops.cc: Erf, Softmax on float, float16, bfloat16
+void RegisterUnary(Registry& r);        // unary_ops.cc: Erf, Softmax, LogSoftmax (float types)
 void RegisterElementwise(Registry& r);  // elementwise_ops.cc: broadcasting Add, Sub, Mul, Pow, ...
 void RegisterCompare(Registry& r);      // compare_ops.cc: broadcasting Equal, Less, ..., Where
 void RegisterPoolOps(Registry& r);      // pool_ops.cc: channels-last MaxPool, GlobalAveragePool
@@ -29,6 +29,7 @@ void RegisterQuantOps(Registry& r);     // quant_ops.cc: QuantizeLinear, Dequant
 void RegisterQuantInteger(Registry& r);  // quant_integer_ops.cc: MatMulInteger, ConvInteger (VNNI)
 void RegisterAttention(Registry& r);     // attention_ops.cc: Attention (opset 23)
 void RegisterReduceOps(Registry& r);     // reduce_ops.cc: ReduceSum, ReduceMean, ReduceMax, ...
+void RegisterTopK(Registry& r);          // topk_ops.cc: TopK on float, float16, bfloat16
 
 /// Registers every AVX-512 kernel.
 inline void RegisterAvx512(Registry& r) {
@@ -50,6 +51,7 @@ inline void RegisterAvx512(Registry& r) {
   RegisterQuantInteger(r);
   RegisterAttention(r);
   RegisterReduceOps(r);
+  RegisterTopK(r);
 }
 
 }  // namespace kiln::kernels::cpu::avx512

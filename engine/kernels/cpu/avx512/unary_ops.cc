@@ -1,9 +1,15 @@
-// Erf and Softmax on float, float16 and bfloat16 through the vectorised erf and exp of math.h.
+// Erf, Softmax and LogSoftmax on float, float16 and bfloat16 through the vectorised erf and exp
+// of math.h.
 // Erf: the reference Erf's values (erf in fp32, one rounding to the output type) within the
 // bound of the vector erf (math.h: 2 ulp below |erf| 0.99999). Softmax along any axis: the
 // reference's arithmetic in fp32 (max, exp of the shifted values, their sum, one division each)
-// with the vector exp and the sum in 16 lanes, then one rounding to the output type.
+// with the vector exp and the sum in 16 lanes, then one rounding to the output type. LogSoftmax
+// along any axis: the reference's steps in fp32 (max, the shifted values, log of the sum of their
+// exps, shifted - log sum) with ExpF32 (within 1 ulp) and the sum in 16 lanes: the only
+// difference from the reference is in log(sum), off by about the sum's relative error (1 ulp
+// per exp plus the summation order), i.e. an absolute error of a few 2^-24.
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <vector>
 
@@ -39,9 +45,31 @@ absl::Status ErfRun(const ir::Node& node, KernelContext& ctx) {
   return absl::OkStatus();
 }
 
+// LogSoftmax of one row of n >= 1 fp32 values: max as the reference finds it (the first value,
+// then any greater one; a NaN anywhere makes the sum and so every output NaN, as there), e[k] =
+// ExpF32(x[k] - max), the sum of e in 16 lanes (element k to lane k % 16, then lanes 0..15 in
+// order), y[k] = (x[k] - max) - log(sum) with logf. `y` may be `x`; `e` holds n floats.
+void LogSoftmaxRowF32(const float* x, float* y, int64_t n, float* e) {
+  float mx = x[0];
+  for (int64_t k = 1; k < n; ++k) mx = x[k] > mx ? x[k] : mx;
+  for (int64_t k = 0; k < n; ++k) e[k] = x[k] - mx;
+  ExpF32(e, e, n);
+  float lanes[16] = {};
+  int64_t k = 0;
+  for (; k + 16 <= n; k += 16) {
+    for (int j = 0; j < 16; ++j) lanes[j] += e[k + j];
+  }
+  for (int j = 0; k < n; ++k, ++j) lanes[j] += e[k];
+  float sum = 0.0f;
+  for (float l : lanes) sum += l;
+  const float log_sum = std::log(sum);
+  for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - mx) - log_sum;
+}
+
 // Softmax along `axis`: opset < 13 folds every dim from `axis` on into one row; later opsets
 // reduce that axis alone. A row is contiguous when the axis is the last one (the common case);
 // otherwise its elements are `inner` apart and gathered into the row buffer.
+template <bool kLog>
 absl::Status SoftmaxRun(const ir::Node& node, KernelContext& ctx) {
   ASSIGN_OR_RETURN(const ir::Tensor* x, ref::RequireInput(node, ctx, 0));
   const DataType t = x->dtype();
@@ -58,16 +86,20 @@ absl::Status SoftmaxRun(const ir::Node& node, KernelContext& ctx) {
   const bool parallel = rows > 1 && rows * n >= (int64_t{1} << 15);
 #pragma omp parallel if (parallel)
   {
-    std::vector<float> buf(n);
+    std::vector<float> buf(n), exps(kLog ? n : 0);
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       float* v = buf.data();
       const int64_t base = (r / inner) * n * inner + r % inner;  // element k at base + k * inner
-      if (inner == 1 && t == DataType::kF32) {
+      if (kLog && inner == 1 && t == DataType::kF32) {
+        LogSoftmaxRowF32(x->data<float>() + base, y->data<float>() + base, n, exps.data());
+        continue;
+      }
+      if (!kLog && inner == 1 && t == DataType::kF32) {
         SoftmaxRowF32(x->data<float>() + base, y->data<float>() + base, n);
         continue;
       }
-      if (inner == 1) {  // 16-bit storage converted in registers, the exps kept in `buf`
+      if (!kLog && inner == 1) {  // 16-bit storage converted in registers, the exps in `buf`
         SoftmaxRowHalf(t, x->data<uint16_t>() + base, y->data<uint16_t>() + base, n, v);
         continue;
       }
@@ -77,7 +109,11 @@ absl::Status SoftmaxRun(const ir::Node& node, KernelContext& ctx) {
                : t == DataType::kF16 ? HalfBitsToFloat(x->data<uint16_t>()[e])
                                      : BFloat16BitsToFloat(x->data<uint16_t>()[e]);
       }
-      SoftmaxRowF32(v, v, n);
+      if (kLog) {
+        LogSoftmaxRowF32(v, v, n, exps.data());
+      } else {
+        SoftmaxRowF32(v, v, n);
+      }
       for (int64_t k = 0; k < n; ++k) {
         const int64_t e = base + k * inner;
         if (t == DataType::kF32) {
@@ -105,8 +141,12 @@ void RegisterUnary(Registry& r) {
   r.Add(def);
   KernelDef softmax = def;
   softmax.op = ir::OpType::kSoftmax;
-  softmax.factory = &FunctionKernel<SoftmaxRun>::Create;
+  softmax.factory = &FunctionKernel<SoftmaxRun<false>>::Create;
   r.Add(softmax);
+  KernelDef log_softmax = def;
+  log_softmax.op = ir::OpType::kLogSoftmax;
+  log_softmax.factory = &FunctionKernel<SoftmaxRun<true>>::Create;
+  r.Add(log_softmax);
 }
 
 }  // namespace kiln::kernels::cpu::avx512
