@@ -231,6 +231,35 @@ class PaddleRecCase(Case):
                       for p in probs)
         return Result({"probs": probs}, texts, repr(list(texts)))
 
+    # A CTC frame whose reference top-two probabilities lie within this margin is one a reduced
+    # precision may tip either way (as Silero's undecided band below): there either of the two
+    # is accepted, every other frame must agree. bf16 keeps 8 significant bits: its engines
+    # move this model's probabilities by up to 0.05-0.08 (measured against ONNX Runtime fp32
+    # with fusion on and off), so 0.1; fp16's 11 bits move them 8x less: 0.02. ONNX Runtime
+    # reads the S of 'OCR TEST 42' at 0.519 against 0.475 for 5: such a frame is undecided.
+    def _margin(self, policy):
+        return 0.0 if policy == "fp32" else 0.1 if "bf16" in policy else 0.02
+
+    def compare_task(self, got, ref, policy):
+        margin = self._margin(policy)
+        if margin == 0.0:
+            return super().compare_task(got, ref, policy)
+        texts, undecided = [], 0
+        for g, r in zip(got.outputs["probs"], ref.outputs["probs"]):
+            want = r.argmax(-1)
+            top2 = np.argsort(r, axis=-1)[:, -2:]
+            near = np.take_along_axis(r, top2, -1)
+            close = (near[:, 1] - near[:, 0]) < margin
+            have = g.argmax(-1)
+            take = close & (have == top2[:, 0])  # the runner-up where the reference is unsure
+            undecided += int(close.sum())
+            have = np.where(take, want, have)
+            texts.append("".join(self.charset[i] for i in synth.ctc_decode(have)))
+        ok = tuple(texts) == tuple(ref.task)
+        msg = (f"task {got.text} ({undecided} undecided frame(s) of the reference, margin "
+               f"{margin})")
+        return ok, msg if ok else f"{msg}, expected {ref.text}"
+
     def sanity(self, ref):
         return [] if list(ref.task) == REC_TEXTS else [f"reads {ref.task}, not {REC_TEXTS}"]
 
