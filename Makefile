@@ -12,6 +12,7 @@ ASAN_TESTS ?= import_test engine_blob_test precision_policy_test runtime_memory_
 	fuzz_regressions_test fuzz_onnx_mutator_test e2e_control_flow_test e2e_sequences_test \
 	kernels_avx512_broadcast_test kernels_memory_ops_test kernels_quant_fast_test \
 	kernels_resize_fast_test kernels_deconv_pool_dnnl_test passes_qdq_integer_test cli_threads_test \
+	kernels_conv_dnnl_nchw_x_test \
 	kernels_lstm_int8_r_test kernels_avx512_reduce_test kernels_avx512_f16_parity_test \
 	passes_quant_lowering_test kernels_quant_mixed_io_test \
 	kernels_avx512_attention_test passes_fusion_test kernels_avx512_cast_test kernels_avx512_topk_pad_test

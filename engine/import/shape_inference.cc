@@ -276,6 +276,75 @@ std::optional<std::vector<int64_t>> StaticDimsOf(const Value* v) {
   return v->shape.StaticDims();
 }
 
+// ConvTranspose's Y: X's rank, batch and W's M = W[1] * group (W static); each spatial dim from
+// output_shape when given (its last rank - 2 values), else SAME_* padding's in * stride, else
+// stride * (in - 1) + output_padding + (k - 1) * dilation + 1 - pads, when X's dim is static.
+// Anything else (a symbolic or overflowing dim, malformed attributes) stays unknown: the kernel
+// computes the real shape, and reports bad attributes, at run time.
+Shape ConvTransposeShape(const Node& n, const Shape& x, const Value* w_value) {
+  if (!x.rank_known || x.rank() < 3) return Shape::Unknown();
+  const int sp = x.rank() - 2;
+  Shape out = RankOnly(x.rank());
+  out.dims[0] = x.dims[0];
+  const auto w = StaticDimsOf(w_value);
+  const int64_t group = n.GetInt("group", 1);
+  int64_t m = 0;
+  if (w && static_cast<int>(w->size()) == x.rank() && group >= 1 &&
+      !__builtin_mul_overflow((*w)[1], group, &m)) {
+    out.dims[1] = Dim::Static(m);
+  }
+  std::vector<int64_t> output_shape = n.GetInts("output_shape");
+  if (static_cast<int>(output_shape.size()) == sp + 2) {
+    output_shape.erase(output_shape.begin(), output_shape.begin() + 2);
+  }
+  if (!output_shape.empty()) {
+    if (static_cast<int>(output_shape.size()) != sp) return out;
+    for (int i = 0; i < sp; ++i) {
+      if (output_shape[i] >= 0) out.dims[2 + i] = Dim::Static(output_shape[i]);
+    }
+    return out;
+  }
+  std::vector<int64_t> kernel = n.GetInts("kernel_shape");
+  if (kernel.empty() && w && static_cast<int>(w->size()) == x.rank()) {
+    kernel.assign(w->begin() + 2, w->end());
+  }
+  const auto strides = n.GetInts("strides", std::vector<int64_t>(sp, 1));
+  const auto dil = n.GetInts("dilations", std::vector<int64_t>(sp, 1));
+  const auto pads = n.GetInts("pads", std::vector<int64_t>(2 * sp, 0));
+  const auto out_pad = n.GetInts("output_padding", std::vector<int64_t>(sp, 0));
+  const std::string auto_pad = n.GetString("auto_pad", "NOTSET");
+  if (static_cast<int>(kernel.size()) != sp || static_cast<int>(strides.size()) != sp ||
+      static_cast<int>(dil.size()) != sp || static_cast<int>(pads.size()) != 2 * sp ||
+      static_cast<int>(out_pad.size()) != sp) {
+    return out;
+  }
+  const bool same = auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER";
+  const bool valid = auto_pad == "VALID";
+  for (int i = 0; i < sp; ++i) {
+    const Dim& d = x.dims[2 + i];
+    if (!d.is_static() || strides[i] <= 0 || dil[i] <= 0 || kernel[i] < 1 || out_pad[i] < 0) {
+      continue;
+    }
+    int64_t o;
+    if (same) {
+      if (__builtin_mul_overflow(d.value, strides[i], &o)) continue;
+    } else {
+      // Attributes are untrusted: any overflow leaves the dim unknown (the kernel reports it).
+      int64_t eff, span;
+      if (__builtin_mul_overflow(kernel[i] - 1, dil[i], &eff) ||
+          __builtin_mul_overflow(d.value - 1, strides[i], &span) ||
+          __builtin_add_overflow(eff, 1, &eff) || __builtin_add_overflow(span, eff, &o) ||
+          __builtin_add_overflow(o, out_pad[i], &o) ||
+          (!valid && (__builtin_sub_overflow(o, pads[i], &o) ||
+                      __builtin_sub_overflow(o, pads[i + sp], &o)))) {
+        continue;
+      }
+    }
+    if (o >= 0) out.dims[2 + i] = Dim::Static(o);
+  }
+  return out;
+}
+
 // The dtype attribute `attr` of `n` names (Cast's and BitCast's `to`, EyeLike's `dtype`, ...):
 // Unimplemented naming the ONNX type when Kiln has no such type (float8, int4, string, ...).
 absl::StatusOr<DataType> AttrDataType(const Node& n, const char* attr, int64_t fallback) {
@@ -387,6 +456,8 @@ absl::StatusOr<DataType> OutputType(const Node& n, int k) {
     case OpType::kMatMulInteger:
     case OpType::kConvInteger:
       return DataType::kI32;
+    case OpType::kConvIntegerToFloat:  // float(acc + B) * scale (engine/ir/ops.def)
+      return DataType::kF32;
     case OpType::kQLinearMatMul:  // y has y_zero_point's dtype (input 7, required)
     case OpType::kQLinearConv:
       return InType(n, 7);
@@ -508,6 +579,8 @@ Shape InferShape(const Node& n, int k) {
     case OpType::kDropout:
     case OpType::kBatchNormalization:
       return k == 0 || n.op == OpType::kDropout ? SameShape(n, 0) : Shape::Unknown();
+    case OpType::kDynamicQuantizeLinear:  // y as x; y_scale and y_zero_point are scalars
+      return k == 0 ? SameShape(n, 0) : Shape::Of(std::vector<int64_t>{});
     case OpType::kLayerNormalization:
       return k == 0 ? SameShape(n, 0) : Shape::Unknown();
     case OpType::kAddLayerNorm:  // normalised sum and the sum itself
@@ -807,6 +880,7 @@ Shape InferShape(const Node& n, int k) {
     }
     case OpType::kFusedConv:
     case OpType::kConvInteger:
+    case OpType::kConvIntegerToFloat:
     case OpType::kQLinearConv:
     case OpType::kConv: {
       auto w = StaticDimsOf(In(n, n.op == OpType::kQLinearConv ? 3 : 1));
@@ -819,6 +893,9 @@ Shape InferShape(const Node& n, int k) {
       }
       return ConvLikeShape(n, x->shape, oc, kernel);
     }
+    case OpType::kConvTranspose:
+      if (!x) return Shape::Unknown();
+      return ConvTransposeShape(n, x->shape, In(n, 1));
     case OpType::kMaxPool:
     case OpType::kAveragePool: {
       if (!x || !x->shape.rank_known || x->shape.rank() < 3) return Shape::Unknown();

@@ -22,6 +22,9 @@
 //     (channels: 1 -> 3), so Inception- and DenseNet-style blocks stay NHWC across their joins;
 //   - a Resize of an NHWC value with constant scales or sizes and no roi resizes it as NHWC,
 //     its scales or sizes permuted to NHWC order (feature-pyramid upsampling);
+//   - a first convolution (3 input channels, 16 outputs, one group, a kernel larger than 1 x 1)
+//     reads its NCHW X as it is and writes NHWC Y (kChannelsLastAttr = kChannelsLastYOnly,
+//     cpu/dnnl/register.h): oneDNN's first-convolution kernel does, with no transpose of X;
 //   - an NCHW value read in NHWC gets one inserted Transpose (perm 0,2,3,1), shared by every
 //     such reader; an NHWC value read by anything else, or a graph output, gets one inserted
 //     Transpose back (perm 0,3,1,2) producing the value under its ONNX name.
@@ -44,6 +47,7 @@ namespace kiln::passes {
 /// What the layout pass did.
 struct LayoutResult {
   int convolutions = 0;             // convolutions running NHWC
+  int nchw_x_convolutions = 0;      // of those, reading NCHW X (cpu/dnnl's kChannelsLastYOnly)
   int pools = 0;                    // pools, BatchNormalization and LRN nodes running NHWC
   int elementwise = 0;              // elementwise nodes running on NHWC values
   int concats = 0;                  // Concat nodes joining NHWC values

@@ -90,6 +90,15 @@ std::vector<DeconvCase> DeconvCases() {
       // Non-overlapping 2x (the AVX-512 path): one output channel, widths past 16, kh = 3.
       {"s2_m1_wide", {1, 24, 5, 37}, {24, 1, 2, 2}, {{"strides", IntsAttr({2, 2})}}},
       {"s3x2_k3x2", {2, 5, 4, 20}, {5, 3, 3, 2}, {{"strides", IntsAttr({3, 2})}}},
+      // Blocks of 3 output channels by 32 columns (M a multiple of 3: PP-OCRv4's 24 -> 24 with a
+      // width past 32, M = 6 and M = 3 at widths of 19 and 70), of 2 by 32 (M = 5 with a last
+      // block of 1, kh = 3 and batch 2; M = 2 of width 1) and of 1 by 64 (M = 1, width 17).
+      {"s2_m24_blocks4", {1, 24, 3, 45}, {24, 24, 2, 2}, {{"strides", IntsAttr({2, 2})}}},
+      {"s2_m6_last_block2", {1, 7, 4, 19}, {7, 6, 2, 2}, {{"strides", IntsAttr({2, 2})}}},
+      {"s3x2_m5_batch2", {2, 3, 3, 33}, {3, 5, 3, 2}, {{"strides", IntsAttr({3, 2})}}},
+      {"s2_m3_wide", {1, 5, 2, 70}, {5, 3, 2, 2}, {{"strides", IntsAttr({2, 2})}}},
+      {"s2_m2_width1", {1, 4, 3, 1}, {4, 2, 2, 2}, {{"strides", IntsAttr({2, 2})}}},
+      {"s2_m1_width17", {1, 9, 2, 17}, {9, 1, 2, 2}, {{"strides", IntsAttr({2, 2})}}},
       {"3x3_pads", {2, 5, 7, 6}, {5, 7, 3, 3}, {{"pads", IntsAttr({1, 1, 1, 1})}}},
       {"s2_output_padding",
        {1, 4, 5, 7},

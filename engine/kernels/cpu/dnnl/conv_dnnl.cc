@@ -25,6 +25,13 @@
 // Channels-last (kChannelsLastAttr, set by passes/layout.h): X and Y are NHWC tensors and the
 // primitive reads and writes them as they are, with no reorder; the reference kernel, when it
 // runs instead, gets NCHW copies.
+// With kChannelsLastYOnly (register.h) X stays the NCHW tensor it is and only Y (and Z) are NHWC:
+// a first convolution on a 3-channel image. oneDNN has no NCHW-in, NHWC-out convolution (it
+// picks its reference implementation, ~2000x slower), but its "first convolution" kernel reads
+// NCHW X and writes nChw16c Y, which with 16 output channels is NHWC Y byte for byte: YuNet's
+// 3 -> 16, 640 x 640 stride-2 convolution ran in 0.43 ms against 0.47 on NHWC X plus 0.21 for
+// the transpose of X. Any other such run (another M, group or dtype oneDNN has no such kernel
+// for) transposes X to an NHWC copy and runs as a channels-last convolution.
 //
 // 1-D convolutions (X [N, C, L], W [M, C/g, K]: speech front ends and voice-activity detectors)
 // are run as the 2-D convolution with H = 1 they equal: X viewed as [N, C, 1, L], W as
@@ -145,9 +152,10 @@ std::optional<dn::memory::desc> DescFromWords(const std::vector<int64_t>& words)
 // output 0 allocated with the NHWC dims of the NCHW dims asked for.
 class ChannelsLastView final : public KernelContext {
  public:
-  explicit ChannelsLastView(KernelContext& ctx) : ctx_(ctx) {
+  // `x_nhwc`: X is NHWC (else the NCHW tensor it is, kChannelsLastYOnly, and read as it is).
+  explicit ChannelsLastView(KernelContext& ctx, bool x_nhwc = true) : ctx_(ctx) {
     const ir::Tensor* x = ctx.input(0);
-    if (x != nullptr && x->rank() == 4) {
+    if (x_nhwc && x != nullptr && x->rank() == 4) {
       const auto& d = x->dims();
       x_ = x->Reshaped({d[0], d[3], d[1], d[2]});
     }
@@ -166,6 +174,23 @@ class ChannelsLastView final : public KernelContext {
  private:
   KernelContext& ctx_;
   ir::Tensor x_;
+};
+
+// `ctx` with input 0 replaced by `x` (a kChannelsLastYOnly run on an NHWC copy of X).
+class XReplaced final : public KernelContext {
+ public:
+  XReplaced(KernelContext& ctx, const ir::Tensor* x) : ctx_(ctx), x_(x) {}
+  int num_inputs() const override { return ctx_.num_inputs(); }
+  const ir::Tensor* input(int i) const override { return i == 0 ? x_ : ctx_.input(i); }
+  int num_outputs() const override { return ctx_.num_outputs(); }
+  absl::StatusOr<ir::Tensor*> output(int i, DataType dtype, std::vector<int64_t> dims) override {
+    return ctx_.output(i, dtype, std::move(dims));
+  }
+  bool output_requested(int i) const override { return ctx_.output_requested(i); }
+
+ private:
+  KernelContext& ctx_;
+  const ir::Tensor* x_;
 };
 
 // A convolution's context whose one output is kept here, in memory of its own.
@@ -211,6 +236,7 @@ class ConvKernel final : public Kernel {
     ASSIGN_OR_RETURN(Activation act, ref::ReadActivation(node, ConvActivations()));
     auto k = std::unique_ptr<ConvKernel>(new ConvKernel(node, std::move(attrs), act));
     k->channels_last_ = node.GetInt(kChannelsLastAttr, 0) != 0;
+    k->x_nchw_ = node.GetInt(kChannelsLastAttr, 0) == kChannelsLastYOnly;
     k->prepacked_words_ = node.GetInts(kPrepackedWeightsAttr, {});
     // The reference kernel of the node runs what oneDNN may not: empty tensors, bf16
     // subnormals, shapes no oneDNN implementation takes. It is an NCHW kernel: a channels-last
@@ -248,13 +274,14 @@ class ConvKernel final : public Kernel {
     if (ctx.input(0) == nullptr || ctx.input(0)->rank() != 4) {
       return ref::InvalidNode(node_, "a channels-last convolution needs a rank-4 X");
     }
-    ChannelsLastView view(ctx);
-    return RunOn(view);
+    ChannelsLastView view(ctx, /*x_nhwc=*/!x_nchw_);
+    return RunOn(view, x_nchw_);
   }
 
  private:
-  // The run on NCHW dims (`ctx` may be a ChannelsLastView over NHWC tensors).
-  absl::Status RunOn(KernelContext& ctx) {
+  // The run on NCHW dims (`ctx` may be a ChannelsLastView over NHWC tensors); `x_nchw`: X is
+  // the NCHW tensor of a kChannelsLastYOnly node, Y NHWC.
+  absl::Status RunOn(KernelContext& ctx, bool x_nchw = false) {
     ASSIGN_OR_RETURN(const ref::nn::ConvSetup s, ref::nn::SetupConv(node_, attrs_, ctx, true));
     const ir::Tensor& x = *s.in.x;
     const ir::Tensor& w = *s.in.w;
@@ -262,7 +289,7 @@ class ConvKernel final : public Kernel {
     // Supports admits 1-D and 2-D convolutions only; a 3-D node made here directly (tests)
     // runs the reference.
     if (s.win.rank() > 2 || x.num_elements() == 0 || ir::NumElementsOf(s.out_dims) == 0) {
-      return RunReference(ctx, s);
+      return RunReference(ctx, s, x_nchw);
     }
     // fp16, and bf16 with a subnormal in X or W (which the bf16 dot products would read as
     // zero), run the fp32 primitive on X widened exactly, W widened once: the contract's fp32
@@ -270,16 +297,24 @@ class ConvKernel final : public Kernel {
     // under bf16-layernorm, whose activations carry subnormals, took 43 ms against 23 in fp32.)
     const bool half =
         dt == DataType::kF16 || (dt == DataType::kBF16 && (!w_scan_.Allowed(w) || !Bf16Allowed(x)));
-    if (GemmApplies(s)) return RunGemm(ctx, s);
-    if (const int axis = ThinConvGemm::Axis(s, attrs_.group, channels_last_); axis >= 0) {
+    // The GEMM routes read NHWC X: a kChannelsLastYOnly run takes oneDNN's NCHW-X kernel.
+    if (!x_nchw && GemmApplies(s)) return RunGemm(ctx, s);
+    if (const int axis = ThinConvGemm::Axis(s, attrs_.group, channels_last_);
+        !x_nchw && axis >= 0) {
       return RunThinGemm(ctx, s, axis);
     }
-    std::optional<Plan>& cache = half && dt == DataType::kBF16 ? widened_plan_ : plan_;
+    const bool widened = half && dt == DataType::kBF16;
+    // A kChannelsLastYOnly node's runs on an NHWC copy of X have plans of their own.
+    std::optional<Plan>& cache = x_nchw_ && !x_nchw ? copied_x_plan_[widened]
+                                 : widened          ? widened_plan_
+                                                    : plan_;
     ASSIGN_OR_RETURN(Plan * plan,
                      CachedRun(cache, x, w, omp_get_max_threads(), node_, "convolution",
-                               /*any_error_unimplemented=*/false,
-                               [&](dn::engine& engine, Plan& p) { Build(s, engine, p, half); }));
-    if (plan == nullptr) return RunReference(ctx, s);
+                               /*any_error_unimplemented=*/false, [&](dn::engine& engine, Plan& p) {
+                                 Build(s, engine, p, half, x_nchw);
+                               }));
+    if (plan == nullptr && x_nchw) return RunOnCopiedX(ctx, s);
+    if (plan == nullptr) return RunReference(ctx, s, x_nchw);
     ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, dt, s.out_dims));
     const int64_t n = y->num_elements();
     // Without the activation as a post-op, the primitive writes the fp32 sums: into Y when Y is
@@ -462,16 +497,29 @@ class ConvKernel final : public Kernel {
                             DataTypeName(y.dtype()), " ", ir::DimsToString(y.dims()), ")");
   }
 
-  // The reference kernel; a channels-last node's on NCHW copies of X and Y.
-  absl::Status RunReference(KernelContext& ctx, const ref::nn::ConvSetup& s) {
+  // A kChannelsLastYOnly run that oneDNN has no NCHW-X kernel for: on an NHWC copy of X, as a
+  // channels-last convolution (`ctx` permutes Y's dims already).
+  absl::Status RunOnCopiedX(KernelContext& ctx, const ref::nn::ConvSetup& s) {
+    ASSIGN_OR_RETURN(ir::Tensor nhwc, ir::ChannelsLastCopy(*s.in.x, /*to_channels_last=*/true));
+    const ir::Tensor x = nhwc.Reshaped(s.in.x->dims());  // NCHW dims over NHWC bytes
+    XReplaced copied(ctx, &x);
+    return RunOn(copied, /*x_nchw=*/false);
+  }
+
+  // The reference kernel; a channels-last node's on NCHW copies of X (unless `x_nchw`: X is
+  // NCHW already) and Y.
+  absl::Status RunReference(KernelContext& ctx, const ref::nn::ConvSetup& s, bool x_nchw) {
     if (!channels_last_) return reference_->Run(ctx);
-    ASSIGN_OR_RETURN(ir::Tensor x, ir::ChannelsLastCopy(s.in.x->Reshaped(NhwcDims(s.in.x->dims())),
-                                                        /*to_channels_last=*/false));
+    ir::Tensor x;
+    if (!x_nchw) {
+      ASSIGN_OR_RETURN(x, ir::ChannelsLastCopy(s.in.x->Reshaped(NhwcDims(s.in.x->dims())),
+                                               /*to_channels_last=*/false));
+    }
     ir::Tensor z;
     if (const ir::Tensor* zc = ctx.input(3)) {
       ASSIGN_OR_RETURN(z, ir::ChannelsLastCopy(*zc, /*to_channels_last=*/false));
     }
-    NchwCopyContext nchw(ctx, &x, z.defined() ? &z : nullptr);
+    NchwCopyContext nchw(ctx, x_nchw ? s.in.x : &x, z.defined() ? &z : nullptr);
     RETURN_IF_ERROR(reference_->Run(nchw));
     ASSIGN_OR_RETURN(ir::Tensor y, ir::ChannelsLastCopy(nchw.y(), /*to_channels_last=*/true));
     // `ctx` asks for the NHWC dims of the NCHW dims given.
@@ -514,8 +562,10 @@ class ConvKernel final : public Kernel {
     return AxisTrivial(s, 1) && s.win.in[0] > 1;
   }
 
-  // Creates the primitive and reorders W into its layout; throws dnnl::error.
-  void Build(const ref::nn::ConvSetup& s, dn::engine& engine, Plan& p, bool widened) const {
+  // Creates the primitive and reorders W into its layout; throws dnnl::error (dnnl_unimplemented
+  // when `x_nchw`, NCHW X and NHWC Y, has no kernel but oneDNN's reference one).
+  void Build(const ref::nn::ConvSetup& s, dn::engine& engine, Plan& p, bool widened,
+             bool x_nchw) const {
     const ir::Tensor& w = *s.in.w;
     const dn::memory::data_type dt =
         widened ? dn::memory::data_type::f32 : DnnlType(s.in.x->dtype());
@@ -525,6 +575,10 @@ class ConvKernel final : public Kernel {
     // The primitive is 2-D: a 1-D convolution's tensors are viewed with H = 1 (the same bytes),
     // and so are those of a 2-D one along H alone (WidthTrivial).
     const bool fold = WidthTrivial(s);
+    // NCHW X to NHWC Y: nChw16c Y, NHWC's bytes with 16 channels.
+    if (x_nchw && (s.m != 16 || g != 1 || fold || win.rank() != 2)) {
+      throw dn::error(dnnl_unimplemented, "no NCHW-X, NHWC-Y convolution for this shape");
+    }
     const dn::memory::dims x_dims = As2d(s.in.x->dims(), win, 1, fold);
     const dn::memory::dims y_dims = As2d(s.out_dims, win, 1, fold);
     dn::post_ops ops;
@@ -535,8 +589,8 @@ class ConvKernel final : public Kernel {
 
     const Tag layout = channels_last_ ? Tag::nhwc : Tag::nchw;
     // The engine's layouts of X, Y and B.
-    const dn::memory::desc src(x_dims, dt, layout);
-    const dn::memory::desc dst(y_dims, p.post_op ? dt : f32, layout);
+    const dn::memory::desc src(x_dims, dt, x_nchw ? Tag::nchw : layout);
+    const dn::memory::desc dst(y_dims, p.post_op ? dt : f32, x_nchw ? Tag::nChw16c : layout);
     const dn::memory::desc bias({s.m}, f32, Tag::a);
     // Grouped weights are [g, M/g, C/g, kh, kw] in oneDNN, the same bytes as ONNX's W.
     dn::memory::dims w_dims = As2d(w.dims(), win, 1, fold);
@@ -567,6 +621,9 @@ class ConvKernel final : public Kernel {
                                                dn::algorithm::convolution_direct, src_any, w_any,
                                                dst_any, strides, dilations, pad_l, pad_r);
     const dn::convolution_forward::primitive_desc pd(desc, attr, engine);
+    if (x_nchw && std::string(pd.impl_info_str()).rfind("ref", 0) == 0) {
+      throw dn::error(dnnl_unimplemented, "only oneDNN's reference NCHW-X, NHWC-Y convolution");
+    }
     if (PrepackedFits(pd.weights_desc())) {
       // The build's bytes in this very layout (only read: the primitive's weights are const).
       p.weights = dn::memory(pd.weights_desc(), engine, const_cast<void*>(prepacked_->raw_data()));
@@ -676,6 +733,7 @@ class ConvKernel final : public Kernel {
   std::unique_ptr<Kernel> reference_;
   std::optional<Plan> plan_;
   std::optional<Plan> widened_plan_;       // bf16 runs with a subnormal: the fp32 primitive
+  std::optional<Plan> copied_x_plan_[2];   // kChannelsLastYOnly on an NHWC copy of X (widened)
   const ir::Tensor* prepacked_ = nullptr;  // this run's input kPrepackedWeightsInput
   std::vector<int64_t> prepacked_words_;   // the node's kPrepackedWeightsAttr (empty: none)
   // The GEMM path's packed W of the last run (floats) and its C, M and taps.
@@ -686,7 +744,8 @@ class ConvKernel final : public Kernel {
   bool line_laid_out_ = false;
   std::vector<float> bias_;
   Bf16WeightScan w_scan_;
-  bool channels_last_ = false;
+  bool channels_last_ = false;  // Y (and Z) NHWC
+  bool x_nchw_ = false;         // kChannelsLastYOnly: X NCHW all the same
 };
 
 }  // namespace

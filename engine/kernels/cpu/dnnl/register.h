@@ -25,6 +25,14 @@ namespace kiln::kernels::cpu::dnnl {
 inline constexpr char kPrepackedWeightsAttr[] = "kiln_dnnl_weights";
 inline constexpr int kPrepackedWeightsInput = 4;
 
+/// kChannelsLastAttr's value (kernel.h) on a Conv / FusedConv node that reads X as the NCHW
+/// tensor it is and writes Y (and reads a FusedConv's residual Z) channels-last (NHWC): the
+/// layout pass (passes/layout.cc) gives it to a first convolution with few input channels and 16
+/// outputs, which oneDNN runs from NCHW X straight into nChw16c Y, the same bytes as NHWC Y,
+/// without the transpose of X that a channels-last convolution needs. Only the oneDNN
+/// convolution (conv_dnnl.cc) takes it.
+inline constexpr int64_t kChannelsLastYOnly = 2;
+
 /// W as a node's kernel lays it out, and that layout's record.
 struct PrepackedConvWeights {
   std::vector<int64_t> desc;  // the kPrepackedWeightsAttr words
