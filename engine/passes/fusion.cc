@@ -1005,14 +1005,14 @@ absl::Status ValidateNoFuse(const std::vector<std::string>& selectors) {
     bool linear = name == "conv+batchnorm" || name == "conv+scale" || name == "batchnorm+scale" ||
                   name == "conv+activation" || name == "conv+residual" || name == "matmul+bias" ||
                   name == "add+layernorm" || name == "conv-chain" || name == "qdq-matmul" ||
-                  name == "qdq-conv";
+                  name == "qdq-conv" || name == "conv-integer-to-float";
     if (kind == "pattern" && !precision::PatternFromName(name) && !linear) {
       return absl::InvalidArgumentError(
           absl::StrCat("--no-fuse '", s,
                        "': unknown pattern (layernorm, rmsnorm, gelu, softmax, attention, "
                        "conv+batchnorm, conv+scale, batchnorm+scale, conv+activation, "
                        "conv+residual, matmul+bias, add+layernorm, conv-chain, qdq-matmul, "
-                       "qdq-conv)"));
+                       "qdq-conv, conv-integer-to-float)"));
     }
   }
   return absl::OkStatus();

@@ -56,7 +56,13 @@ bool IntegerSumsExactInFloat(const ir::Node& integer);
 /// Rewrites every QDQ MatMul / Conv of `graph` as above whose integer node `fast_kernel` accepts
 /// (a kernel faster than the reference one runs it: else the fp32 GEMM is faster), recording each
 /// rewrite in `fusion` (applied, logged; the new nodes' precision; the effective precision of
-/// their sources). Returns the number of rewrites.
+/// their sources). Then fuses every authored (unfused) chain ConvInteger [-> Add(B)] -> Cast(to
+/// fp32) -> Mul(scale), each intermediate read only by the next, B int32 and scale fp32 with
+/// static dims of one value or one per output channel, into one ConvIntegerToFloat (fusion label
+/// "conv-integer-to-float", `--no-fuse pattern:conv-integer-to-float` or op / scope selectors
+/// keep it apart) when `fast_kernel` accepts it: the same bits as the separate nodes (int32 Add
+/// wrapping, Cast rounding to nearest even, fp32 Mul); the Cast and the Mul compute in fp32,
+/// their effective precision. Returns the number of rewrites and fusions.
 absl::StatusOr<int> QdqToInteger(ir::Graph& graph, const FusionOptions& options,
                                  FusionResult& fusion,
                                  const std::function<bool(const ir::Node&)>& fast_kernel,

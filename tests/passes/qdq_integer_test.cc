@@ -2,14 +2,20 @@
 // int8 weight per column) and a QDQ 1-D Conv with a bias become MatMulInteger / ConvInteger +
 // Cast + Mul [+ Add] computing the exact integer sum scaled once, under fp32 and fp16 policies;
 // the rewrite is refused for a run-time scale, a weight quantized per row of B (per K), `--fusion
-// off` and `--no-fuse pattern:qdq-matmul`; a dequantizer with another reader stays.
+// off` and `--no-fuse pattern:qdq-matmul`; a dequantizer with another reader stays. An authored
+// ConvInteger + Add(int32 B) + Cast + Mul chain (ONNX Runtime's quantize_dynamic) becomes one
+// ConvIntegerToFloat with the separate nodes' bits, unless fusion is off, `--no-fuse
+// pattern:conv-integer-to-float`, an intermediate is read elsewhere or B is not per channel.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "engine/builder/builder.h"
+#include "engine/common/cpu_features.h"
 #include "engine/kernels/registry.h"
 #include "engine/plan/engine_blob.h"
 #include "engine/runtime/session.h"
@@ -384,6 +390,128 @@ TEST(QdqIntegerPassTest, ConvRunsOnTheIntegerConvolution) {
             << i;
       }
     }
+  }
+}
+
+// ---- ConvIntegerToFloat: authored ConvInteger + Add + Cast + Mul (quantize_dynamic's form) --
+
+// x [1, 3, 9, 11] -> DynamicQuantizeLinear -> ConvInteger(W uint8 [5, 3, 3, 3], pads 1) ->
+// Add(B int32 [1, 5, 1, 1]) -> Cast(float) -> Mul(x_scale * w_scale) -> y [1, 5, 9, 11].
+// Variant 1: the Cast's output is a graph output too; 2: B is [11] (per column, not channel).
+onnx::ModelProto DynamicConvModel(int variant) {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  auto* op = m.add_opset_import();
+  op->set_domain("");
+  op->set_version(13);
+  onnx::GraphProto* g = m.mutable_graph();
+  g->set_name("dynamic_conv");
+  AddTensorValueInfo(g->mutable_input(), "x", {1, 3, 9, 11});
+  std::vector<int> wq(5 * 3 * 3 * 3);
+  for (size_t i = 0; i < wq.size(); ++i) wq[i] = static_cast<int>((i * 89 + 3) % 256);
+  AddInt8Initializer(g, "wq", {5, 3, 3, 3}, wq, true);
+  AddFloatInitializer(g, "ws", {}, {0.0123f});
+  AddInt8Initializer(g, "wz", {}, {131}, true);
+  const int64_t nb = variant == 2 ? 11 : 5;
+  onnx::TensorProto* b = g->add_initializer();
+  b->set_name("b");
+  b->set_data_type(onnx::TensorProto::INT32);
+  b->add_dims(nb);
+  for (int64_t i = 0; i < nb; ++i) b->add_int32_data(static_cast<int32_t>(i * 7919 - 20000));
+  AddInt64Initializer(g, "b_shape", {1, nb, 1, 1});
+  AddOnnxNode(g, "DynamicQuantizeLinear", {"x"}, {"xq", "xs", "xz"}, "/dql");
+  auto* c = AddOnnxNode(g, "ConvInteger", {"xq", "wq", "xz", "wz"}, {"acc"}, "/conv");
+  AddIntsAttribute(c, "pads", {1, 1, 1, 1});
+  if (variant == 2) {
+    AddOnnxNode(g, "Add", {"acc", "b"}, {"acc_b"}, "/bias_add");
+  } else {
+    AddOnnxNode(g, "Reshape", {"b", "b_shape"}, {"b4"}, "/bias_reshape");
+    AddOnnxNode(g, "Add", {"acc", "b4"}, {"acc_b"}, "/bias_add");
+  }
+  auto* cast = AddOnnxNode(g, "Cast", {"acc_b"}, {"accf"}, "/to_float");
+  AddIntAttribute(cast, "to", onnx::TensorProto::FLOAT);
+  AddOnnxNode(g, "Mul", {"xs", "ws"}, {"s"}, "/scales");
+  AddOnnxNode(g, "Mul", {"accf", "s"}, {"y"}, "/scale");
+  AddTensorValueInfo(g->mutable_output(), "y", {1, 5, 9, 11});
+  if (variant == 1) AddTensorValueInfo(g->mutable_output(), "accf", {1, 5, 9, 11});
+  return m;
+}
+
+std::vector<ir::Tensor> DynamicConvInputs() {
+  return {Tensor({1, 3, 9, 11}, Wave(297, 2.5f, 0.3f))};
+}
+
+void ExpectSameBits(const ir::Tensor& a, const ir::Tensor& b) {
+  ASSERT_EQ(a.dims(), b.dims());
+  ASSERT_EQ(a.dtype(), b.dtype());
+  EXPECT_EQ(std::memcmp(a.raw_data(), b.raw_data(), a.byte_size()), 0);
+}
+
+TEST(ConvIntegerToFloatFusionTest, ChainBecomesOneKernelWithTheSameBits) {
+  if (!kernels::CpuHasIsa(kernels::Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
+  auto fused = Build(DynamicConvModel(0));
+  auto off = Build(DynamicConvModel(0), "fp32", false);
+  auto no_fuse = Build(DynamicConvModel(0), "fp32", true, {"pattern:conv-integer-to-float"});
+  ASSERT_NE(fused, nullptr);
+  ASSERT_NE(off, nullptr);
+  ASSERT_NE(no_fuse, nullptr);
+  if ((DetectCpuFeatures() & kCpuAvx512Vnni) == 0) GTEST_SKIP() << "no VNNI: kernels stay apart";
+  EXPECT_EQ(Count(*fused, ir::OpType::kConvIntegerToFloat), 1);
+  EXPECT_EQ(Count(*fused, ir::OpType::kConvInteger), 0);
+  EXPECT_EQ(Count(*fused, ir::OpType::kCast), 0);
+  for (const auto* e : {&off, &no_fuse}) {
+    EXPECT_EQ(Count(**e, ir::OpType::kConvIntegerToFloat), 0);
+    EXPECT_EQ(Count(**e, ir::OpType::kConvInteger), 1);
+  }
+  // Provenance: the fused kernel lists the four nodes it computes.
+  for (size_t k = 0; k < fused->order.size(); ++k) {
+    if (fused->order[k]->op != ir::OpType::kConvIntegerToFloat) continue;
+    std::vector<std::string> names;
+    for (const auto& p : fused->metadata.kernels(static_cast<int>(k)).nodes()) {
+      names.push_back(p.node_name());
+    }
+    EXPECT_EQ(names, (std::vector<std::string>{"/conv", "/bias_add", "/to_float", "/scale"}));
+  }
+  const std::vector<ir::Tensor> a = RunEngine(fused, DynamicConvInputs());
+  const std::vector<ir::Tensor> b = RunEngine(off, DynamicConvInputs());
+  ASSERT_EQ(a.size(), 1u);
+  ASSERT_EQ(b.size(), 1u);
+  ExpectSameBits(a[0], b[0]);  // the separate Add, Cast and Mul round exactly so
+  double largest = 0;
+  for (int64_t i = 0; i < a[0].num_elements(); ++i) {
+    largest = std::max(largest, std::fabs(double(a[0].data<float>()[i])));
+  }
+  EXPECT_GT(largest, 0.1);  // a real output, not zeros
+
+  // fp16 policy: still fused (the Cast and Mul compute in fp32, higher than assigned) and runs.
+  auto half = Build(DynamicConvModel(0), "fp16");
+  ASSERT_NE(half, nullptr);
+  EXPECT_EQ(Count(*half, ir::OpType::kConvIntegerToFloat), 1);
+  const std::vector<ir::Tensor> h = RunEngine(half, DynamicConvInputs());
+  ASSERT_EQ(h.size(), 1u);
+  ASSERT_EQ(h[0].num_elements(), a[0].num_elements());
+  for (int64_t i = 0; i < h[0].num_elements(); ++i) {
+    // x and the scale product rounded to fp16 (2^-11 relative) may move an element of xq by one
+    // quantization step (1/255 of x's range times a weight) and scale y by 1 +- 2^-10: 2% of
+    // the output's largest magnitude bounds both with margin.
+    EXPECT_LE(std::fabs(ir::ElementAsDouble(h[0], i) - a[0].data<float>()[i]), 0.02 * largest) << i;
+  }
+}
+
+TEST(ConvIntegerToFloatFusionTest, RefusedForAnOutputReadElsewhereOrAPerColumnBias) {
+  if (!kernels::CpuHasIsa(kernels::Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
+  for (int variant : {1, 2}) {
+    SCOPED_TRACE(variant);
+    auto e = Build(DynamicConvModel(variant));
+    auto off = Build(DynamicConvModel(variant), "fp32", false);
+    ASSERT_NE(e, nullptr);
+    ASSERT_NE(off, nullptr);
+    EXPECT_EQ(Count(*e, ir::OpType::kConvIntegerToFloat), 0);
+    EXPECT_EQ(Count(*e, ir::OpType::kConvInteger), 1);
+    const std::vector<ir::Tensor> a = RunEngine(e, DynamicConvInputs());
+    const std::vector<ir::Tensor> b = RunEngine(off, DynamicConvInputs());
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t o = 0; o < a.size(); ++o) ExpectSameBits(a[o], b[o]);
   }
 }
 

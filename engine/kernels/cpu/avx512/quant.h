@@ -66,14 +66,15 @@ void PackAInt8(const void* a, bool a_signed, int64_t m, int64_t k, int64_t rs, u
 /// One integer convolution's B operand (im2col) packed for GemmInt8: B[k][p] with k = (c, ki,
 /// kj) over `channels` x kh x kw and p the oh x ow outputs, read from x [channels, h, w] (int8,
 /// or uint8 stored minus 128 unless `x_signed`); taps in the padding read `pad_value` (X's
-/// stored zero point, so they add nothing). `scratch` holds Int8KPadded(K) * round16(P) bytes.
-/// Writes the column sums of stored values to `col_sums` [P].
+/// stored zero point, so they add nothing). Built 4 rows of 256 columns at a time straight into
+/// `packed` (Int8PackedBBytes(K, P)), no full im2col matrix. Writes the column sums of stored
+/// values to `col_sums` [P].
 struct Int8ConvGeometry {
   int64_t channels, h, w, kh, kw, oh, ow;
   int64_t stride_h, stride_w, pad_h, pad_w, dil_h, dil_w;
 };
 void Im2ColPackInt8(const void* x, bool x_signed, const Int8ConvGeometry& g, int8_t pad_value,
-                    uint8_t* scratch, uint8_t* packed, int32_t* col_sums);
+                    uint8_t* packed, int32_t* col_sums);
 
 /// The operands of GemmInt8.
 struct GemmInt8Args {
@@ -86,6 +87,11 @@ struct GemmInt8Args {
   const int32_t* zb = nullptr;        // [N] stored zero points of B's columns
   int32_t* y = nullptr;
   int64_t y_rs = 0;
+  // Optional output stage (ConvIntegerToFloat): with row_scale [M], y holds fp32 values
+  // float(Y[i][j] [+ row_bias[i]]) * row_scale[i] (int32 add wrapping, conversion rounding to
+  // nearest even, fp32 product) in place of the int32 sums; row_bias [M] may be null.
+  const int32_t* row_bias = nullptr;
+  const float* row_scale = nullptr;
 };
 
 /// Y = (A - za)(B - zb) as described above, on the OpenMP threads when large enough (needs

@@ -186,20 +186,22 @@ void DequantizeI32(const int32_t* x, int64_t n, const float* scale, const int32_
 // ---- integer GEMM ---------------------------------------------------------------------------
 
 // Interleaves 4 rows of 16 bytes (k = 4kb .. 4kb+3 of 16 columns) into the 64 bytes vpdpbusd
-// reads: column c's 4 bytes at 4c.
-inline void Interleave4x16(const uint8_t* r0, const uint8_t* r1, const uint8_t* r2,
-                           const uint8_t* r3, uint8_t* dst) {
+// reads: column c's 4 bytes at 4c. Stored and returned: a sum taken from the register, not by
+// reloading the stored bytes (four 16-byte stores do not forward to one 64-byte load).
+inline __m512i Interleave4x16(const uint8_t* r0, const uint8_t* r1, const uint8_t* r2,
+                              const uint8_t* r3, uint8_t* dst) {
   const __m128i a0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r0));
   const __m128i a1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r1));
   const __m128i a2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r2));
   const __m128i a3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r3));
   const __m128i t0 = _mm_unpacklo_epi8(a0, a1), t1 = _mm_unpackhi_epi8(a0, a1);
   const __m128i t2 = _mm_unpacklo_epi8(a2, a3), t3 = _mm_unpackhi_epi8(a2, a3);
-  __m128i* d = reinterpret_cast<__m128i*>(dst);
-  _mm_storeu_si128(d + 0, _mm_unpacklo_epi16(t0, t2));
-  _mm_storeu_si128(d + 1, _mm_unpackhi_epi16(t0, t2));
-  _mm_storeu_si128(d + 2, _mm_unpacklo_epi16(t1, t3));
-  _mm_storeu_si128(d + 3, _mm_unpackhi_epi16(t1, t3));
+  __m512i v = _mm512_castsi128_si512(_mm_unpacklo_epi16(t0, t2));
+  v = _mm512_inserti32x4(v, _mm_unpackhi_epi16(t0, t2), 1);
+  v = _mm512_inserti32x4(v, _mm_unpacklo_epi16(t1, t3), 2);
+  v = _mm512_inserti32x4(v, _mm_unpackhi_epi16(t1, t3), 3);
+  _mm512_storeu_si512(dst, v);
+  return v;
 }
 
 // Packs `rows` [Kp, Np] (stored bytes, zero padded) into panels and writes the column sums of
@@ -214,8 +216,8 @@ void PackRows(const uint8_t* rows, int64_t kp, int64_t np, int64_t n, uint8_t* p
     const __m512i ones = _mm512_set1_epi8(1);
     for (int64_t kb = 0; kb < kb_count; ++kb) {
       const uint8_t* r0 = rows + 4 * kb * np + p * 16;
-      Interleave4x16(r0, r0 + np, r0 + 2 * np, r0 + 3 * np, dst + kb * 64);
-      sum = _mm512_dpbusd_epi32(sum, ones, _mm512_loadu_si512(dst + kb * 64));
+      sum = _mm512_dpbusd_epi32(
+          sum, ones, Interleave4x16(r0, r0 + np, r0 + 2 * np, r0 + 3 * np, dst + kb * 64));
     }
     _mm512_mask_storeu_epi32(col_sums + p * 16, LaneMask(n - p * 16), sum);
   }
@@ -250,8 +252,17 @@ struct TileEpilogue {
     const __m512i terms =
         _mm512_add_epi32(_mm512_mullo_epi32(zb[c], _mm512_set1_epi32(g.row_sums[i0 + r])),
                          _mm512_mullo_epi32(_mm512_set1_epi32(g.za[i0 + r]), cbz[c]));
-    _mm512_mask_storeu_epi32(g.y + (i0 + r) * g.y_rs + (p0 + c) * 16, mask[c],
-                             _mm512_sub_epi32(acc, terms));
+    __m512i y = _mm512_sub_epi32(acc, terms);
+    int32_t* dst = g.y + (i0 + r) * g.y_rs + (p0 + c) * 16;
+    if (g.row_scale == nullptr) {
+      _mm512_mask_storeu_epi32(dst, mask[c], y);
+      return;
+    }
+    // ConvIntegerToFloat's output stage: the int32 Add (wrapping), the Cast (vcvtdq2ps rounds to
+    // nearest even, as static_cast<float> does) and the fp32 Mul, as the separate nodes.
+    if (g.row_bias != nullptr) y = _mm512_add_epi32(y, _mm512_set1_epi32(g.row_bias[i0 + r]));
+    const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(y), _mm512_set1_ps(g.row_scale[i0 + r]));
+    _mm512_mask_storeu_ps(reinterpret_cast<float*>(dst), mask[c], f);
   }
 };
 
@@ -347,6 +358,87 @@ TileFn TileFor(int mr, int nr) {
     default:
       return TileFor<6>(nr);
   }
+}
+
+// Columns [c0, c1) of im2col row `row` (k = (c, ki, kj)) of a convolution's B operand, as stored
+// bytes (X xor `flip`), into dst[0, c1 - c0): taps in the padding read `pad`, columns past
+// OH * OW and rows past K read 0.
+// d[0, n) = the byte in every lane of `v` (n of a few bytes mostly: no memset call).
+inline void FillBytes(uint8_t* d, int64_t n, __m512i v) {
+  for (int64_t i = 0; i < n; i += 64) {
+    const __mmask64 m = n - i >= 64 ? ~__mmask64{0} : (__mmask64{1} << (n - i)) - 1;
+    _mm512_mask_storeu_epi8(d + i, m, v);
+  }
+}
+
+void Im2ColRowRange(const uint8_t* src, const Int8ConvGeometry& g, int64_t row, int64_t c0,
+                    int64_t c1, uint8_t flip, uint8_t pad, uint8_t* dst) {
+  const int64_t taps = g.kh * g.kw, p = g.oh * g.ow;
+  if (row >= g.channels * taps) {
+    std::memset(dst, 0, c1 - c0);
+    return;
+  }
+  const int64_t c = row / taps, ki = row % taps / g.kw, kj = row % g.kw;
+  const uint8_t* plane = src + c * g.h * g.w;
+  const __m512i fv = _mm512_set1_epi8(static_cast<char>(flip));
+  if (taps == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_h == 0 && g.pad_w == 0 &&
+      g.oh == g.h && g.ow == g.w) {
+    // 1x1, stride 1, no padding: output column p reads X's pixel p, one contiguous run.
+    const int64_t end = std::min(c1, p);
+    for (int64_t o = c0; o < end; o += 64) {
+      const __mmask64 m = end - o >= 64 ? ~__mmask64{0} : (__mmask64{1} << (end - o)) - 1;
+      _mm512_mask_storeu_epi8(dst + (o - c0), m,
+                              _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, plane + o), fv));
+    }
+    if (end < c1) std::memset(dst + std::max<int64_t>(end - c0, 0), 0, c1 - std::max(end, c0));
+    return;
+  }
+  // Output columns whose input column lies inside the image: iw = ow*sw - pw + kj*dw in [0, w).
+  const int64_t off = kj * g.dil_w - g.pad_w;
+  int64_t lo = 0, hi = g.ow;
+  while (lo < g.ow && lo * g.stride_w + off < 0) ++lo;
+  while (hi > lo && (hi - 1) * g.stride_w + off >= g.w) --hi;
+  const __m512i pv = _mm512_set1_epi8(static_cast<char>(pad));
+  int64_t col = std::min(c0, p);
+  if (c0 >= p) {
+    std::memset(dst, 0, c1 - c0);
+    return;
+  }
+  while (col < c1 && col < p) {
+    const int64_t oh = col / g.ow, ow0 = col % g.ow;
+    const int64_t ow1 = std::min(g.ow, ow0 + (std::min(c1, p) - col));
+    uint8_t* d = dst + (col - c0);  // d[i] is output column ow0 + i
+    const int64_t ih = oh * g.stride_h - g.pad_h + ki * g.dil_h;
+    const int64_t a = std::max(ow0, lo), b = std::min(ow1, hi);
+    if (ih < 0 || ih >= g.h || a >= b) {
+      FillBytes(d, ow1 - ow0, pv);
+    } else {
+      const uint8_t* s = plane + ih * g.w;
+      FillBytes(d, a - ow0, pv);
+      if (g.stride_w == 1) {
+        for (int64_t o = a; o < b; o += 64) {
+          const __mmask64 m = b - o >= 64 ? ~__mmask64{0} : (__mmask64{1} << (b - o)) - 1;
+          const __m512i v = _mm512_maskz_loadu_epi8(m, s + o + off);
+          _mm512_mask_storeu_epi8(d + (o - ow0), m, _mm512_xor_si512(v, fv));
+        }
+      } else if (g.stride_w == 2) {
+        // Even bytes of 64: vpmovwb keeps each 16-bit word's low byte. The mask stops at the
+        // last byte read, (o + n - 1) * 2 + off, inside the row.
+        for (int64_t o = a; o < b; o += 32) {
+          const int64_t n = std::min<int64_t>(32, b - o);
+          const __mmask64 m = (__mmask64{1} << (2 * n - 1)) - 1;
+          const __m512i v = _mm512_maskz_loadu_epi8(m, s + 2 * o + off);
+          const __m256i e = _mm256_xor_si256(_mm512_cvtepi16_epi8(v), _mm512_castsi512_si256(fv));
+          _mm256_mask_storeu_epi8(d + (o - ow0), static_cast<__mmask32>((uint64_t{1} << n) - 1), e);
+        }
+      } else {
+        for (int64_t o = a; o < b; ++o) d[o - ow0] = s[o * g.stride_w + off] ^ flip;
+      }
+      FillBytes(d + (b - ow0), ow1 - b, pv);
+    }
+    col += ow1 - ow0;
+  }
+  if (col < c1) std::memset(dst + (col - c0), 0, c1 - col);
 }
 
 }  // namespace
@@ -449,45 +541,44 @@ void PackAInt8(const void* a, bool a_signed, int64_t m, int64_t k, int64_t rs, u
 }
 
 void Im2ColPackInt8(const void* x, bool x_signed, const Int8ConvGeometry& g, int8_t pad_value,
-                    uint8_t* scratch, uint8_t* packed, int32_t* col_sums) {
-  const int64_t taps = g.kh * g.kw, k = g.channels * taps, kp = Int8KPadded(k);
-  const int64_t p = g.oh * g.ow, np = (p + 15) / 16 * 16;
+                    uint8_t* packed, int32_t* col_sums) {
+  const int64_t k = g.channels * g.kh * g.kw, kb_count = Int8KPadded(k) / 4;
+  const int64_t p = g.oh * g.ow, panels = (p + 15) / 16;
   const uint8_t flip = x_signed ? 0 : 0x80;
   const uint8_t pad = static_cast<uint8_t>(pad_value);
-  const uint8_t* src = static_cast<const uint8_t*>(x);
-#pragma omp parallel for schedule(static) if (k * np >= (int64_t{1} << 18))
-  for (int64_t row = 0; row < kp; ++row) {
-    uint8_t* dst = scratch + row * np;
-    if (row >= k) {
-      std::memset(dst, 0, np);
-      continue;
-    }
-    const int64_t c = row / taps, ki = row % taps / g.kw, kj = row % g.kw;
-    const uint8_t* plane = src + c * g.h * g.w;
-    // Output columns whose input column lies inside the image: iw = ow*sw - pw + kj*dw in [0, w).
-    const int64_t off = kj * g.dil_w - g.pad_w;
-    int64_t lo = 0, hi = g.ow;
-    while (lo < g.ow && lo * g.stride_w + off < 0) ++lo;
-    while (hi > lo && (hi - 1) * g.stride_w + off >= g.w) --hi;
-    for (int64_t oh = 0; oh < g.oh; ++oh) {
-      uint8_t* d = dst + oh * g.ow;
-      const int64_t ih = oh * g.stride_h - g.pad_h + ki * g.dil_h;
-      if (ih < 0 || ih >= g.h) {
-        std::memset(d, pad, g.ow);
-        continue;
+  const auto* src = static_cast<const uint8_t*>(x);
+  // Chunks of kChunk panels: 4 im2col rows of a chunk's columns (4 KiB, in L1) are built, then
+  // interleaved into its panels, for each group of 4 k; the column sums stay in L1 meanwhile.
+  // On the threads, at least two chunks per thread (a 41-panel operand in 3 chunks of 16 would
+  // leave one of 2 threads a third of the work).
+  constexpr int64_t kChunk = 16;
+  const int threads = omp_get_max_threads();
+  const bool parallel = kb_count * panels * 64 >= (int64_t{1} << 18) && threads > 1;
+  const int64_t per =
+      parallel ? std::clamp<int64_t>((panels + 2 * threads - 1) / (2 * threads), 1, kChunk)
+               : kChunk;
+  const int64_t chunks = (panels + per - 1) / per;
+#pragma omp parallel for schedule(static) if (parallel && chunks > 1)
+  for (int64_t ch = 0; ch < chunks; ++ch) {
+    const int64_t p0 = ch * per, p1 = std::min(panels, p0 + per);
+    const int64_t c0 = p0 * 16, c1 = p1 * 16;
+    alignas(64) uint8_t rows[4][kChunk * 16];
+    __m512i sums[kChunk];
+    for (int64_t q = 0; q < p1 - p0; ++q) sums[q] = _mm512_setzero_si512();
+    const __m512i ones = _mm512_set1_epi8(1);
+    for (int64_t kb = 0; kb < kb_count; ++kb) {
+      for (int r = 0; r < 4; ++r) Im2ColRowRange(src, g, 4 * kb + r, c0, c1, flip, pad, rows[r]);
+      for (int64_t q = 0; q < p1 - p0; ++q) {
+        uint8_t* dst = packed + (p0 + q) * kb_count * 64 + kb * 64;
+        sums[q] = _mm512_dpbusd_epi32(sums[q], ones,
+                                      Interleave4x16(rows[0] + q * 16, rows[1] + q * 16,
+                                                     rows[2] + q * 16, rows[3] + q * 16, dst));
       }
-      const uint8_t* s = plane + ih * g.w;
-      std::memset(d, pad, lo);
-      if (g.stride_w == 1) {
-        for (int64_t o = lo; o < hi; ++o) d[o] = s[o + off] ^ flip;
-      } else {
-        for (int64_t o = lo; o < hi; ++o) d[o] = s[o * g.stride_w + off] ^ flip;
-      }
-      std::memset(d + hi, pad, g.ow - hi);
     }
-    std::memset(dst + p, 0, np - p);
+    for (int64_t q = 0; q < p1 - p0; ++q) {
+      _mm512_mask_storeu_epi32(col_sums + (p0 + q) * 16, LaneMask(p - (p0 + q) * 16), sums[q]);
+    }
   }
-  PackRows(scratch, kp, np, p, packed, col_sums);
 }
 
 void GemmInt8(const GemmInt8Args& g) {

@@ -10,6 +10,8 @@
 // x_zero_point per tensor, w_zero_point per tensor or per output channel. X is laid out per
 // image and group as the GEMM's B operand (im2col, padding taps reading X's zero point so they
 // add nothing), W is the A operand, and the GEMM writes Y's [M, OH * OW] planes directly.
+// ConvIntegerToFloat (engine/ir/ops.def) is the same kernel with the GEMM's output stage on
+// (quant.h: + B, to fp32, * scale per output channel), bit for bit the reference's.
 #include <memory>
 #include <optional>
 #include <vector>
@@ -19,6 +21,7 @@
 #include "engine/kernels/cpu/avx512/register.h"
 #include "engine/kernels/cpu/ref/common.h"
 #include "engine/kernels/cpu/ref/nn_internal.h"
+#include "engine/kernels/cpu/ref/quant_integer.h"
 
 namespace kiln::kernels::cpu::avx512 {
 namespace {
@@ -174,6 +177,9 @@ class ConvIntegerKernel final : public Kernel {
     std::vector<int64_t> out_dims = {x->dim(0), m};
     out_dims.insert(out_dims.end(), win.out.begin(), win.out.end());
     if (x->num_elements() == 0 || ir::NumElementsOf(out_dims) == 0) return reference_->Run(ctx);
+    if (to_float_ && !ReadOutputStage(ctx.input(4), ctx.input(5), m, x->rank())) {
+      return reference_->Run(ctx);
+    }
 
     // 1-D as 2-D with H = 1.
     const bool one_d = x->rank() == 3;
@@ -207,18 +213,19 @@ class ConvIntegerKernel final : public Kernel {
     // X's stored zero point: the padding value of the im2col and every column's zb.
     const int32_t zx = (xzp == nullptr ? 0 : ZeroPointAt(*xzp, 0)) + (x_signed ? 0 : -128);
     zb_.assign(p, zx);
-    const int64_t np = (p + 15) / 16 * 16;
-    scratch_.resize(kp * np);
     b_packed_.resize(Int8PackedBBytes(k, p));
     col_sums_.resize(p);
 
-    ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, DataType::kI32, out_dims));
+    ASSIGN_OR_RETURN(ir::Tensor * y,
+                     ctx.output(0, to_float_ ? DataType::kF32 : DataType::kI32, out_dims));
+    // int32 sums, or with the output stage fp32 values of the same 4 bytes (quant.h).
+    auto* yb = static_cast<int32_t*>(y->raw_data());
     const auto* xb = static_cast<const uint8_t*>(x->raw_data());
     const int64_t plane = geo.h * geo.w;
     for (int64_t img = 0; img < x->dim(0); ++img) {
       for (int64_t gi = 0; gi < group; ++gi) {
         Im2ColPackInt8(xb + (img * c + gi * cg) * plane, x_signed, geo, static_cast<int8_t>(zx),
-                       scratch_.data(), b_packed_.data(), col_sums_.data());
+                       b_packed_.data(), col_sums_.data());
         GemmInt8Args g;
         g.m = mg;
         g.n = p;
@@ -229,8 +236,12 @@ class ConvIntegerKernel final : public Kernel {
         g.b = b_packed_.data();
         g.col_sums = col_sums_.data();
         g.zb = zb_.data();
-        g.y = y->data<int32_t>() + (img * m + gi * mg) * p;
+        g.y = yb + (img * m + gi * mg) * p;
         g.y_rs = p;
+        if (to_float_) {
+          g.row_scale = row_scale_.data() + gi * mg;
+          g.row_bias = row_bias_.empty() ? nullptr : row_bias_.data() + gi * mg;
+        }
         GemmInt8(g);
       }
     }
@@ -239,15 +250,38 @@ class ConvIntegerKernel final : public Kernel {
 
  private:
   ConvIntegerKernel(const ir::Node& node, ref::nn::ConvAttrs attrs)
-      : node_(node), attrs_(std::move(attrs)) {}
+      : node_(node),
+        attrs_(std::move(attrs)),
+        to_float_(node.op == ir::OpType::kConvIntegerToFloat) {}
+
+  // ConvIntegerToFloat's B (int32, optional) and scale (fp32) as one value per output channel
+  // of `m` in row_bias_ / row_scale_; false (the reference runs) for any other form.
+  bool ReadOutputStage(const ir::Tensor* bias, const ir::Tensor* scale, int64_t m, int out_rank) {
+    if (scale == nullptr || scale->dtype() != DataType::kF32 ||
+        !ref::IsChannelVector(scale->dims(), m, out_rank) ||
+        (bias != nullptr &&
+         (bias->dtype() != DataType::kI32 || !ref::IsChannelVector(bias->dims(), m, out_rank)))) {
+      return false;
+    }
+    row_scale_.resize(m);
+    row_bias_.resize(bias != nullptr ? m : 0);
+    for (int64_t i = 0; i < m; ++i) {
+      row_scale_[i] = scale->data<float>()[scale->num_elements() == 1 ? 0 : i];
+      if (bias != nullptr) row_bias_[i] = bias->data<int32_t>()[bias->num_elements() == 1 ? 0 : i];
+    }
+    return true;
+  }
 
   const ir::Node& node_;
   ref::nn::ConvAttrs attrs_;
   std::unique_ptr<Kernel> reference_;
   const void* packed_for_ = nullptr;  // the W that w_packed_ holds
   std::vector<int64_t> packed_dims_;
-  std::vector<uint8_t> w_packed_, scratch_, b_packed_;
+  std::vector<uint8_t> w_packed_, b_packed_;
   std::vector<int32_t> row_sums_, col_sums_, za_, zb_;
+  const bool to_float_;  // ConvIntegerToFloat
+  std::vector<int32_t> row_bias_;
+  std::vector<float> row_scale_;
 };
 
 }  // namespace
@@ -264,6 +298,9 @@ void RegisterQuantInteger(Registry& r) {
   conv.cpu_features = kCpuAvx512Vnni;
   conv.supports = &ConvIntegerKernel::Supports;
   r.Add(conv);
+  KernelDef to_float = conv;
+  to_float.op = ir::OpType::kConvIntegerToFloat;
+  r.Add(to_float);
 }
 
 }  // namespace kiln::kernels::cpu::avx512

@@ -1,6 +1,7 @@
 // Reference kernels of the integer quantized ops: MatMulInteger, ConvInteger (int32 outputs)
-// and QLinearMatMul, QLinearConv (requantized int8/uint8 outputs). Registered by
-// RegisterQuantInteger (register.h).
+// and QLinearMatMul, QLinearConv (requantized int8/uint8 outputs), and Kiln's ConvIntegerToFloat
+// (ConvInteger's int32 sums [+ int32 B], converted to fp32 and times an fp32 scale, as the
+// separate Add, Cast and Mul compute it). Registered by RegisterQuantInteger (register.h).
 //
 // Arithmetic, as the ONNX reference (onnx/reference/ops/op_qlinear_*.py) defines it:
 //   acc = sum_k (a - a_zp) * (b - b_zp)  [+ bias]          exact integers, int32 wrap-around
@@ -10,6 +11,8 @@
 // for an int32 array times an fp32 array. The matrix products run on the shared GEMM in uint32
 // (exact modulo 2^32, i.e. int32 wrap-around); the convolutions run on the shared im2col + GEMM
 // in double, exact for every sum below 2^53 (checked), then wrapped to int32.
+#include "engine/kernels/cpu/ref/quant_integer.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -306,7 +309,9 @@ absl::Status CheckPerChannel(const ir::Node& node, const ir::Tensor& t, int64_t 
                      ir::DimsToString(t.dims()));
 }
 
-absl::Status ConvIntegerRun(const ir::Node& node, KernelContext& ctx) {
+// The int32 sums of ConvInteger's inputs 0-3 (X, W, x_zero_point, w_zero_point).
+absl::StatusOr<std::vector<int32_t>> ConvIntegerAcc(const ir::Node& node, KernelContext& ctx,
+                                                    std::vector<int64_t>& out_dims) {
   ASSIGN_OR_RETURN(const ir::Tensor* x, RequireInput(node, ctx, 0));
   ASSIGN_OR_RETURN(const ir::Tensor* w, RequireInput(node, ctx, 1));
   RETURN_IF_ERROR(CheckInt8(node, *x, "x"));
@@ -321,10 +326,58 @@ absl::Status ConvIntegerRun(const ir::Node& node, KernelContext& ctx) {
   ASSIGN_OR_RETURN(std::vector<int32_t> wc,
                    Centered(node, *w, wzp, wzp ? ChannelDims(*w, *wzp) : std::vector<int64_t>{},
                             "w_zero_point"));
+  return IntConv(node, *x, xc, *w, wc, nullptr, out_dims);
+}
+
+absl::Status ConvIntegerRun(const ir::Node& node, KernelContext& ctx) {
   std::vector<int64_t> out_dims;
-  ASSIGN_OR_RETURN(std::vector<int32_t> acc, IntConv(node, *x, xc, *w, wc, nullptr, out_dims));
+  ASSIGN_OR_RETURN(std::vector<int32_t> acc, ConvIntegerAcc(node, ctx, out_dims));
   ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, DataType::kI32, out_dims));
   std::copy(acc.begin(), acc.end(), y->data<int32_t>());
+  return absl::OkStatus();
+}
+
+// ConvIntegerToFloat's B (slot 4, int32) or scale (slot 5, float32): one value, or one per
+// output channel (IsChannelVector) of an output `out_dims`.
+absl::Status CheckChannelVector(const ir::Node& node, const ir::Tensor& t, DataType dtype,
+                                const std::vector<int64_t>& out_dims, const char* what) {
+  if (t.dtype() != dtype) {
+    return InvalidNode(node, what, " dtype ", DataTypeOnnxName(t.dtype()), " is not ",
+                       DataTypeOnnxName(dtype));
+  }
+  if (!IsChannelVector(t.dims(), out_dims[1], static_cast<int>(out_dims.size()))) {
+    return InvalidNode(node, what, " of shape ", ir::DimsToString(t.dims()),
+                       " is not one value or one per output channel of ",
+                       ir::DimsToString(out_dims));
+  }
+  return absl::OkStatus();
+}
+
+// y = float(acc + B) * scale: the int32 Add (wrapping), the Cast to fp32 (round to nearest
+// even) and the fp32 Mul of the separate nodes, per element.
+absl::Status ConvIntegerToFloatRun(const ir::Node& node, KernelContext& ctx) {
+  std::vector<int64_t> out_dims;
+  ASSIGN_OR_RETURN(std::vector<int32_t> acc, ConvIntegerAcc(node, ctx, out_dims));
+  const ir::Tensor* bias = ctx.input(4);
+  ASSIGN_OR_RETURN(const ir::Tensor* scale, RequireInput(node, ctx, 5));
+  if (bias != nullptr) {
+    RETURN_IF_ERROR(CheckChannelVector(node, *bias, DataType::kI32, out_dims, "B"));
+  }
+  RETURN_IF_ERROR(CheckChannelVector(node, *scale, DataType::kF32, out_dims, "scale"));
+  ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, DataType::kF32, out_dims));
+  const int64_t m = out_dims[1], plane = Product(out_dims, 2, out_dims.size());
+  const bool bias_per_channel = bias != nullptr && bias->num_elements() > 1;
+  const bool scale_per_channel = scale->num_elements() > 1;
+  float* out = y->data<float>();
+  for (size_t e = 0; e < acc.size(); ++e) {
+    const int64_t c = (static_cast<int64_t>(e) / plane) % m;
+    uint32_t v = static_cast<uint32_t>(acc[e]);
+    if (bias != nullptr) {
+      v += static_cast<uint32_t>(bias->data<int32_t>()[bias_per_channel ? c : 0]);
+    }
+    out[e] = static_cast<float>(static_cast<int32_t>(v)) *
+             scale->data<float>()[scale_per_channel ? c : 0];
+  }
   return absl::OkStatus();
 }
 
@@ -380,6 +433,8 @@ void RegisterQuantInteger(Registry& r) {
   r.AddRef(ir::OpType::kMatMulInteger, q, &FunctionKernel<MatMulIntegerRun>::Create);
   r.AddRef(ir::OpType::kQLinearMatMul, q, &FunctionKernel<QLinearMatMulRun>::Create);
   r.AddRef(ir::OpType::kConvInteger, q, CheckedFactory<CheckConvAttrs, ConvIntegerRun>);
+  r.AddRef(ir::OpType::kConvIntegerToFloat, q,
+           CheckedFactory<CheckConvAttrs, ConvIntegerToFloatRun>);
   r.AddRef(ir::OpType::kQLinearConv, q, CheckedFactory<CheckConvAttrs, QLinearConvRun>);
 }
 
