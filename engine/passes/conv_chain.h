@@ -3,25 +3,25 @@
 //
 // A depthwise convolution with the 1x1 expansion before it and the 1x1 projection after it (with
 // its residual, if any), or with one of the two, that run one after another on channels-last fp32
-// (or fp16) tensors become one FusedConvChain (kernels/cpu/avx512/conv_chain.h), which computes the
-// block in bands of rows so that the expanded tensors (six times the block's input, several MB at
-// 112 x 112 and 56 x 56) stay in cache instead of going to memory and back twice. Measured on
-// MobileNetV2 (fp32, per block, chained against the separate kernels in the same engine): the
-// 112 x 112 and 56 x 56 blocks and the first block (without an expansion) 1.05-1.2x on one
-// thread, the 28 x 28 and smaller ones within +-5% there; every block chained, the network 10%
+// (or fp16, or bf16) tensors become one FusedConvChain (kernels/cpu/avx512/conv_chain.h), which
+// computes the block in bands of rows so that the expanded tensors (six times the block's input,
+// several MB at 112 x 112 and 56 x 56) stay in cache instead of going to memory and back twice.
+// Measured on MobileNetV2 (fp32, per block, chained against the separate kernels in the same
+// engine): the 112 x 112 and 56 x 56 blocks and the first block (without an expansion) 1.05-1.2x on
+// one thread, the 28 x 28 and smaller ones within +-5% there; every block chained, the network 10%
 // faster on two threads (one parallel region per block instead of three). A depthwise
 // convolution with neither neighbour is left alone: its kernel is the chain's depthwise step
 // anyway.
 //
 // Members (kernels/cpu/avx512/conv_chain_nodes.h, the tests the depthwise kernel's `supports`
 // shares): Conv or FusedConv nodes the layout pass runs channels-last (kChannelsLastAttr), fp32
-// or fp16 in and out, W (and B) constants of that type, activation none, Relu, LeakyRelu or
-// Clip, no dilation, explicit pads; the 1x1 convolutions with unit strides, no padding and one
-// group, the depthwise one with group = channels = outputs; only the projection may carry a
+// fp16 or bf16 in and out, W (and B) constants of that type, activation none, Relu, LeakyRelu,
+// Clip or HardSwish, no dilation, explicit pads; the 1x1 convolutions with unit strides, no padding
+// and one group, the depthwise one with group = channels = outputs; only the projection may carry a
 // residual. Each interior value is read by the next member alone. Numbers: every member still
 // computes its fp32 sum of products plus bias, then its activation, and hands on what it would
-// store (fp32, or that value rounded to fp16 in an fp16 graph): only the order within each sum
-// changes, as between any two fp32 convolution kernels. Nothing is lowered: the members all run
+// store (fp32, or that value rounded to fp16 or bf16 in a 16-bit graph): only the order within each
+// sum changes, as between any two fp32 convolution kernels. Nothing is lowered: the members all run
 // at one precision already (after precision lowering; a Cast between two members ends a chain).
 //
 // Runs after the layout pass, with fusion on (`--fusion off` or `--no-fuse pattern:conv-chain`,

@@ -1,8 +1,9 @@
-// Convolution chains (passes/conv_chain.h): an fp32 or fp16 inverted-residual block (or a depthwise
-// convolution with only its projection) becomes one FusedConvChain that computes what the separate
-// convolutions compute, its members stay visible (fusion label, provenance, the accuracy report's
-// interior tensors), a depthwise convolution alone stays a convolution, and `--fusion off`,
-// `--no-fuse pattern:conv-chain` and a bf16 policy keep the convolutions apart.
+// Convolution chains (passes/conv_chain.h): an fp32, fp16 or bf16 inverted-residual block (or a
+// depthwise convolution with only its projection) becomes one FusedConvChain that computes what the
+// separate convolutions compute, its members stay visible (fusion label, provenance, the accuracy
+// report's interior tensors), a depthwise convolution alone stays a convolution, and `--fusion
+// off`,
+// `--no-fuse pattern:conv-chain` and NCHW convolutions stay apart.
 #include <cmath>
 #include <memory>
 #include <string>
@@ -199,6 +200,26 @@ TEST(ConvChainPassTest, Fp16BlocksChainToo) {
   ExpectClose(RunEngine(chained), RunEngine(separate), 1e-2f);
 }
 
+// Under the bf16 policy too (bf16 in and out, each member's output rounded to bf16 as the
+// separate convolutions round it; the kernel test checks the chain against its members).
+TEST(ConvChainPassTest, Bf16BlocksChainToo) {
+  if (!kernels::CpuHasIsa(kernels::Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
+  const auto [chained, separate] = BlocksBuilt("bf16");
+  ASSERT_NE(chained, nullptr);
+  ASSERT_NE(separate, nullptr);
+  int chains = 0;
+  for (size_t k = 0; k < chained->order.size(); ++k) {
+    if (chained->order[k]->op != ir::OpType::kFusedConvChain) continue;
+    EXPECT_EQ(chained->order[k]->outputs[0]->dtype, DataType::kBF16);
+    EXPECT_EQ(chained->metadata.kernels(static_cast<int>(k)).isa(), "avx512");
+    ++chains;
+  }
+  EXPECT_EQ(chains, 2);
+  // As in fp16 with bf16's steps (2^-8 of the value, 8 times fp16's): six layers of one-step
+  // differences, 6 * 2^-7 < 5e-2, plus the outputs' own rounding: 8e-2 of the output range.
+  ExpectClose(RunEngine(chained), RunEngine(separate), 8e-2f);
+}
+
 TEST(ConvChainPassTest, DepthwiseWithOnlyAProjectionChainsAndALoneOneStays) {
   if (!kernels::CpuHasIsa(kernels::Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
   auto chained = Build("fp32", true, {}, true, Tails());
@@ -226,10 +247,10 @@ TEST(ConvChainPassTest, DepthwiseWithOnlyAProjectionChainsAndALoneOneStays) {
   ExpectClose(RunEngine(chained, 20), RunEngine(separate, 20));
 }
 
-TEST(ConvChainPassTest, FusionOffBf16AndNchwKeepTheConvolutionsApart) {
+TEST(ConvChainPassTest, FusionOffAndNchwKeepTheConvolutionsApart) {
   if (!kernels::CpuHasIsa(kernels::Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
-  for (auto e : {Build("fp32", false), Build("bf16", true), Build("fp32", true, {"op:Conv"}),
-                 Build("fp32", true, {}, false)}) {
+  for (auto e :
+       {Build("fp32", false), Build("fp32", true, {"op:Conv"}), Build("fp32", true, {}, false)}) {
     ASSERT_NE(e, nullptr);
     EXPECT_EQ(Chains(*e), 0);
   }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstdlib>
 #include <utility>
 
 #include "engine/kernels/cpu/avx512/conv_chain.h"
@@ -21,21 +22,25 @@ __mmask16 TailMask(int64_t c) {
   return r == 0 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << r) - 1);
 }
 
-// How a step stores its values: fp32; fp32 holding fp16 values (an interior tensor of an fp16
-// chain: what the member convolution would have stored, widened again); fp16 (Y of an fp16
-// chain). Rounded as half.h rounds (round to nearest even; NaN as the reference keeps it).
-enum class Store { kF32, kF32Half, kHalf };
+// How a step stores its values: fp32; fp32 holding fp16 (bf16) values (an interior tensor of an
+// fp16 (bf16) chain: what the member convolution would have stored, widened again); fp16 (bf16),
+// Y of a 16-bit chain. Rounded as half.h rounds (round to nearest even; NaN as the reference
+// keeps it).
+enum class Store { kF32, kF32Half, kHalf, kF32Bf16, kBf16 };
+
+// Bytes of one stored element.
+constexpr int64_t StoreBytes(Store st) { return st == Store::kHalf || st == Store::kBf16 ? 2 : 4; }
 
 // Where a step stores: a base address and how it stores there; At(e) is the element e further.
 struct Out {
   void* p;
   Store st;
-  Out At(int64_t e) const { return {static_cast<char*>(p) + e * (st == Store::kHalf ? 2 : 4), st}; }
+  Out At(int64_t e) const { return {static_cast<char*>(p) + e * StoreBytes(st), st}; }
 };
 
 // Element e of a residual Z of Y's type (fp16 when Y is).
 const void* ZAt(const void* z, Store st, int64_t e) {
-  return z == nullptr ? nullptr : static_cast<const char*>(z) + e * (st == Store::kHalf ? 2 : 4);
+  return z == nullptr ? nullptr : static_cast<const char*>(z) + e * StoreBytes(st);
 }
 
 // The lanes m of v (16 values) at `out`. A full mask stores unmasked: on this Zen 5 a masked
@@ -61,12 +66,23 @@ inline __attribute__((always_inline)) void StoreVector(Out out, __mmask16 m, __m
     case Store::kHalf:
       _mm256_mask_storeu_epi16(out.p, m, FloatToHalf16(v));
       break;
+    case Store::kF32Bf16:
+      if (m == 0xFFFF) {
+        _mm512_storeu_ps(out.p, Bf16ToFloat16(FloatToBf16x16(v)));
+      } else {
+        _mm512_mask_storeu_ps(out.p, m, Bf16ToFloat16(FloatToBf16x16(v)));
+      }
+      break;
+    case Store::kBf16:
+      _mm256_mask_storeu_epi16(out.p, m, FloatToBf16x16(v));
+      break;
   }
 }
 
 // 16 values of Z (lanes m, the others 0) as fp32, Z being of Y's type.
 inline __attribute__((always_inline)) __m512 LoadZ(const void* z, Store st, __mmask16 m) {
   if (st == Store::kHalf) return HalfToFloat16(_mm256_maskz_loadu_epi16(m, z));
+  if (st == Store::kBf16) return Bf16ToFloat16(_mm256_maskz_loadu_epi16(m, z));
   return _mm512_maskz_loadu_ps(m, z);
 }
 
@@ -82,10 +98,20 @@ struct Act {
   __m512 operator()(__m512 v) const;
 };
 
+// The reference's MinProp(MaxProp(v, 0), 1): v > 0 or NaN keeps v, else 0 (so -0 gives +0);
+// then v < 1 or NaN keeps v, else 1 (as activation_avx512.cc's).
+inline __m512 Clamp01(__m512 v) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_NLE_UQ), v);
+  return _mm512_mask_mov_ps(one, _mm512_cmp_ps_mask(v, one, _CMP_NGE_UQ), v);
+}
+
 // Act's formula for a kind known at compile time: the reference's Relu x < 0 ? 0 : x, LeakyRelu
 // x < 0 ? alpha * x : x, Clip r = v < lo ? lo : v, then r > hi ? hi : r (NaN passes through).
 // vmaxps(a, b) is a > b ? a : b and vminps(a, b) a < b ? a : b, so max(lo, v) is v < lo ? lo : v
 // to the bit (NaN v gives v, -0 against 0 gives v) and min(hi, r) is r > hi ? hi : r.
+// HardSwish: x * clamp(x / 6 + 0.5, 0, 1) as the reference's HardSwishOp, x / 6 divided (a
+// product by 1/6 rounds differently) and each step rounded (the file has -ffp-contract=off).
 template <ChainActivation::Kind K>
 inline __m512 Apply(const Act& a, __m512 v) {
   if constexpr (K == ChainActivation::kRelu) {
@@ -95,6 +121,9 @@ inline __m512 Apply(const Act& a, __m512 v) {
                               v);
   } else if constexpr (K == ChainActivation::kClip) {
     return _mm512_min_ps(a.hi, _mm512_max_ps(a.lo, v));
+  } else if constexpr (K == ChainActivation::kHardSwish) {
+    const __m512 t = _mm512_add_ps(_mm512_div_ps(v, _mm512_set1_ps(6.0f)), _mm512_set1_ps(0.5f));
+    return _mm512_mul_ps(v, Clamp01(t));
   } else {
     return v;
   }
@@ -108,6 +137,8 @@ __m512 Act::operator()(__m512 v) const {
       return Apply<ChainActivation::kLeakyRelu>(*this, v);
     case ChainActivation::kClip:
       return Apply<ChainActivation::kClip>(*this, v);
+    case ChainActivation::kHardSwish:
+      return Apply<ChainActivation::kHardSwish>(*this, v);
     default:
       return v;
   }
@@ -153,6 +184,9 @@ inline __attribute__((always_inline)) void StoreActivated(const __m512 (&acc)[MP
     case ChainActivation::kClip:
       TileStore<MP, NP, ChainActivation::kClip>(acc, z, out, out_ps, last, act);
       break;
+    case ChainActivation::kHardSwish:
+      TileStore<MP, NP, ChainActivation::kHardSwish>(acc, z, out, out_ps, last, act);
+      break;
   }
 }
 
@@ -163,9 +197,11 @@ inline __attribute__((always_inline)) void StoreActivated(const __m512 (&acc)[MP
 // Meanwhile it asks for the first `pf_lines` (at most k) 64-byte lines at `pf` into L2, one per
 // k step: a share of the weights the next tiles read.
 template <int MP, int NP>
-void Tile(const float* a, int64_t a_ps, int64_t k, const float* b, int64_t b_ps, const float* bias,
-          const void* z, Out out, int64_t out_ps, __mmask16 last, const Act& act, const char* pf,
-          int64_t pf_lines) {
+void Tile(const void* a_in, int64_t a_ps, int64_t k, const void* b_in, int64_t b_ps,
+          const float* bias, const void* z, Out out, int64_t out_ps, __mmask16 last, const Act& act,
+          const char* pf, int64_t pf_lines) {
+  const float* a = static_cast<const float*>(a_in);
+  const float* b = static_cast<const float*>(b_in);
   __m512 acc[MP][NP];
 #pragma GCC unroll 4
   for (int j = 0; j < NP; ++j) {
@@ -188,7 +224,70 @@ void Tile(const float* a, int64_t a_ps, int64_t k, const float* b, int64_t b_ps,
   StoreActivated(acc, z, out, out_ps, last, act);
 }
 
-using TileFn = void (*)(const float*, int64_t, int64_t, const float*, int64_t, const float*,
+// The 32 bits of bf16 A's elements k and k + 1, broadcast straight from memory (vbroadcastss:
+// a load, where a broadcast from a general register takes two shuffle-port operations, which
+// on the AMX Xeon left the tile waiting on that port).
+inline __m512bh PairOf(const uint16_t* a, int64_t k) {
+  float v;
+  __builtin_memcpy(&v, a + k, 4);
+  return reinterpret_cast<__m512bh>(_mm512_set1_ps(v));
+}
+
+// Tile on bf16 A (a bf16 chain's X or D) and bf16 weights in pairs, [panel][ceil(k/2)][16][2]
+// (b_ps uint16 per panel), with vdpbf16ps: each instruction adds to a lane's fp32 sum the two
+// products of a pair, each exact in fp32 (8-bit significands), with one rounding per addition
+// (the odd element's product first), as an FMA on the widened values would add them: the sum
+// is the fp32 path's sum of the same exact products in another order (k + 1 before k). Its
+// inputs below fp32's normal range count as zero and so do its sums (DAZ, FTZ): differences
+// under 2^-126 per addition, far below bf16's own rounding of the result (2^-9 of it).
+template <int MP, int NP>
+void TileDot(const void* a_in, int64_t a_ps, int64_t k, const void* b_in, int64_t b_ps,
+             const float* bias, const void* z, Out out, int64_t out_ps, __mmask16 last,
+             const Act& act, const char* pf, int64_t pf_lines) {
+  const uint16_t* a = static_cast<const uint16_t*>(a_in);
+  const uint16_t* b = static_cast<const uint16_t*>(b_in);
+  __m512 acc[MP][NP];
+#pragma GCC unroll 4
+  for (int j = 0; j < NP; ++j) {
+    const __m512 bj = _mm512_loadu_ps(bias + j * 16);
+#pragma GCC unroll 16
+    for (int i = 0; i < MP; ++i) acc[i][j] = bj;
+  }
+  const int64_t pairs = k / 2;  // whole pairs; an odd k's last element after the loop
+  for (int64_t kk = 0; kk < pairs; ++kk) {
+    if (kk < pf_lines) _mm_prefetch(pf + kk * 64, _MM_HINT_T1);
+    __m512bh bv[NP];
+#pragma GCC unroll 4
+    for (int j = 0; j < NP; ++j) {
+      bv[j] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(b + j * b_ps + kk * 32));
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < MP; ++i) {
+      const __m512bh av = PairOf(a + i * a_ps, 2 * kk);
+#pragma GCC unroll 4
+      for (int j = 0; j < NP; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], av, bv[j]);
+    }
+  }
+  if (k % 2 != 0) {
+    // Element k - 1 with a zero above it (its weights' pair is zero padded too): the element
+    // after A's row is not read, so a NaN there cannot reach the sum as NaN * 0.
+    __m512bh bv[NP];
+#pragma GCC unroll 4
+    for (int j = 0; j < NP; ++j) {
+      bv[j] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(b + j * b_ps + pairs * 32));
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < MP; ++i) {
+      const __m512bh av =
+          reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(a[i * a_ps + k - 1])));
+#pragma GCC unroll 4
+      for (int j = 0; j < NP; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], av, bv[j]);
+    }
+  }
+  StoreActivated(acc, z, out, out_ps, last, act);
+}
+
+using TileFn = void (*)(const void*, int64_t, int64_t, const void*, int64_t, const float*,
                         const void*, Out, int64_t, __mmask16, const Act&, const char*, int64_t);
 
 // Pixels per tile for NP panels: NP x MP accumulators within 28 of the 32 registers (the rest
@@ -210,17 +309,22 @@ constexpr int64_t kL1Weights = int64_t{32} << 10;
 // How many tiles ahead Pointwise prefetches a streamed A (2 to 16 measured alike; 4 best).
 constexpr int64_t kPrefetchTiles = 4;
 
-template <int NP, size_t... I>
+template <int NP, bool DOT, size_t... I>
 constexpr std::array<TileFn, sizeof...(I)> TileColumn(std::index_sequence<I...>) {
-  return {&Tile<static_cast<int>(I) + 1, NP>...};
+  if constexpr (DOT) {
+    return {&TileDot<static_cast<int>(I) + 1, NP>...};
+  } else {
+    return {&Tile<static_cast<int>(I) + 1, NP>...};
+  }
 }
 
-// The tile of mp pixels (1 <= mp <= kMaxRows[np]) and np panels.
+// The tile of mp pixels (1 <= mp <= kMaxRows[np]) and np panels (fp32 FMA or bf16 pairs).
+template <bool DOT>
 TileFn TileFor(int mp, int np) {
-  static const auto t1 = TileColumn<1>(std::make_index_sequence<kMaxRows[1]>());
-  static const auto t2 = TileColumn<2>(std::make_index_sequence<kMaxRows[2]>());
-  static const auto t3 = TileColumn<3>(std::make_index_sequence<kMaxRows[3]>());
-  static const auto t4 = TileColumn<4>(std::make_index_sequence<kMaxRows[4]>());
+  static const auto t1 = TileColumn<1, DOT>(std::make_index_sequence<kMaxRows[1]>());
+  static const auto t2 = TileColumn<2, DOT>(std::make_index_sequence<kMaxRows[2]>());
+  static const auto t3 = TileColumn<3, DOT>(std::make_index_sequence<kMaxRows[3]>());
+  static const auto t4 = TileColumn<4, DOT>(std::make_index_sequence<kMaxRows[4]>());
   switch (np) {
     case 1:
       return t1[mp - 1];
@@ -243,35 +347,56 @@ struct Lines {
 // as 3 + 3 + 3), group g + 1 of `groups` taking (panels - j) / (groups - g) after j panels.
 int64_t PanelGroups(int64_t panels) { return (panels + kMaxPanels - 1) / kMaxPanels; }
 
-// The weights of the first panel group of packed W [n/16][k][16]: one line per k and panel.
-Lines FirstGroup(const float* w, int64_t k, int64_t n) {
+// A 1x1 step's packed weights for k inputs: fp32 panels [n/16][k][16], or (`dot`, bf16 chains)
+// bf16 pairs [n/16][ceil(k/2)][16][2] for TileDot, whose A is then bf16 too.
+struct PwWeights {
+  const void* w = nullptr;
+  bool dot = false;
+  int64_t k = 0;
+  // Elements of one panel; 64-byte lines of a panel (one per k step, or per pair).
+  int64_t PanelElems() const { return dot ? (k + 1) / 2 * 32 : k * 16; }
+  int64_t PanelLines() const { return dot ? (k + 1) / 2 : k; }
+  int64_t ElemBytes() const { return dot ? 2 : 4; }
+  // The weights from panel j on.
+  PwWeights From(int64_t j) const {
+    return {static_cast<const char*>(w) + j * PanelElems() * ElemBytes(), dot, k};
+  }
+};
+
+// The weights of the first panel group: one line per k step (pair) and panel.
+Lines FirstGroup(const PwWeights& w, int64_t n) {
   const int64_t panels = (n + 15) / 16;
-  return {reinterpret_cast<const char*>(w), panels / PanelGroups(panels) * k};
+  return {static_cast<const char*>(w.w), panels / PanelGroups(panels) * w.PanelLines()};
 }
 
 // A 1x1 convolution of `p` pixels: out[p][n] = act(a[p][k] * W + bias (+ z)), W packed in panels
 // [n/16][k][16]. Panel groups outer, so a group's weights stay in L1 across the pixels. `then`:
 // lines the last group prefetches into L2 (the next step's first weights).
-void Pointwise(const float* a, int64_t a_ps, int64_t p, int64_t k, const float* w, int64_t n,
+// A (a_ps elements per pixel) is fp32, or bf16 with `dot` weights.
+void Pointwise(const void* a, int64_t a_ps, int64_t p, const PwWeights& w, int64_t n,
                const float* bias, const void* z, Out out, int64_t out_ps, const Act& act,
                Lines then = {}) {
   if (p <= 0) return;  // an empty share (fewer pixels than threads)
+  const int64_t k = w.k;
+  const int64_t a_bytes = w.ElemBytes();  // A's elements are the weights' type
+  const int64_t lines = w.PanelLines();
+  const auto tile_for = w.dot ? &TileFor<true> : &TileFor<false>;
   const int64_t panels = (n + 15) / 16;
   const int64_t groups = PanelGroups(panels);
   for (int64_t g = 0, j = 0; g < groups; ++g) {
     const int np = static_cast<int>((panels - j) / (groups - g));
     const __mmask16 last = j + np == panels ? TailMask(n) : static_cast<__mmask16>(0xFFFF);
-    const float* b = w + j * 16 * k;
+    const PwWeights b = w.From(j);
     // The fewest tiles of at most `rows` pixels, as even as can be (49 as 7 x 7): `tall` tiles
     // of mp_tall pixels, then the rest of mp_tall - 1 (so the call's target changes once).
-    const int64_t rows = np == 4 && k * np * 64 <= kL1Weights ? 6 : kMaxRows[np];
+    const int64_t rows = np == 4 && lines * np * 64 <= kL1Weights ? 6 : kMaxRows[np];
     const int64_t tiles = (p + rows - 1) / rows, mp_tall = (p + tiles - 1) / tiles;
     const int64_t tall = p - tiles * (mp_tall - 1);
     // The next group's weights (one 64-byte line per k step and panel) into L2 while this group
     // runs, in equal shares over its tiles: in the network they come from L3, and a group's
     // first tiles otherwise wait for them (MobileNetV2's 7 x 7 blocks ran 10% faster so).
-    const Lines next = g + 1 < groups ? Lines{reinterpret_cast<const char*>(b + np * 16 * k),
-                                              (panels - j - np) / (groups - g - 1) * k}
+    const Lines next = g + 1 < groups ? Lines{static_cast<const char*>(b.From(np).w),
+                                              (panels - j - np) / (groups - g - 1) * lines}
                                       : then;
     const char* pf = next.p;
     // A contiguous A of few channels read once (the expansion of a large X, the previous
@@ -287,14 +412,14 @@ void Pointwise(const float* a, int64_t a_ps, int64_t p, int64_t k, const float* 
         // The pixels kPrefetchTiles tiles ahead into L1 (one line per 16 floats).
         const int64_t d0 = i + kPrefetchTiles * mp, d1 = std::min(p, d0 + mp);
         if (d0 < d1) {
-          const char* q = reinterpret_cast<const char*>(a + d0 * a_ps);
-          const char* qe = reinterpret_cast<const char*>(a + d1 * a_ps);
+          const char* q = static_cast<const char*>(a) + d0 * a_ps * a_bytes;
+          const char* qe = static_cast<const char*>(a) + d1 * a_ps * a_bytes;
           for (; q < qe; q += 64) _mm_prefetch(q, _MM_HINT_T0);
         }
       }
-      TileFor(mp, np)(a + i * a_ps, a_ps, k, b, k * 16, bias + j * 16, ZAt(z, out.st, e), out.At(e),
-                      out_ps, last, act, pf + pf_first * 64,
-                      std::min({pf_share, pf_total - pf_first, k}));
+      tile_for(mp, np)(static_cast<const char*>(a) + i * a_ps * a_bytes, a_ps, k, b.w,
+                       w.PanelElems(), bias + j * 16, ZAt(z, out.st, e), out.At(e), out_ps, last,
+                       act, pf + pf_first * 64, std::min({pf_share, pf_total - pf_first, lines}));
       i += mp;
     }
     j += np;
@@ -438,9 +563,11 @@ constexpr int64_t kStreamBytes = int64_t{4} << 20;
 // The depthwise outputs of image pixels [q0, q1) (row-major, oy * ow + ox) into `out` (pixel q
 // at (q - q0) * out_ps; out_ps floats per pixel; channels past c are not stored). Channel blocks
 // of two vectors outermost, so a block's input rows stay in L1 from one output row to the next.
+// `cv0`, `cv1`: the channels [cv0, min(cv1, c)) only (multiples of 32; cv1 < 0: to the end).
 void DepthwisePixels(const DwSource& s, const DwGeom& g, int64_t q0, int64_t q1, Out out,
-                     int64_t out_ps, const Act& act) {
+                     int64_t out_ps, const Act& act, int64_t cv0 = 0, int64_t cv1 = -1) {
   const int64_t cp = Pad16(g.c);
+  const int64_t cv_end = cv1 < 0 ? cp : std::min(cv1, cp);
   const float* rows[16];  // kh <= 16 (the kernel class checks)
   // Reading a large X in place (no expansion before it; an image of more than kStreamBytes):
   // the tiles ask for their columns of the row the next output row reads first, as they go. X
@@ -449,7 +576,7 @@ void DepthwisePixels(const DwSource& s, const DwGeom& g, int64_t q0, int64_t q1,
   // (alternating runs; a T1 hint did no better). A 1.6 MB X (MobileNetV2's 112 x 112 x 32)
   // still came from the caches, and there the prefetches cost 5%.
   const bool stream = s.ring == 0 && s.h * s.w * s.ps * 4 > kStreamBytes;
-  for (int64_t cv = 0; cv < cp; cv += 32) {
+  for (int64_t cv = cv0; cv < cv_end; cv += 32) {
     const int nv = cp - cv >= 32 ? 2 : 1;
     const __mmask16 last = cv + 16 * nv >= cp ? TailMask(g.c) : static_cast<__mmask16>(0xFFFF);
     const DwTiles* fast = FastDwTiles(g.kh, g.kw, g.sw, nv);
@@ -483,13 +610,16 @@ void DepthwisePixels(const DwSource& s, const DwGeom& g, int64_t q0, int64_t q1,
   }
 }
 
-// Pixels of fp16 X (c channels each) widened to fp32 at `out`, out_ps floats per pixel (exact).
-void WidenPixels(const uint16_t* x, int64_t pixels, int64_t c, float* out, int64_t out_ps) {
+// Pixels of fp16 (bf16) X (c channels each) widened to fp32 at `out`, out_ps floats per pixel
+// (exact).
+void WidenPixels(const uint16_t* x, bool bf16, int64_t pixels, int64_t c, float* out,
+                 int64_t out_ps) {
   for (int64_t p = 0; p < pixels; ++p) {
     for (int64_t ch = 0; ch < c; ch += 16) {
       const __mmask16 m = LaneMask(c - ch);
+      const __m256i raw = _mm256_maskz_loadu_epi16(m, x + p * c + ch);
       _mm512_mask_storeu_ps(out + p * out_ps + ch, m,
-                            HalfToFloat16(_mm256_maskz_loadu_epi16(m, x + p * c + ch)));
+                            bf16 ? Bf16ToFloat16(raw) : HalfToFloat16(raw));
     }
   }
 }
@@ -498,9 +628,23 @@ void WidenPixels(const uint16_t* x, int64_t pixels, int64_t c, float* out, int64
 // fp16 chain without one, X's rows widened to fp32 (an fp32 chain without one reads X in place).
 bool Ringed(const ConvChainArgs& a) { return a.w0 != nullptr || a.half; }
 
+// The 1x1 steps' weights: bf16 pairs where given (a bf16 chain), else fp32 panels.
+PwWeights ExpandW(const ConvChainArgs& a) {
+  return a.w0_dot ? PwWeights{a.w0_dot, true, a.c0} : PwWeights{a.w0, false, a.c0};
+}
+PwWeights ProjectW(const ConvChainArgs& a) {
+  return a.w2_dot ? PwWeights{a.w2_dot, true, a.c1} : PwWeights{a.w2, false, a.c1};
+}
+
 // How a step of the chain stores: the interior tensors E and D, and Y.
-Store InteriorStore(const ConvChainArgs& a) { return a.half ? Store::kF32Half : Store::kF32; }
-Store OutputStore(const ConvChainArgs& a) { return a.half ? Store::kHalf : Store::kF32; }
+Store InteriorStore(const ConvChainArgs& a) {
+  return !a.half ? Store::kF32 : a.bf16 ? Store::kF32Bf16 : Store::kF32Half;
+}
+Store OutputStore(const ConvChainArgs& a) {
+  return !a.half ? Store::kF32 : a.bf16 ? Store::kBf16 : Store::kHalf;
+}
+// D before a projection: bf16 itself when the projection reads bf16 (the same values).
+Store DStore(const ConvChainArgs& a) { return a.w2_dot ? Store::kBf16 : InteriorStore(a); }
 
 // Output rows per band and E rows in the ring: what a band keeps in L2 between the steps (its E
 // rows, (band - 1) * sh + kh, in the ring, or those rows of X without an expansion, which the
@@ -524,7 +668,7 @@ struct Band {
 // Floats of an fp16 chain's X rows widened for the expansion of `ring` rows at once (0 for an
 // fp32 chain or without an expansion), in whole vectors.
 int64_t XRowsFloats(const ConvChainArgs& a, int64_t ring) {
-  return a.half && a.w0 != nullptr ? Pad16(ring * a.w * a.c0) : 0;
+  return a.half && a.w0 != nullptr && a.w0_dot == nullptr ? Pad16(ring * a.w * a.c0) : 0;
 }
 
 Band BandOf(const ConvChainArgs& a) {
@@ -554,7 +698,7 @@ Whole WholeOf(const ConvChainArgs& a) {
   const int64_t pixels = a.oh * a.ow, in_share = (a.h * a.w + a.threads - 1) / a.threads;
   return {Ringed(a) ? a.h * a.w * cp : 0,
           a.w2 != nullptr ? (pixels + a.threads - 1) / a.threads * cp : 0,
-          a.half && a.w0 != nullptr ? Pad16(in_share * a.c0) : 0};
+          a.half && a.w0 != nullptr && a.w0_dot == nullptr ? Pad16(in_share * a.c0) : 0};
 }
 
 bool WholeImages(const ConvChainArgs& a) {
@@ -580,12 +724,16 @@ void FirstStep(const ConvChainArgs& a, const float* xb, const uint16_t* xh, int6
                int64_t pixels, float* e, float* xbuf, const Act& act0, Lines then) {
   const int64_t cp = Pad16(a.c1);
   if (a.w0 == nullptr) {
-    WidenPixels(xh + p0 * a.c0, pixels, a.c0, e, cp);
+    WidenPixels(xh + p0 * a.c0, a.bf16, pixels, a.c0, e, cp);
     return;
   }
-  const float* rows = xb != nullptr ? xb + p0 * a.c0 : xbuf;
-  if (xb == nullptr) WidenPixels(xh + p0 * a.c0, pixels, a.c0, xbuf, a.c0);
-  Pointwise(rows, a.c0, pixels, a.c0, a.w0, a.c1, a.b0, nullptr, Out{e, InteriorStore(a)}, cp, act0,
+  const void* rows = xb != nullptr ? static_cast<const void*>(xb + p0 * a.c0) : xbuf;
+  if (a.w0_dot != nullptr) {
+    rows = xh + p0 * a.c0;  // bf16 X as it is
+  } else if (xb == nullptr) {
+    WidenPixels(xh + p0 * a.c0, a.bf16, pixels, a.c0, xbuf, a.c0);
+  }
+  Pointwise(rows, a.c0, pixels, ExpandW(a), a.c1, a.b0, nullptr, Out{e, InteriorStore(a)}, cp, act0,
             then);
 }
 
@@ -597,8 +745,8 @@ void RunBands(const ConvChainArgs& a, const Act& act0, const Act& act1, const Ac
   const bool ringed = Ringed(a);
   const Band band = BandOf(a);
   const int64_t per_thread = ConvChainScratchFloats(a) / a.threads;
-  const Lines project_first = a.w2 ? FirstGroup(a.w2, a.c1, a.c2) : Lines{};
-  const Lines expand_first = a.w0 ? FirstGroup(a.w0, a.c0, a.c1) : Lines{};  // the next band's
+  const Lines project_first = a.w2 ? FirstGroup(ProjectW(a), a.c2) : Lines{};
+  const Lines expand_first = a.w0 ? FirstGroup(ExpandW(a), a.c1) : Lines{};  // the next band's
   const Out y{a.y, OutputStore(a)};
 #pragma omp parallel num_threads(a.threads)
   {
@@ -638,8 +786,8 @@ void RunBands(const ConvChainArgs& a, const Act& act0, const Act& act1, const Ac
       if (a.w2 == nullptr) {
         DepthwisePixels(src, dw, p0, p1, y.At(yo), a.c2, act1);
       } else {
-        DepthwisePixels(src, dw, p0, p1, Out{dband, InteriorStore(a)}, cp, act1);
-        Pointwise(dband, cp, p1 - p0, a.c1, a.w2, a.c2, a.b2, ZAt(a.z, y.st, yo), y.At(yo), a.c2,
+        DepthwisePixels(src, dw, p0, p1, Out{dband, DStore(a)}, cp, act1);
+        Pointwise(dband, cp, p1 - p0, ProjectW(a), a.c2, a.b2, ZAt(a.z, y.st, yo), y.At(yo), a.c2,
                   act2, expand_first);
       }
       q += oy1 - oy0;
@@ -655,8 +803,8 @@ void RunWholeImages(const ConvChainArgs& a, const Act& act0, const Act& act1, co
   const bool ringed = Ringed(a);
   const Whole whole = WholeOf(a);
   const int64_t in_pixels = a.h * a.w, out_pixels = a.oh * a.ow;
-  const Lines project_first = a.w2 ? FirstGroup(a.w2, a.c1, a.c2) : Lines{};
-  const Lines expand_first = a.w0 ? FirstGroup(a.w0, a.c0, a.c1) : Lines{};  // the next image's
+  const Lines project_first = a.w2 ? FirstGroup(ProjectW(a), a.c2) : Lines{};
+  const Lines expand_first = a.w0 ? FirstGroup(ExpandW(a), a.c1) : Lines{};  // the next image's
   const Out y{a.y, OutputStore(a)};
   float* e = a.scratch;
   const int64_t parts = a.threads;  // the scratch holds `parts` D shares and X shares
@@ -686,8 +834,8 @@ void RunWholeImages(const ConvChainArgs& a, const Act& act0, const Act& act1, co
           DepthwisePixels(src, dw, q0, q1, y.At(yo), a.c2, act1);
         } else {
           float* d = a.scratch + whole.e + k * whole.d;
-          DepthwisePixels(src, dw, q0, q1, Out{d, InteriorStore(a)}, cp, act1);
-          Pointwise(d, cp, q1 - q0, a.c1, a.w2, a.c2, a.b2, ZAt(a.z, y.st, yo), y.At(yo), a.c2,
+          DepthwisePixels(src, dw, q0, q1, Out{d, DStore(a)}, cp, act1);
+          Pointwise(d, cp, q1 - q0, ProjectW(a), a.c2, a.b2, ZAt(a.z, y.st, yo), y.At(yo), a.c2,
                     act2, expand_first);
         }
       }
@@ -699,9 +847,185 @@ void RunWholeImages(const ConvChainArgs& a, const Act& act0, const Act& act1, co
   }
 }
 
+// Many threads on few rows: bands of rows per thread would recompute most of E at their edges
+// (3.5 rows of 56 per thread on 16 threads: each thread's 3 x 3 windows need 5.5 E rows) and
+// small images split into fewer row bands (or pixel shares) than threads, each streaming all of
+// a 1x1 step's weights for a few pixels. From kPhasedMinThreads threads on, when the output rows
+// per thread are fewer than kPhasedRows, the images go one by one in three phases, each split
+// into tasks over all the threads, with a barrier between: E of the image's pixels (tasks of
+// pixels x panels of 16 expanded channels), D (pixels x blocks of 32 channels), Y (pixels x
+// panels of 16 outputs). Each element is still one sum in the same order (the tasks only choose
+// which thread computes it), so the numbers are those of any other split. One and two threads
+// keep the modes above.
+constexpr int kPhasedMinThreads = 3;
+constexpr int64_t kPhasedRows = 8;
+
+// kPhasedRows, or KILN_CHAIN_PHASED_ROWS when set (a measuring knob, as KILN_NO_AMX: 0 turns the
+// phases off), read once.
+int64_t PhasedRows() {
+  static const int64_t rows = [] {
+    const char* v = std::getenv("KILN_CHAIN_PHASED_ROWS");
+    return v != nullptr && *v != '\0' ? std::max<int64_t>(std::atoll(v), 0) : kPhasedRows;
+  }();
+  return rows;
+}
+// E and D of one image at most (beyond, bands of rows: they keep the rows in flight in L2).
+constexpr int64_t kPhasedBytes = int64_t{32} << 20;
+
+// E and D floats of one image in phased mode.
+int64_t PhasedE(const ConvChainArgs& a) { return Ringed(a) ? a.h * a.w * Pad16(a.c1) : 0; }
+int64_t PhasedD(const ConvChainArgs& a) { return a.w2 != nullptr ? a.oh * a.ow * Pad16(a.c1) : 0; }
+
+bool PhasedImages(const ConvChainArgs& a) {
+  return a.threads >= kPhasedMinThreads && a.n * a.oh < PhasedRows() * a.threads &&
+         (PhasedE(a) + PhasedD(a)) * 4 <= kPhasedBytes;
+}
+
+// `pixels` x `units` (panels or channel blocks) of one step as pp x qp tasks: task k takes the
+// pixel part k / qp and the unit part k % qp, each part as even as can be.
+struct Split {
+  int64_t pixels = 0, units = 0, pp = 1, qp = 1;
+  int64_t Tasks() const { return pp * qp; }
+  std::pair<int64_t, int64_t> PixelsOf(int64_t k) const {
+    const int64_t i = k / qp;
+    return {pixels * i / pp, pixels * (i + 1) / pp};
+  }
+  std::pair<int64_t, int64_t> UnitsOf(int64_t k) const {
+    const int64_t j = k % qp;
+    return {units * j / qp, units * (j + 1) / qp};
+  }
+};
+
+// The split that finishes first on `threads` threads, by a model of a task's time: its units
+// times its pixels, at least 4 (fewer pixels leave the tile waiting on the weights' loads rather
+// than on its FMAs), plus 8 for the task's start (its weights from L2, its first loads); tasks
+// run in rounds of `threads`. Equal times: the fewer tasks.
+Split SplitOf(int64_t pixels, int64_t units, int64_t threads) {
+  Split best{pixels, units, 1, 1};
+  int64_t best_cost = -1;
+  for (int64_t pp = 1; pp <= std::min(threads, pixels); ++pp) {
+    for (int64_t qp = 1; qp <= std::min(threads, units); ++qp) {
+      const int64_t rounds = (pp * qp + threads - 1) / threads;
+      const int64_t task = (units + qp - 1) / qp * std::max<int64_t>((pixels + pp - 1) / pp, 4) + 8;
+      const int64_t cost = rounds * task;
+      if (best_cost < 0 || cost < best_cost || (cost == best_cost && pp * qp < best.Tasks())) {
+        best = {pixels, units, pp, qp};
+        best_cost = cost;
+      }
+    }
+  }
+  return best;
+}
+
+// The three phases' splits.
+struct Phases {
+  Split e, d, y;
+};
+
+Phases PhasesOf(const ConvChainArgs& a) {
+  const int64_t t = a.threads;
+  Phases ph;
+  ph.e = SplitOf(a.h * a.w, a.w0 != nullptr ? (a.c1 + 15) / 16 : 1, t);
+  ph.d = SplitOf(a.oh * a.ow, (a.c1 + 31) / 32, t);
+  ph.y = SplitOf(a.oh * a.ow, a.w2 != nullptr ? (a.c2 + 15) / 16 : 1, t);
+  return ph;
+}
+
+// Floats of the X pixels one thread widens for one expansion task (16-bit chains only).
+int64_t PhasedX(const ConvChainArgs& a, const Phases& ph) {
+  return a.half && a.w0 != nullptr && a.w0_dot == nullptr
+             ? Pad16((a.h * a.w + ph.e.pp - 1) / ph.e.pp * a.c0)
+             : 0;
+}
+
+// Panels [j0, j1) of a 1x1 convolution's n outputs: the channels from j0 * 16, how many.
+int64_t SliceChannels(int64_t n, int64_t j0, int64_t j1) { return std::min(j1 * 16, n) - j0 * 16; }
+
+void RunPhased(const ConvChainArgs& a, const Act& act0, const Act& act1, const Act& act2,
+               const DwGeom& dw) {
+  const int64_t cp = Pad16(a.c1);
+  const bool ringed = Ringed(a);
+  const Phases ph = PhasesOf(a);
+  const int64_t xper = PhasedX(a, ph);
+  float* e = a.scratch;
+  float* d = e + PhasedE(a);
+  const Out y{a.y, OutputStore(a)};
+  const Store interior = InteriorStore(a);
+  const Out dout{d, DStore(a)};
+  const PwWeights we = ExpandW(a), wp = ProjectW(a);
+  const int64_t out_pixels = a.oh * a.ow;
+#pragma omp parallel num_threads(a.threads)
+  {
+    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    float* xbuf = d + PhasedD(a) + t * xper;
+    for (int64_t b = 0; b < a.n; ++b) {
+      const float* xb = ImageF32(a, b);
+      const uint16_t* xh = ImageF16(a, b);
+      if (ringed) {
+        for (int64_t k = t; k < ph.e.Tasks(); k += nt) {
+          const auto [p0, p1] = ph.e.PixelsOf(k);
+          if (p0 == p1) continue;
+          if (a.w0 == nullptr) {
+            WidenPixels(xh + p0 * a.c0, a.bf16, p1 - p0, a.c0, e + p0 * cp, cp);
+            continue;
+          }
+          const auto [j0, j1] = ph.e.UnitsOf(k);
+          const void* rows = xb != nullptr ? static_cast<const void*>(xb + p0 * a.c0) : xbuf;
+          if (we.dot) {
+            rows = xh + p0 * a.c0;  // bf16 X as it is
+          } else if (xb == nullptr) {
+            WidenPixels(xh + p0 * a.c0, a.bf16, p1 - p0, a.c0, xbuf, a.c0);
+          }
+          Pointwise(rows, a.c0, p1 - p0, we.From(j0), SliceChannels(a.c1, j0, j1), a.b0 + j0 * 16,
+                    nullptr, Out{e + p0 * cp + j0 * 16, interior}, cp, act0);
+        }
+#pragma omp barrier
+      }
+      const DwSource src{ringed ? e : xb, ringed ? cp : a.c0, a.w, a.h, 0};
+      const int64_t yb = b * out_pixels * a.c2;
+      for (int64_t k = t; k < ph.d.Tasks(); k += nt) {
+        const auto [q0, q1] = ph.d.PixelsOf(k);
+        const auto [c0, c1] = ph.d.UnitsOf(k);
+        if (q0 == q1 || c0 == c1) continue;
+        if (a.w2 == nullptr) {
+          DepthwisePixels(src, dw, q0, q1, y.At(yb + q0 * a.c2), a.c2, act1, c0 * 32, c1 * 32);
+        } else {
+          DepthwisePixels(src, dw, q0, q1, dout.At(q0 * cp), cp, act1, c0 * 32, c1 * 32);
+        }
+      }
+      if (a.w2 != nullptr) {
+#pragma omp barrier
+        for (int64_t k = t; k < ph.y.Tasks(); k += nt) {
+          const auto [q0, q1] = ph.y.PixelsOf(k);
+          const auto [j0, j1] = ph.y.UnitsOf(k);
+          if (q0 == q1) continue;
+          const int64_t yo = yb + q0 * a.c2 + j0 * 16;
+          Pointwise(dout.At(q0 * cp).p, cp, q1 - q0, wp.From(j0), SliceChannels(a.c2, j0, j1),
+                    a.b2 + j0 * 16, ZAt(a.z, y.st, yo), y.At(yo), a.c2, act2);
+        }
+      }
+      // The next image's first writes against this image's reads still in flight: its E against
+      // this depthwise phase (over already, at the barrier before the projection, when there is
+      // one), or, without an E phase, its D against this projection. Its D after an E phase
+      // comes after the barrier that ends that phase; Y conflicts with nothing.
+      if (b + 1 < a.n && ringed != (a.w2 != nullptr)) {
+#pragma omp barrier
+      }
+    }
+  }
+}
+
 }  // namespace
 
+int64_t ConvChainThreads(const ConvChainArgs& a) {
+  if (PhasedImages(a)) return std::min<int64_t>(a.threads, a.n * a.oh * a.ow);
+  return std::min<int64_t>(a.threads, a.n * a.oh);
+}
+
 int64_t ConvChainScratchFloats(const ConvChainArgs& a) {
+  if (PhasedImages(a)) {
+    return PhasedE(a) + PhasedD(a) + a.threads * PhasedX(a, PhasesOf(a));  // multiples of 16
+  }
   if (WholeImages(a)) {
     const Whole whole = WholeOf(a);
     return whole.e + a.threads * (whole.d + whole.x);  // multiples of 16
@@ -716,7 +1040,9 @@ int64_t ConvChainScratchFloats(const ConvChainArgs& a) {
 void ConvChainAvx512(const ConvChainArgs& a) {
   const Act act0(a.act0), act1(a.act1), act2(a.act2);
   const DwGeom dw{a.w, a.c1, a.kh, a.kw, a.sh, a.sw, a.pad_top, a.pad_left, a.ow, a.w1, a.b1};
-  if (WholeImages(a)) {
+  if (PhasedImages(a)) {
+    RunPhased(a, act0, act1, act2, dw);
+  } else if (WholeImages(a)) {
     RunWholeImages(a, act0, act1, act2, dw);
   } else {
     RunBands(a, act0, act1, act2, dw);

@@ -7,9 +7,9 @@
 
 namespace kiln::kernels::cpu::avx512 {
 
-/// A Conv or FusedConv running channels-last (kChannelsLastAttr), fp32 or fp16 in and out (one
-/// type), W (and B) constants of that type with W of rank 4, activation none, Relu, LeakyRelu or
-/// Clip, no dilation, explicit pads, 2-D strides and pads.
+/// A Conv or FusedConv running channels-last (kChannelsLastAttr), fp32, fp16 or bf16 in and out
+/// (one type), W (and B) constants of that type with W of rank 4, activation none, Relu,
+/// LeakyRelu, Clip or HardSwish, no dilation, explicit pads, 2-D strides and pads.
 bool ChainMemberConv(const ir::Node& n);
 
 /// A chain member that is a 1x1 convolution with one group, unit strides and no padding.

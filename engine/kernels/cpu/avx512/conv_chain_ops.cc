@@ -1,5 +1,5 @@
-// FusedConvChain: the channels-last fp32 or fp16 convolution chain of an inverted-residual block
-// (conv_chain.h; made by passes/conv_chain.h from FusedConv / Conv nodes running NHWC).
+// FusedConvChain: the channels-last fp32, fp16 or bf16 convolution chain of an inverted-residual
+// block (conv_chain.h; made by passes/conv_chain.h from FusedConv / Conv nodes running NHWC).
 //
 // Inputs: 0 X [N, H, W, C0] (NHWC), 1 W0 [C1, C0, 1, 1] and 2 B0 [C1] of the 1x1 expansion (both
 // absent when the chain starts at the depthwise convolution), 3 W1 [C1, 1, kh, kw] and 4 B1 [C1]
@@ -8,13 +8,14 @@
 // Z [N, OH, OW, C2] (only after a projection); every bias optional. Output Y [N, OH, OW, C2].
 // Attributes: `strides` and `pads` (ONNX order: top, left, bottom, right) of the depthwise
 // convolution, and the activation of each convolution as FusedConv has it, prefixed `expand_`,
-// `depthwise_` and `project_` (none, Relu, LeakyRelu or Clip).
+// `depthwise_` and `project_` (none, Relu, LeakyRelu, Clip or HardSwish).
 //
 // The same kernel runs a channels-last depthwise Conv or FusedConv alone (inputs X, W, B; its
 // `activation`), preferred to oneDNN's convolution for those nodes.
 //
-// X, the weights, the biases, Z and Y are all fp32 or all fp16 (an fp16 chain computes in fp32 and
-// rounds each step's output to fp16, as its member convolutions do). The weights are packed (fp16
+// X, the weights, the biases, Z and Y are all fp32, all fp16 or all bf16 (a 16-bit chain computes
+// in fp32 and rounds each step's output to its type, as its member convolutions do: DESIGN.md §5).
+// The weights are packed (16-bit
 // ones widened to fp32, exactly) at the first run of each weight buffer (as the oneDNN
 // convolution reorders its W). The rows in flight live in one scratch buffer of the calling
 // thread that all the chains share (ref::ThreadScratch), grown at need: the next chain finds it in
@@ -31,6 +32,7 @@
 #include <vector>
 
 #include "engine/common/cpu_features.h"
+#include "engine/common/half.h"
 #include "engine/kernels/cpu/avx512/conv_chain.h"
 #include "engine/kernels/cpu/avx512/conv_chain_nodes.h"
 #include "engine/kernels/cpu/avx512/convert.h"
@@ -55,6 +57,36 @@ void ChainPack1x1(const float* w, int64_t k, int64_t n, float* out) {
     float* panel = out + (j / 16) * k * 16 + j % 16;
     for (int64_t i = 0; i < k; ++i) panel[i * 16] = w[j * k + i];
   }
+}
+
+// bf16 elements of 1x1 weights for `k` inputs and `n` outputs packed in pairs.
+int64_t ChainDotElems(int64_t k, int64_t n) { return ChainPadded(n) * ((k + 1) / 2) * 2; }
+
+// 1x1 W [n, k] of bf16 values (widened) as bf16 pairs [n/16][ceil(k/2)][16][2], zero padded:
+// the operand of vdpbf16ps (conv_chain.h, w0_dot / w2_dot).
+void ChainPack1x1Dot(const float* w, int64_t k, int64_t n, uint16_t* out) {
+  const int64_t pairs = (k + 1) / 2;
+  std::memset(out, 0, ChainDotElems(k, n) * sizeof(uint16_t));
+  for (int64_t j = 0; j < n; ++j) {
+    uint16_t* panel = out + (j / 16) * pairs * 32 + (j % 16) * 2;
+    for (int64_t i = 0; i < k; ++i) panel[(i / 2) * 32 + i % 2] = FloatToBFloat16Bits(w[j * k + i]);
+  }
+}
+
+// Whether a bf16 chain's 1x1 steps run on vdpbf16ps (else fp32 FMAs on the widened values, the
+// same sums in ascending order). Measured in MobileNetV2 bf16 on one thread: on the Zen machine
+// without AMX the chains with vdpbf16ps took 1.9 ms against the separate oneDNN convolutions'
+// 2.2; on the AMX Xeon 9.2 ms, 2.3x the fp32 chains (its vdpbf16ps was issued from A broadcast
+// through general registers, since fixed, but not measured again there), where oneDNN's bf16
+// convolutions run on AMX. So vdpbf16ps only without AMX; KILN_CHAIN_BF16_DOT=0 or 1 chooses
+// (a measuring knob, as KILN_NO_AMX), read once.
+bool ChainBf16Dot() {
+  static const bool dot = [] {
+    const char* v = std::getenv("KILN_CHAIN_BF16_DOT");
+    if (v != nullptr && *v != '\0') return std::string(v) != "0";
+    return (DetectCpuFeatures() & kCpuAmxTile) == 0;
+  }();
+  return dot;
 }
 
 // Depthwise W [c, 1, kh, kw] as [kh * kw][ChainPadded(c)], zero padded.
@@ -82,11 +114,12 @@ constexpr Operands kDepthwiseOperands = {0,  {-1, 1, -1},  {-1, 2, -1},
                                          -1, {"", "", ""}, {"", "W", ""}};
 
 const std::vector<std::pair<std::string, ref::ActKind>>& ChainActivations() {
-  static const auto* v =
-      new std::vector<std::pair<std::string, ref::ActKind>>{{"", ref::ActKind::kNone},
-                                                            {"Relu", ref::ActKind::kRelu},
-                                                            {"LeakyRelu", ref::ActKind::kLeakyRelu},
-                                                            {"Clip", ref::ActKind::kClip}};
+  static const auto* v = new std::vector<std::pair<std::string, ref::ActKind>>{
+      {"", ref::ActKind::kNone},
+      {"Relu", ref::ActKind::kRelu},
+      {"LeakyRelu", ref::ActKind::kLeakyRelu},
+      {"Clip", ref::ActKind::kClip},
+      {"HardSwish", ref::ActKind::kHardSwish}};
   return *v;
 }
 
@@ -102,6 +135,9 @@ ChainActivation ToChain(const ref::Activation& a) {
     case ref::ActKind::kClip:
       c.kind = ChainActivation::kClip;
       break;
+    case ref::ActKind::kHardSwish:
+      c.kind = ChainActivation::kHardSwish;
+      break;
     default:
       c.kind = ChainActivation::kNone;
   }
@@ -112,7 +148,7 @@ ChainActivation ToChain(const ref::Activation& a) {
 }
 
 struct FreeAligned {
-  void operator()(float* p) const { std::free(p); }
+  void operator()(void* p) const { std::free(p); }
 };
 using AlignedFloats = std::unique_ptr<float, FreeAligned>;
 
@@ -126,20 +162,22 @@ bool AllEqual(const std::vector<int64_t>& v, int64_t x) {
 }
 
 // The types a chain runs in.
-bool ChainType(DataType t) { return t == DataType::kF32 || t == DataType::kF16; }
+bool ChainType(DataType t) {
+  return t == DataType::kF32 || t == DataType::kF16 || t == DataType::kBF16;
+}
 
 // A constant of type `t` (not an overridable graph input).
 bool ConstantOf(const ir::Value* v, DataType t) {
   return v && v->constant && !v->is_graph_input && v->dtype == t;
 }
 
-// The values of an fp32 or fp16 tensor as fp32 (fp16 widened exactly).
+// The values of an fp32, fp16 or bf16 tensor as fp32 (widened exactly).
 std::vector<float> Widened(const ir::Tensor& t) {
   std::vector<float> out(t.num_elements());
   if (t.dtype() == DataType::kF32) {
     std::memcpy(out.data(), t.raw_data(), out.size() * sizeof(float));
   } else {
-    ConvertArray(DataType::kF16, DataType::kF32, t.raw_data(), out.data(), t.num_elements());
+    ConvertArray(t.dtype(), DataType::kF32, t.raw_data(), out.data(), t.num_elements());
   }
   return out;
 }
@@ -181,7 +219,7 @@ class ConvChainKernel final : public Kernel {
     return std::unique_ptr<Kernel>(std::move(k));
   }
 
-  // FusedConvChain: X, Y and Z of one type, fp32 or fp16, the weights constants of that type
+  // FusedConvChain: X, Y and Z of one type, fp32, fp16 or bf16, the weights constants of that type
   // (not overridable graph inputs), a residual only after a projection.
   static bool SupportsChain(const ir::Node& node) {
     if (!OneTypeInOut(node)) return false;
@@ -202,7 +240,8 @@ class ConvChainKernel final : public Kernel {
     ASSIGN_OR_RETURN(const ir::Tensor* x, ref::RequireInput(node_, ctx, io_.x));
     const DataType t = x->dtype();
     if (x->rank() != 4 || !ChainType(t)) {
-      return ref::InvalidNode(node_, "X must be a rank-4 float or float16 NHWC tensor, got ",
+      return ref::InvalidNode(node_,
+                              "X must be a rank-4 float, float16 or bfloat16 NHWC tensor, got ",
                               DataTypeName(t), " ", ir::DimsToString(x->dims()));
     }
     ASSIGN_OR_RETURN(const ChainWeights cw, Weights(ctx, t));
@@ -236,7 +275,8 @@ class ConvChainKernel final : public Kernel {
     a.h = d[1];
     a.w = d[2];
     a.c0 = cw.c0;
-    a.half = t == DataType::kF16;
+    a.half = t != DataType::kF32;
+    a.bf16 = t == DataType::kBF16;
     a.x = x->raw_data();
     a.w0 = packed_[0].get();  // nullptr without the step, as its bias
     a.b0 = bias_[0].get();
@@ -252,6 +292,8 @@ class ConvChainKernel final : public Kernel {
     a.oh = oh;
     a.ow = ow;
     a.w2 = packed_[2].get();
+    a.w0_dot = dot_[0].get();  // bf16 chains only
+    a.w2_dot = dot_[2].get();
     a.b2 = bias_[2].get();
     a.c2 = cw.c2;
     a.act0 = act_[0];
@@ -259,7 +301,8 @@ class ConvChainKernel final : public Kernel {
     a.act2 = act_[2];
     a.z = z ? z->raw_data() : nullptr;
     a.y = y->raw_data();
-    a.threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), a.n * oh));
+    a.threads = omp_get_max_threads();
+    a.threads = static_cast<int>(ConvChainThreads(a));
     const int64_t need = ConvChainScratchFloats(a);
     a.scratch = ref::ThreadScratch(ref::kScratchChainRows, need);
     if (a.scratch == nullptr)
@@ -349,6 +392,7 @@ class ConvChainKernel final : public Kernel {
       if (cw.w[s] == nullptr) {
         packed_[s].reset();
         bias_[s].reset();
+        dot_[s].reset();
         continue;
       }
       const int64_t elems =
@@ -357,10 +401,19 @@ class ConvChainKernel final : public Kernel {
       bias_[s] = AllocateAligned(ChainPadded(outs[s]));
       if (!packed_[s] || !bias_[s]) return absl::ResourceExhaustedError("out of memory packing W");
       const std::vector<float> w = Widened(*cw.w[s]);
+      dot_[s].reset();
       if (s == 1) {
         ChainPackDepthwise(w.data(), cw.c1, cw.kh * cw.kw, packed_[s].get());
       } else {
         ChainPack1x1(w.data(), ins[s], outs[s], packed_[s].get());
+        if (cw.w[s]->dtype() == DataType::kBF16 && ChainBf16Dot()) {
+          // The 1x1 steps of a bf16 chain on vdpbf16ps (the kernel's bf16 registration needs
+          // kCpuAvx512Bf16; ChainBf16Dot says where it pays).
+          dot_[s].reset(static_cast<uint16_t*>(
+              std::aligned_alloc(64, (ChainDotElems(ins[s], outs[s]) * 2 + 63) / 64 * 64)));
+          if (!dot_[s]) return absl::ResourceExhaustedError("out of memory packing W");
+          ChainPack1x1Dot(w.data(), ins[s], outs[s], dot_[s].get());
+        }
       }
       std::memset(bias_[s].get(), 0, ChainPadded(outs[s]) * sizeof(float));
       if (cw.b[s] != nullptr) {
@@ -378,6 +431,7 @@ class ConvChainKernel final : public Kernel {
   std::array<int64_t, 2> strides_ = {1, 1};
   std::array<int64_t, 4> pads_ = {0, 0, 0, 0};
   AlignedFloats packed_[3], bias_[3];
+  std::unique_ptr<uint16_t, FreeAligned> dot_[3];
   std::array<const void*, 6> sources_ = {};
 };
 
@@ -398,7 +452,8 @@ bool ChainMemberConv(const ir::Node& n) {
   const std::string pad = n.GetString("auto_pad", "NOTSET");
   const std::vector<int64_t> kernel = n.GetInts("kernel_shape");
   const auto& wd = w->constant->dims();
-  return (act.empty() || act == "Relu" || act == "LeakyRelu" || act == "Clip") &&
+  return (act.empty() || act == "Relu" || act == "LeakyRelu" || act == "Clip" ||
+          act == "HardSwish") &&
          (pad == "NOTSET" || pad.empty()) && AllEqual(n.GetInts("dilations"), 1) &&
          (kernel.empty() || kernel == std::vector<int64_t>{wd[2], wd[3]}) &&
          n.GetInts("strides", {1, 1}).size() == 2 && n.GetInts("pads", {0, 0, 0, 0}).size() == 4;
@@ -418,22 +473,24 @@ bool ChainDepthwiseConv(const ir::Node& n) {
 }
 
 void RegisterConvChain(Registry& r) {
-  KernelDef def{ir::OpType::kFusedConvChain,
-                {DataType::kF32, DataType::kF16},
-                0,
-                Backend::kCpu,
-                Isa::kAvx512,
-                &ConvChainKernel::CreateChain};
-  def.supports = &ConvChainKernel::SupportsChain;
-  r.Add(def);
-  // Depthwise convolutions alone: the chain's depthwise step, preferred to oneDNN's (measured
-  // 1.2-1.6x faster at MobileNetV2's shapes, bench/conv_bench.cc).
-  for (ir::OpType op : {ir::OpType::kConv, ir::OpType::kFusedConv}) {
-    KernelDef dw{op,           {DataType::kF32, DataType::kF16}, 0, Backend::kCpu,
-                 Isa::kAvx512, &ConvChainKernel::CreateDepthwise};
-    dw.supports = &ChainDepthwiseConv;
-    dw.preferred = true;
-    r.Add(dw);
+  // bf16 apart: vcvtneps2bf16 for its stores needs kCpuAvx512Bf16.
+  const std::pair<std::vector<DataType>, uint64_t> types[] = {{{DataType::kF32, DataType::kF16}, 0},
+                                                              {{DataType::kBF16}, kCpuAvx512Bf16}};
+  for (const auto& [dtypes, features] : types) {
+    KernelDef def{ir::OpType::kFusedConvChain,  dtypes, 0, Backend::kCpu, Isa::kAvx512,
+                  &ConvChainKernel::CreateChain};
+    def.supports = &ConvChainKernel::SupportsChain;
+    def.cpu_features = features;
+    r.Add(def);
+    // Depthwise convolutions alone: the chain's depthwise step, preferred to oneDNN's (measured
+    // 1.2-1.6x faster at MobileNetV2's shapes, bench/conv_bench.cc).
+    for (ir::OpType op : {ir::OpType::kConv, ir::OpType::kFusedConv}) {
+      KernelDef dw{op, dtypes, 0, Backend::kCpu, Isa::kAvx512, &ConvChainKernel::CreateDepthwise};
+      dw.supports = &ChainDepthwiseConv;
+      dw.preferred = true;
+      dw.cpu_features = features;
+      r.Add(dw);
+    }
   }
 }
 
