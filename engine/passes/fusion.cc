@@ -716,13 +716,20 @@ class Fuser {
     }
     if (!Absorbable("attention", members, inputs, p.output)) return absl::OkStatus();
     if (!k_is_x) {
-      // The Transpose now writes K (its one reader, the scores' MatMul, is fused away).
+      // The Transpose now writes K into a value of its own (the model's K^T, whose one reader,
+      // the scores' MatMul, is fused away, keeps its name and meaning: the accuracy report
+      // compares it, and feeds it, as the model's tensor; here it is computed no more, as any
+      // value inside a fused kernel).
       const ir::Shape& xs = tr->inputs[0]->shape;
       ir::Shape ks = xs;
       for (int i = 0; i < rank; ++i) ks.dims[i] = xs.dims[kperm[i]];
+      ASSIGN_OR_RETURN(ir::Value * k, g_.AddValue(absl::StrCat(key->name, "/as_key")));
+      k->dtype = key->dtype;
+      k->shape = ks;
       tr->attrs["perm"] = Attribute::Ints(kperm);
-      key->shape = ks;
+      tr->outputs[0] = k;
       tr->fusion = "attention (writes K)";
+      inputs[1] = k;
     }
     ir::Node* fused = g_.AddNode(ir::OpType::kAttention, name);
     fused->since_version = 23;

@@ -1,6 +1,7 @@
 // The fp32, fp16 or bf16 convolution chain of an inverted-residual block (MobileNetV2), computed
-// row by row so that its wide interior tensors never leave the cache (conv_chain_avx512.cc; the
-// kernel class is conv_chain_ops.cc):
+// row by row so that its wide interior tensors never leave the cache (conv_chain_avx512.cc with
+// the pointwise, depthwise and phased steps in conv_chain_{pointwise,depthwise,phased}_avx512.cc
+// sharing conv_chain_inl.h; the kernel class is conv_chain_ops.cc):
 //
 //   E = act0(X * W0 + B0)            1x1 expansion, C0 -> C1 channels (optional: E = X)
 //   D = act1(depthwise(E, W1) + B1)  kh x kw depthwise window, strides, zero padding
