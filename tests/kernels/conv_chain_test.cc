@@ -8,6 +8,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <optional>
 #include <random>
 #include <string>
@@ -21,6 +22,11 @@
 
 namespace kiln::testing {
 namespace {
+
+// bf16 blocks take the chain kernel only where it pays (conv_chain_ops.cc: not on AMX CPUs,
+// where oneDNN's convolutions run on AMX tiles); the test takes it everywhere, on vdpbf16ps
+// unless KILN_CHAIN_BF16_DOT already names a path.
+const bool kBf16Chains = setenv("KILN_CHAIN_BF16_DOT", "1", /*overwrite=*/0) == 0;
 
 using Dims = std::vector<int64_t>;
 using Attrs = std::vector<std::pair<std::string, ir::Attribute>>;

@@ -5,6 +5,7 @@
 // off`,
 // `--no-fuse pattern:conv-chain` and NCHW convolutions stay apart.
 #include <cmath>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <utility>
@@ -21,6 +22,10 @@
 
 namespace kiln::testing {
 namespace {
+
+// bf16 blocks chain only where the kernel pays (not on AMX CPUs: conv_chain_ops.cc); the tests
+// chain them everywhere unless KILN_CHAIN_BF16_DOT already names a path.
+const bool kBf16Chains = setenv("KILN_CHAIN_BF16_DOT", "1", /*overwrite=*/0) == 0;
 
 // 16 channels at 64 x 64, expanded to 96.
 constexpr int64_t kC = 16, kE = 96, kS = 64;

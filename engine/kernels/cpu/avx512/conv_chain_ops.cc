@@ -89,6 +89,19 @@ bool ChainBf16Dot() {
   return dot;
 }
 
+// Whether bf16 blocks (and bf16 depthwise convolutions alone) take this kernel at all: where its
+// 1x1 steps run on vdpbf16ps, or when KILN_CHAIN_BF16_DOT names a path. On the AMX Xeon,
+// oneDNN's bf16 convolutions run on AMX tiles and MobileNetV2 bf16-layernorm took 3.8 ms at one
+// thread and 2.9-3.1 at four with them, against 6.0-10.7 and 3.7-4.1 with chains on fp32 FMAs
+// (1.75-1.85 against 2.0-2.1 at sixteen): there bf16 stays with oneDNN.
+bool ChainTakesBf16() {
+  static const bool take = [] {
+    const char* v = std::getenv("KILN_CHAIN_BF16_DOT");
+    return (v != nullptr && *v != '\0') || ChainBf16Dot();
+  }();
+  return take;
+}
+
 // Depthwise W [c, 1, kh, kw] as [kh * kw][ChainPadded(c)], zero padded.
 void ChainPackDepthwise(const float* w, int64_t c, int64_t taps, float* out) {
   const int64_t cp = ChainPadded(c);
@@ -224,6 +237,7 @@ class ConvChainKernel final : public Kernel {
   static bool SupportsChain(const ir::Node& node) {
     if (!OneTypeInOut(node)) return false;
     const DataType t = node.input(0)->dtype;
+    if (t == DataType::kBF16 && !ChainTakesBf16()) return false;
     for (int s = 0; s < 3; ++s) {
       if (!ConstantOrAbsent(node.input(kChainOperands.w[s]), t) ||
           !ConstantOrAbsent(node.input(kChainOperands.b[s]), t)) {
@@ -468,6 +482,7 @@ bool ChainPointwiseConv(const ir::Node& n) {
 
 bool ChainDepthwiseConv(const ir::Node& n) {
   if (!ChainMemberConv(n) || n.input(3)) return false;
+  if (n.input(0)->dtype == DataType::kBF16 && !ChainTakesBf16()) return false;
   const auto& wd = n.input(1)->constant->dims();
   return wd[1] == 1 && n.GetInt("group", 1) == wd[0] && wd[0] > 1 && wd[2] <= 16;
 }
