@@ -30,19 +30,6 @@ constexpr int64_t kK = 40, kN = 37, kRows = 15;
 constexpr float kSx = 0.0625f;
 constexpr int kZx = 121;
 
-// An int8 / uint8 initializer.
-void AddInt8Initializer(onnx::GraphProto* g, const std::string& name,
-                        const std::vector<int64_t>& dims, const std::vector<int>& values,
-                        bool is_unsigned) {
-  onnx::TensorProto* t = g->add_initializer();
-  t->set_name(name);
-  t->set_data_type(is_unsigned ? onnx::TensorProto::UINT8 : onnx::TensorProto::INT8);
-  for (int64_t d : dims) t->add_dims(d);
-  std::string raw;
-  for (int v : values) raw.push_back(static_cast<char>(static_cast<uint8_t>(v)));
-  t->set_raw_data(raw);
-}
-
 // The weight's integers, scales and zero points (per column of B unless `per_row`).
 std::vector<int> WeightQ(int64_t n) {
   std::vector<int> q(n);

@@ -25,18 +25,6 @@ namespace {
 
 constexpr int64_t kK = 24, kN = 19;
 
-void AddInt8Initializer(onnx::GraphProto* g, const std::string& name,
-                        const std::vector<int64_t>& dims, const std::vector<int>& values,
-                        bool is_unsigned) {
-  onnx::TensorProto* t = g->add_initializer();
-  t->set_name(name);
-  t->set_data_type(is_unsigned ? onnx::TensorProto::UINT8 : onnx::TensorProto::INT8);
-  for (int64_t d : dims) t->add_dims(d);
-  std::string raw;
-  for (int v : values) raw.push_back(static_cast<char>(static_cast<uint8_t>(v)));
-  t->set_raw_data(raw);
-}
-
 // x [2, 7, K] -> Mul(c1) -> Q/DQ (uint8) -> MatMul(DQ(int8 W [K, N] per column)) -> Relu
 //   -> Q/DQ (int8) -> Add(c2) -> y
 onnx::ModelProto QdqModel() {

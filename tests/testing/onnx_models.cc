@@ -61,6 +61,19 @@ onnx::TensorProto* AddInt64Initializer(onnx::GraphProto* graph, const std::strin
   return t;
 }
 
+onnx::TensorProto* AddInt8Initializer(onnx::GraphProto* graph, const std::string& name,
+                                      const std::vector<int64_t>& dims,
+                                      const std::vector<int>& values, bool is_unsigned) {
+  onnx::TensorProto* t = graph->add_initializer();
+  t->set_name(name);
+  t->set_data_type(is_unsigned ? onnx::TensorProto::UINT8 : onnx::TensorProto::INT8);
+  for (int64_t d : dims) t->add_dims(d);
+  std::string raw;
+  for (int v : values) raw.push_back(static_cast<char>(static_cast<uint8_t>(v)));
+  t->set_raw_data(raw);
+  return t;
+}
+
 std::vector<float> Wave(int64_t n, float scale, float phase) {
   std::vector<float> v(n);
   for (int64_t i = 0; i < n; ++i) v[i] = scale * std::sin(0.61f * i + phase);

@@ -31,6 +31,11 @@ onnx::TensorProto* AddFloatInitializer(onnx::GraphProto* graph, const std::strin
 onnx::TensorProto* AddInt64Initializer(onnx::GraphProto* graph, const std::string& name,
                                        const std::vector<int64_t>& values);
 
+/// An int8 (or, `is_unsigned`, uint8) initializer of `dims` holding `values` (raw_data).
+onnx::TensorProto* AddInt8Initializer(onnx::GraphProto* graph, const std::string& name,
+                                      const std::vector<int64_t>& dims,
+                                      const std::vector<int>& values, bool is_unsigned);
+
 /// `n` values scale * sin(0.61 i + phase): deterministic weights and inputs without a pattern
 /// a wrong index would keep.
 std::vector<float> Wave(int64_t n, float scale, float phase);

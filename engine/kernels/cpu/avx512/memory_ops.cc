@@ -171,27 +171,7 @@ bool PadConstant(const ir::Node& node, KernelContext& ctx, DataType dt, uint64_t
   return true;
 }
 
-enum class PadMode { kConstant, kEdge, kReflect, kWrap };
-
-// The input coordinate, within the kept window [0, n) (n > 0), of a position i outside it: the
-// reference's PadCoord (kernels/cpu/ref/layout.cc).
-int64_t PadSource(PadMode mode, int64_t i, int64_t n) {
-  switch (mode) {
-    case PadMode::kEdge:
-      return std::clamp<int64_t>(i, 0, n - 1);
-    case PadMode::kWrap:
-      return ((i % n) + n) % n;
-    case PadMode::kReflect: {
-      if (n == 1) return 0;
-      const int64_t period = 2 * (n - 1);  // repeated reflection: a triangle wave
-      const int64_t m = ((i % period) + period) % period;
-      return m < n ? m : period - m;
-    }
-    case PadMode::kConstant:
-      break;
-  }
-  return 0;
-}
+using ref::PadMode;
 
 // Edge, reflect and wrap: every output element reads an input element. Per axis a table of the
 // input offset (in elements) of each output position; each output row is its left border from
@@ -227,19 +207,9 @@ void PadIndexedRows(const U* in, U* out, const std::vector<int64_t>& out_dims,
 absl::StatusOr<bool> FastPad(const ir::Node& node, KernelContext& ctx) {
   const ir::Tensor* x = ctx.input(0);
   if (x == nullptr || node.since_version < 2 || !Movable(x->dtype())) return false;
-  const std::string mode_name = node.GetString("mode", "constant");
-  PadMode mode;
-  if (mode_name == "constant") {
-    mode = PadMode::kConstant;
-  } else if (mode_name == "edge") {
-    mode = PadMode::kEdge;
-  } else if (mode_name == "reflect") {
-    mode = PadMode::kReflect;
-  } else if (mode_name == "wrap") {
-    mode = PadMode::kWrap;
-  } else {
-    return false;  // the reference reports the mode
-  }
+  const absl::StatusOr<PadMode> parsed = ref::ParsePadMode(node);
+  if (!parsed.ok()) return false;  // the reference reports the mode
+  const PadMode mode = *parsed;
   const int rank = x->rank();
   std::vector<int64_t> pads, axes;
   if (node.since_version < 11) {
@@ -302,7 +272,7 @@ absl::StatusOr<bool> FastPad(const ir::Node& node, KernelContext& ctx) {
       offsets[a].resize(out_dims[a]);
       for (int64_t o = 0; o < out_dims[a]; ++o) {
         const int64_t i = o - pb[a];
-        const int64_t c = i >= 0 && i < keep[a] ? i : PadSource(mode, i, keep[a]);
+        const int64_t c = i >= 0 && i < keep[a] ? i : ref::PadCoord(mode, i, keep[a]);
         offsets[a][o] = (lo[a] + c) * in_strides[a];
       }
     }

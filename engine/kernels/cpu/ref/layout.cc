@@ -341,7 +341,7 @@ absl::Status RunSlice(const ir::Node& node, KernelContext& ctx) {
 // ---------------------------------------------------------------------------------------------
 // Pad
 
-enum class PadMode { kConstant, kReflect, kEdge, kWrap };
+}  // namespace
 
 absl::StatusOr<PadMode> ParsePadMode(const ir::Node& node) {
   std::string mode = node.GetString("mode", "constant");
@@ -351,6 +351,8 @@ absl::StatusOr<PadMode> ParsePadMode(const ir::Node& node) {
   if (mode == "wrap") return PadMode::kWrap;
   return InvalidNode(node, "mode must be constant, reflect, edge or wrap, got '", mode, "'");
 }
+
+namespace {
 
 // The constant as the data's dtype (raw bytes), from the opset-2 float attribute or the
 // opset-11 scalar input (same dtype as the data; absent or empty means 0).
@@ -384,8 +386,8 @@ absl::Status PadValue(const ir::Node& node, KernelContext& ctx, DataType dt, uin
   return absl::OkStatus();
 }
 
-// Input coordinate of padded position i (relative to the kept window of length n) for the
-// non-constant modes; n > 0.
+}  // namespace
+
 int64_t PadCoord(PadMode mode, int64_t i, int64_t n) {
   switch (mode) {
     case PadMode::kEdge:
@@ -404,6 +406,8 @@ int64_t PadCoord(PadMode mode, int64_t i, int64_t n) {
   }
   return kFill;
 }
+
+namespace {
 
 absl::Status RunPad(const ir::Node& node, KernelContext& ctx) {
   ASSIGN_OR_RETURN(const ir::Tensor* x, RequireInput(node, ctx, 0));

@@ -21,4 +21,12 @@ absl::StatusOr<std::vector<int64_t>> TransposePerm(const ir::Node& node, int ran
 absl::StatusOr<std::vector<int64_t>> SplitSizes(const ir::Node& node, KernelContext& ctx,
                                                 int64_t dim);
 
+/// Pad's modes, and the mode attribute read (an error naming the node for another one).
+enum class PadMode { kConstant, kReflect, kEdge, kWrap };
+absl::StatusOr<PadMode> ParsePadMode(const ir::Node& node);
+
+/// The input coordinate of padded position `i` (relative to the kept window of length n > 0) in
+/// an edge, reflect or wrap Pad; -1 (a fill) for kConstant (layout.cc).
+int64_t PadCoord(PadMode mode, int64_t i, int64_t n);
+
 }  // namespace kiln::kernels::cpu::ref
