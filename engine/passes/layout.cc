@@ -400,9 +400,9 @@ class ChannelsLast {
   const std::function<bool(const ir::Node&)>& kernel_ok_;
   absl::flat_hash_set<const ir::Node*> live_set_;
   absl::flat_hash_set<const ir::Node*> nhwc_nodes_;
-  absl::flat_hash_set<const ir::Node*> y_only_;  // convolutions reading NCHW X (ReadsNchwX)
-  absl::flat_hash_set<const ir::Value*> nhwc_values_;              // NCHW values computed NHWC
-  absl::flat_hash_map<ir::Value*, ir::Value*> twin_;               // such a value -> its NHWC value
+  absl::flat_hash_set<const ir::Node*> y_only_;        // convolutions reading NCHW X (ReadsNchwX)
+  absl::flat_hash_set<const ir::Value*> nhwc_values_;  // NCHW values computed NHWC
+  absl::flat_hash_map<ir::Value*, ir::Value*> twin_;   // such a value -> its NHWC value
   std::vector<std::pair<ir::Value*, ir::Value*>> twins_in_order_;  // the same, in order
   absl::flat_hash_map<ir::Value*, ir::Value*> to_nhwc_;            // NCHW value -> transposed copy
   absl::flat_hash_map<ir::Value*, ir::Value*> channel_rows_;       // channel constant -> [C] row

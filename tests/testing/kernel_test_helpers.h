@@ -6,7 +6,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -94,6 +96,31 @@ inline absl::StatusOr<const kernels::KernelDef*> FindKernelFor(ir::OpType op, Da
   v->dtype = dtype;
   n->inputs.push_back(v);
   return kernels::Registry::Default().Find(*n, features);
+}
+
+/// Runs `spec` on the kernel Registry::Find picks (twice: a kernel keeps nothing between runs it
+/// should not) and on the reference kernel, and expects the same outputs, dtype, dims and bytes:
+/// the check of the data-movement and selection kernels, which must give the reference's bits.
+inline void ExpectSameBytesAsReference(NodeSpec spec, const std::string& what) {
+  SCOPED_TRACE(what);
+  spec.runs = 2;
+  spec.cpu_features = std::nullopt;
+  auto fast = RunNode(spec);
+  spec.cpu_features = 0;
+  auto ref = RunNode(spec);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  ASSERT_TRUE(fast.ok()) << fast.status();
+  ASSERT_EQ(fast->size(), ref->size());
+  for (size_t i = 0; i < ref->size(); ++i) {
+    const ir::Tensor& a = (*fast)[i];
+    const ir::Tensor& b = (*ref)[i];
+    ASSERT_EQ(a.defined(), b.defined()) << "output " << i;
+    if (!b.defined()) continue;
+    ASSERT_EQ(a.dtype(), b.dtype()) << "output " << i;
+    ASSERT_EQ(a.dims(), b.dims()) << "output " << i;
+    ASSERT_EQ(a.byte_size(), b.byte_size());
+    EXPECT_EQ(std::memcmp(a.raw_data(), b.raw_data(), a.byte_size()), 0) << "output " << i;
+  }
 }
 
 }  // namespace kiln::testing
