@@ -542,6 +542,14 @@ absl::Status ChainPass(CompileState& s) {
   }
   for (const std::string& f : chains.applied) s.log.info("fusion {}", f);
   s.sum.fusions += static_cast<int>(chains.applied.size());
+  // An fp16 chain's interior stays fp32: those members run higher than assigned.
+  for (int src : chains.fp32_interior) {
+    if (s.lowering.effective[src] == precision::Precision::kFp16) {
+      s.lowering.effective[src] = precision::Precision::kFp32;
+      --s.sum.nodes_fp16;
+      ++s.sum.nodes_fp32;
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -118,8 +118,14 @@ class Chainer {
       result_.removed.push_back(n);
     }
     result_.added.push_back(added);
-    // The members' type (ChainMemberConv: fp32 or fp16, in and out alike).
+    // The members' type (ChainMemberConv: fp32, fp16 or bf16, in and out alike).
     const auto precision = precision::PrecisionOfDataType(added->outputs[0]->dtype);
+    if (precision == precision::Precision::kFp16) {
+      for (size_t i = 0; i + 1 < steps.size(); ++i) {
+        const std::vector<int>& src = steps[i].second->sources;
+        result_.fp32_interior.insert(result_.fp32_interior.end(), src.begin(), src.end());
+      }
+    }
     result_.applied.push_back(absl::StrCat(
         added->fusion, ": ", names.size(), " nodes (", absl::StrJoin(names, ", "), ") -> one ",
         ir::OpName(added->op), " at ", precision ? precision::PrecisionName(*precision) : "?"));

@@ -20,9 +20,11 @@
 // and one group, the depthwise one with group = channels = outputs; only the projection may carry a
 // residual. Each interior value is read by the next member alone. Numbers: every member still
 // computes its fp32 sum of products plus bias, then its activation, and hands on what it would
-// store (fp32, or that value rounded to fp16 or bf16 in a 16-bit graph): only the order within each
-// sum changes, as between any two fp32 convolution kernels. Nothing is lowered: the members all run
-// at one precision already (after precision lowering; a Cast between two members ends a chain).
+// store (fp32, or that value rounded to bf16 in a bf16 graph; in an fp16 graph the interior stays
+// fp32, as in every fused kernel, and those members' effective precision is fp32: ChainResult::
+// fp32_interior): only the order within each sum changes, as between any two fp32 convolution
+// kernels. Nothing is lowered: the members all run at one precision already (after precision
+// lowering; a Cast between two members ends a chain).
 //
 // Runs after the layout pass, with fusion on (`--fusion off` or `--no-fuse pattern:conv-chain`,
 // `op:...`, `scope:...` keep the convolutions apart), and only where `chain_kernel` says a kernel
@@ -45,6 +47,8 @@ struct ChainResult {
   std::vector<ir::Node*> added;    // the FusedConvChain nodes
   std::vector<ir::Node*> removed;  // their members, left without inputs or outputs
   std::vector<std::string> applied;
+  /// Source node ids whose outputs an fp16 chain keeps in fp32 (every member but the last).
+  std::vector<int> fp32_interior;
 };
 
 /// Rewrites `live` (the graph's live nodes in execution order). Edges are rebuilt; the caller

@@ -677,15 +677,16 @@ TEST(ConvChainTest, HardSwishIsTheReferencesToTheBit) {
   }
 }
 
-// An fp16 chain hands on E and D rounded to fp16, as its members store them: values chosen so
-// that each rounding decides the output. u = 2^-10 (fp16's spacing at 1), X = 1 + u:
-//   E = (1 + u)^2 = 1 + 2u + u^2 in both channels, fp16 1 + 2u;
-//   D0 = 1024 E0 - 1026: 0 from the fp16 E0, 1024 u^2 = 2^-10 from the unrounded one;
-//   D1 = (1 + u) E1 = 1 + 3u + 2u^2, fp16 1 + 3u;
-//   Y = 1024 D0 + 1024 D1 - 1027: 0 with both roundings, 1 without E's, 2^-9 without D's.
-// Every step's sum is exact in fp32 (in any order, with or without FMA). The same values in fp32
-// (no rounding between the steps) give Y != 0: the check can fail.
-TEST(ConvChainTest, Fp16RoundsTheInteriorTensors) {
+// An fp16 chain keeps E and D in fp32 (a fused kernel's interior) and rounds only Y: values
+// chosen so that each rounding decides the output. u = 2^-10 (fp16's spacing at 1), X = 1 + u:
+//   E = (1 + u)^2 = 1 + 2u + u^2 in both channels (fp16 would round it to 1 + 2u);
+//   D0 = 1024 E0 - 1026 = 1024 u^2 = 2^-10 (0 from an fp16 E0);
+//   D1 = (1 + u) E1 = 1 + 3u + 3u^2 in fp32 (u^3 = 2^-30 is below its half spacing; fp16 E1
+//   and D1 give 1 + 3u);
+//   Y = 1024 D0 + 1024 D1 - 1027 = 1 + 3u, an fp16 value: 0 with both roundings (the members
+//   one after another, as `--fusion off` runs them).
+// Every step's sum is exact in fp32 in any order, with or without FMA, but D1's single product.
+TEST(ConvChainTest, Fp16KeepsTheInteriorInFp32) {
   if (!kernels::CpuHasIsa(kernels::Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
   const float u = std::ldexp(1.0f, -10);
   const ChainCase c = {"rounding",   1, 1,    1,    1,     2, 1, 1, {1, 1},
@@ -701,10 +702,8 @@ TEST(ConvChainTest, Fp16RoundsTheInteriorTensors) {
   EXPECT_EQ(ToFloats(h.x), ToFloats(o.x));  // every operand is an fp16 value
   EXPECT_EQ(ToFloats(h.w[1]), ToFloats(o.w[1]));
   EXPECT_EQ(ToFloats(Reference(c, h, true)), std::vector<float>{0.0f});
-  EXPECT_EQ(ToFloats(Chain(c, h)), std::vector<float>{0.0f});
-  const std::vector<float> f32 = ToFloats(Chain(c, o));
-  ASSERT_EQ(f32.size(), 1u);
-  EXPECT_NE(f32[0], 0.0f);
+  EXPECT_EQ(ToFloats(Chain(c, h)), std::vector<float>{1 + 3 * u});
+  EXPECT_EQ(ToFloats(Chain(c, o)), std::vector<float>{1 + 3 * u});  // the fp32 chain alike
 }
 
 // A channels-last depthwise Conv or FusedConv alone, fp32 or fp16: the registry prefers the chain

@@ -10,8 +10,10 @@
 //
 // X, Z and Y are NHWC, fp32 or (`half`) fp16 or bf16. Each output element is, as in the three
 // convolutions one after another, one fp32 sum of the bias and its products (then + Z), then the
-// activation; every interior value is what the separate convolutions would store: fp32, or in an
-// fp16 (bf16) chain that sum rounded to fp16 (bf16), kept widened to fp32, exactly. The sums start
+// activation; the interior values E and D are fp32 in fp32 and fp16 chains (an fp16 chain rounds
+// only Y to fp16: a fused kernel's fp32 interior, DESIGN.md §5), and in a bf16 chain what the
+// separate convolutions would store, that sum rounded to bf16 (kept widened to fp32, exactly,
+// or as bf16 for the vdpbf16ps projection). The sums start
 // at the bias and are taken in ascending input-channel (or window) order, whatever the split over
 // the threads (a bf16 chain's 1x1 steps on vdpbf16ps, w0_dot / w2_dot: in pairs, k + 1 before k,
 // each product exact in fp32). Weights and biases are fp32 (a 16-bit graph's widened, exactly).

@@ -189,6 +189,12 @@ void WidenPixels(const uint16_t* x, bool bf16, int64_t pixels, int64_t c, float*
   for (int64_t p = 0; p < pixels; ++p) {
     for (int64_t ch = 0; ch < c; ch += 16) {
       const __mmask16 m = LaneMask(c - ch);
+      // Full vectors unmasked (a masked store of all lanes costs more on Zen 5).
+      if (m == 0xFFFF) {
+        const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + p * c + ch));
+        _mm512_storeu_ps(out + p * out_ps + ch, bf16 ? Bf16ToFloat16(raw) : HalfToFloat16(raw));
+        continue;
+      }
       const __m256i raw = _mm256_maskz_loadu_epi16(m, x + p * c + ch);
       _mm512_mask_storeu_ps(out + p * out_ps + ch, m,
                             bf16 ? Bf16ToFloat16(raw) : HalfToFloat16(raw));

@@ -30,11 +30,10 @@ inline __mmask16 TailMask(int64_t c) {
 
 }  // namespace
 
-// How a step stores its values: fp32; fp32 holding fp16 (bf16) values (an interior tensor of an
-// fp16 (bf16) chain: what the member convolution would have stored, widened again); fp16 (bf16),
-// Y of a 16-bit chain. Rounded as half.h rounds (round to nearest even; NaN as the reference
-// keeps it).
-enum class Store { kF32, kF32Half, kHalf, kF32Bf16, kBf16 };
+// How a step stores its values: fp32; fp32 holding bf16 values (an interior tensor of a bf16
+// chain: what the member convolution would have stored, widened again); fp16 (bf16), Y of a
+// 16-bit chain. Rounded as half.h rounds (round to nearest even; NaN as the reference keeps it).
+enum class Store { kF32, kHalf, kF32Bf16, kBf16 };
 
 namespace {
 // Bytes of one stored element.
@@ -66,17 +65,12 @@ inline __attribute__((always_inline)) void StoreVector(Out out, __mmask16 m, __m
         _mm512_mask_storeu_ps(out.p, m, v);
       }
       break;
-    case Store::kF32Half:
-      // vcvtps2ph makes every NaN quiet (sign | 0x7e00 | payload), which vcvtph2ps widens as
-      // half.h does: HalfToFloat16's repair of signalling NaN lanes is not needed here.
-      if (m == 0xFFFF) {
-        _mm512_storeu_ps(out.p, _mm512_cvtph_ps(FloatToHalf16(v)));
-      } else {
-        _mm512_mask_storeu_ps(out.p, m, _mm512_cvtph_ps(FloatToHalf16(v)));
-      }
-      break;
     case Store::kHalf:
-      _mm256_mask_storeu_epi16(out.p, m, FloatToHalf16(v));
+      if (m == 0xFFFF) {
+        _mm256_storeu_si256(static_cast<__m256i*>(out.p), FloatToHalf16(v));
+      } else {
+        _mm256_mask_storeu_epi16(out.p, m, FloatToHalf16(v));
+      }
       break;
     case Store::kF32Bf16:
       if (m == 0xFFFF) {
@@ -86,7 +80,11 @@ inline __attribute__((always_inline)) void StoreVector(Out out, __mmask16 m, __m
       }
       break;
     case Store::kBf16:
-      _mm256_mask_storeu_epi16(out.p, m, FloatToBf16x16(v));
+      if (m == 0xFFFF) {
+        _mm256_storeu_si256(static_cast<__m256i*>(out.p), FloatToBf16x16(v));
+      } else {
+        _mm256_mask_storeu_epi16(out.p, m, FloatToBf16x16(v));
+      }
       break;
   }
 }
@@ -242,9 +240,12 @@ inline PwWeights ProjectW(const ConvChainArgs& a) {
   return a.w2_dot ? PwWeights{a.w2_dot, true, a.c1} : PwWeights{a.w2, false, a.c1};
 }
 
-// How a step of the chain stores: the interior tensors E and D, and Y.
+// How a step of the chain stores: the interior tensors E and D, and Y. An fp16 chain keeps its
+// interior in fp32 (the fusion contract's fp32 interior: rounding E and D to fp16 cost YuNet's
+// fp16 chains ~6% and made them slower than fp32 ones); a bf16 chain rounds it to bf16, as its
+// members would store it (its projection may read D as bf16 pairs: DStore).
 inline Store InteriorStore(const ConvChainArgs& a) {
-  return !a.half ? Store::kF32 : a.bf16 ? Store::kF32Bf16 : Store::kF32Half;
+  return a.half && a.bf16 ? Store::kF32Bf16 : Store::kF32;
 }
 inline Store OutputStore(const ConvChainArgs& a) {
   return !a.half ? Store::kF32 : a.bf16 ? Store::kBf16 : Store::kHalf;
