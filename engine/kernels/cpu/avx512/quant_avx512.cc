@@ -36,23 +36,52 @@ void Pieces(int64_t n, F&& body) {
   for (int64_t p = 0; p < pieces; ++p) body(p * kPiece, std::min(n, (p + 1) * kPiece));
 }
 
-// The loop of QuantizeLinear and DequantizeLinear: body(i, m, s, z) for every 16 elements from
-// i (lanes m), with s and z their scales and zero points: per element (kPerElement, one scale a
-// lane) or one scale for all.
+// The loop of QuantizeLinear and DequantizeLinear: body(i, m, s, z, full) for every 16 elements
+// from i (lanes m), with s and z their scales and zero points: per element (kPerElement, one
+// scale a lane) or one scale for all. `full` (std::true_type) for the blocks of 16 lanes, which
+// load and store unmasked: a masked narrowing store (vpmovdb to memory) of every lane cost Smart
+// Turn's QuantizeLinear kernels several times their plain stores on Zen 5; std::false_type for
+// the last, partial block.
 template <bool kPerElement, typename F>
 void ScaledLoop(int64_t n, const float* scale, const int32_t* zp, F&& body) {
   Pieces(n, [&](int64_t begin, int64_t end) {
     __m512 s = _mm512_set1_ps(scale[0]);
     __m512i z = _mm512_set1_epi32(zp[0]);
-    for (int64_t i = begin; i < end; i += 16) {
+    int64_t i = begin;
+    for (; i + 16 <= end; i += 16) {
+      if constexpr (kPerElement) {
+        s = _mm512_loadu_ps(scale + i);
+        z = _mm512_loadu_epi32(zp + i);
+      }
+      body(i, static_cast<__mmask16>(0xFFFF), s, z, std::true_type{});
+    }
+    if (i < end) {
       const __mmask16 m = LaneMask(end - i);
       if constexpr (kPerElement) {
         s = _mm512_maskz_loadu_ps(m, scale + i);
         z = _mm512_maskz_loadu_epi32(m, zp + i);
       }
-      body(i, m, s, z);
+      body(i, m, s, z, std::false_type{});
     }
   });
+}
+
+// Load16 / Store16 (vec_convert_inl.h), unmasked where kFull.
+template <DataType T, bool kFull>
+inline __m512 LoadBlock(const void* p, int64_t i, __mmask16 m) {
+  if constexpr (kFull) {
+    return LoadFull16<T>(p, i);
+  } else {
+    return Load16<T>(p, i, m);
+  }
+}
+template <DataType T, bool kFull>
+inline void StoreBlock(void* p, int64_t i, __mmask16 m, __m512 v) {
+  if constexpr (kFull) {
+    StoreFull16<T>(p, i, v);
+  } else {
+    Store16<T>(p, i, m, v);
+  }
 }
 
 // Calls f(std::integral_constant<DataType, T>) for the T of Ts equal to t, the last one when no
@@ -93,37 +122,50 @@ constexpr int32_t QHigh() {
 // then + z: the reference's clamp(nearbyint(q) + z, lo, hi) on every input, infinities included.
 template <DataType X, DataType Y, bool kPerElement>
 void QuantizeLoop(const void* x, int64_t n, const float* scale, const int32_t* zp, void* y) {
-  ScaledLoop<kPerElement>(n, scale, zp, [x, y](int64_t i, __mmask16 m, __m512 s, __m512i z) {
-    const __m512 lo = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_set1_epi32(QLow<Y>()), z));
-    const __m512 hi = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_set1_epi32(QHigh<Y>()), z));
-    const __m512 q = _mm512_div_ps(Load16<X>(x, i, m), s);
-    __m512 r = _mm512_roundscale_ps(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    r = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(r, r, _CMP_ORD_Q), r);
-    r = _mm512_min_ps(_mm512_max_ps(r, lo), hi);
-    const __m512i v = _mm512_add_epi32(_mm512_cvtps_epi32(r), z);
-    if constexpr (Y == DataType::kU8 || Y == DataType::kI8) {
-      _mm512_mask_cvtepi32_storeu_epi8(static_cast<uint8_t*>(y) + i, m, v);
-    } else {
-      _mm512_mask_cvtepi32_storeu_epi16(static_cast<uint16_t*>(y) + i, m, v);
-    }
-  });
+  ScaledLoop<kPerElement>(
+      n, scale, zp, [x, y](int64_t i, __mmask16 m, __m512 s, __m512i z, auto full) {
+        constexpr bool kFull = decltype(full)::value;
+        const __m512 lo = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_set1_epi32(QLow<Y>()), z));
+        const __m512 hi = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_set1_epi32(QHigh<Y>()), z));
+        const __m512 q = _mm512_div_ps(LoadBlock<X, kFull>(x, i, m), s);
+        __m512 r = _mm512_roundscale_ps(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        r = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(r, r, _CMP_ORD_Q), r);
+        r = _mm512_min_ps(_mm512_max_ps(r, lo), hi);
+        const __m512i v = _mm512_add_epi32(_mm512_cvtps_epi32(r), z);
+        if constexpr (Y == DataType::kU8 || Y == DataType::kI8) {
+          if constexpr (kFull) {
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(static_cast<uint8_t*>(y) + i),
+                             _mm512_cvtepi32_epi8(v));
+          } else {
+            _mm512_mask_cvtepi32_storeu_epi8(static_cast<uint8_t*>(y) + i, m, v);
+          }
+        } else if constexpr (kFull) {
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(y) + i),
+                              _mm512_cvtepi32_epi16(v));
+        } else {
+          _mm512_mask_cvtepi32_storeu_epi16(static_cast<uint16_t*>(y) + i, m, v);
+        }
+      });
 }
 
 // ---- DequantizeLinear -----------------------------------------------------------------------
 
-// 16 quantized elements (lanes m) widened to int32.
-template <DataType X>
+// 16 quantized elements (lanes m; all of them, unmasked, where kFull) widened to int32.
+template <DataType X, bool kFull = false>
 __m512i LoadQ16(const void* p, int64_t i, __mmask16 m) {
-  if constexpr (X == DataType::kU8) {
-    return _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, static_cast<const uint8_t*>(p) + i));
-  } else if constexpr (X == DataType::kI8) {
-    return _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, static_cast<const int8_t*>(p) + i));
-  } else if constexpr (X == DataType::kU16) {
-    return _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(p) + i));
-  } else if constexpr (X == DataType::kI16) {
-    return _mm512_cvtepi16_epi32(_mm256_maskz_loadu_epi16(m, static_cast<const int16_t*>(p) + i));
+  if constexpr (X == DataType::kU8 || X == DataType::kI8) {
+    const auto* b = static_cast<const uint8_t*>(p) + i;
+    const __m128i raw =
+        kFull ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)) : _mm_maskz_loadu_epi8(m, b);
+    return X == DataType::kU8 ? _mm512_cvtepu8_epi32(raw) : _mm512_cvtepi8_epi32(raw);
+  } else if constexpr (X == DataType::kU16 || X == DataType::kI16) {
+    const auto* h = static_cast<const uint16_t*>(p) + i;
+    const __m256i raw = kFull ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h))
+                              : _mm256_maskz_loadu_epi16(m, h);
+    return X == DataType::kU16 ? _mm512_cvtepu16_epi32(raw) : _mm512_cvtepi16_epi32(raw);
   } else {
-    return _mm512_maskz_loadu_epi32(m, static_cast<const int32_t*>(p) + i);
+    const auto* w = static_cast<const int32_t*>(p) + i;
+    return kFull ? _mm512_loadu_epi32(w) : _mm512_maskz_loadu_epi32(m, w);
   }
 }
 
@@ -132,8 +174,10 @@ __m512i LoadQ16(const void* p, int64_t i, __mmask16 m) {
 // then to Y, as Store<Y>(double) does.
 template <DataType X, DataType Y, bool kPerElement>
 void DequantizeLoop(const void* x, int64_t n, const float* scale, const int32_t* zp, void* y) {
-  ScaledLoop<kPerElement>(n, scale, zp, [x, y](int64_t i, __mmask16 m, __m512 s, __m512i z) {
-    const __m512i xi = LoadQ16<X>(x, i, m);
+  ScaledLoop<
+      kPerElement>(n, scale, zp, [x, y](int64_t i, __mmask16 m, __m512 s, __m512i z, auto full) {
+    constexpr bool kFull = decltype(full)::value;
+    const __m512i xi = LoadQ16<X, kFull>(x, i, m);
     __m512 v;
     if constexpr (X == DataType::kI32) {
       const __m512d lo = _mm512_mul_pd(_mm512_sub_pd(_mm512_cvtepi32_pd(_mm512_castsi512_si256(xi)),
@@ -147,7 +191,7 @@ void DequantizeLoop(const void* x, int64_t n, const float* scale, const int32_t*
     } else {
       v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(xi, z)), s);
     }
-    Store16<Y>(y, i, m, v);
+    StoreBlock<Y, kFull>(y, i, m, v);
   });
 }
 
@@ -163,17 +207,20 @@ void DequantizeI32(const int32_t* x, int64_t n, const float* scale, const int32_
     __m512 s = _mm512_set1_ps(scale[0]);
     __m512i z = _mm512_set1_epi32(zp[0]);
     __mmask16 wide = 0;
-    for (int64_t i = begin; i < end; i += 16) {
-      const __mmask16 m = LaneMask(end - i);
+    auto block = [&](int64_t i, __mmask16 m, auto full) {
+      constexpr bool kFull = decltype(full)::value;
       if constexpr (kPerElement) {
-        s = _mm512_maskz_loadu_ps(m, scale + i);
-        z = _mm512_maskz_loadu_epi32(m, zp + i);
+        s = LoadBlock<DataType::kF32, kFull>(scale, i, m);
+        z = LoadQ16<DataType::kI32, kFull>(zp, i, m);
       }
-      const __m512i xi = _mm512_maskz_loadu_epi32(m, x + i);
+      const __m512i xi = LoadQ16<DataType::kI32, kFull>(x, i, m);
       wide |= _mm512_mask_cmpgt_epu32_mask(m, _mm512_abs_epi32(xi), lim) |
               _mm512_mask_cmpgt_epu32_mask(m, _mm512_abs_epi32(z), lim);
-      Store16<Y>(y, i, m, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(xi, z)), s));
-    }
+      StoreBlock<Y, kFull>(y, i, m, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(xi, z)), s));
+    };
+    int64_t i = begin;
+    for (; i + 16 <= end; i += 16) block(i, static_cast<__mmask16>(0xFFFF), std::true_type{});
+    if (i < end) block(i, LaneMask(end - i), std::false_type{});
     if (wide != 0) {
       const int64_t ys = static_cast<int64_t>(DataTypeSize(Y));
       DequantizeLoop<DataType::kI32, Y, kPerElement>(
@@ -506,7 +553,13 @@ void DynamicQuantizeU8(const float* x, int64_t n, float scale, float zp, uint8_t
           _mm512_add_ps(_mm512_roundscale_ps(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), z);
       // max(v, 0) is v > 0 ? v : 0 (NaN and -0 give 0), then min(v, 255): SaturateU8.
       v = _mm512_min_ps(_mm512_max_ps(v, _mm512_setzero_ps()), _mm512_set1_ps(255.0f));
-      _mm512_mask_cvtepi32_storeu_epi8(y + i, m, _mm512_cvttps_epi32(v));
+      // Full blocks stored unmasked (ScaledLoop says why).
+      if (m == 0xFFFF) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i),
+                         _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(v)));
+      } else {
+        _mm512_mask_cvtepi32_storeu_epi8(y + i, m, _mm512_cvttps_epi32(v));
+      }
     }
   });
 }
