@@ -14,12 +14,13 @@
 // `activation`), preferred to oneDNN's convolution for those nodes.
 //
 // X, the weights, the biases, Z and Y are all fp32, all fp16 or all bf16 (a 16-bit chain computes
-// in fp32 and rounds each step's output to its type, as its member convolutions do: DESIGN.md §5).
-// The weights are packed (16-bit
-// ones widened to fp32, exactly) at the first run of each weight buffer (as the oneDNN
-// convolution reorders its W). The rows in flight live in one scratch buffer of the calling
-// thread that all the chains share (ref::ThreadScratch), grown at need: the next chain finds it in
-// the cache (MobileNetV2 fp32 1-2% faster on one thread, ~4% on two, than with a buffer per chain).
+// in fp32; a bf16 chain rounds each step's output to bf16, as its member convolutions do, an fp16
+// chain only Y, its interior staying fp32 as a fused kernel's may: DESIGN.md §5, conv_chain.h).
+// The weights are packed (16-bit ones widened to fp32, exactly) at the first run of each weight
+// buffer (as the oneDNN convolution reorders its W). The rows in flight live in one scratch
+// buffer of the calling thread that all the chains share (ref::ThreadScratch), grown at need: the
+// next chain finds it in the cache (MobileNetV2 fp32 1-2% faster on one thread, ~4% on two, than
+// with a buffer per chain).
 #include <omp.h>
 
 #include <algorithm>
