@@ -238,8 +238,8 @@ bool HasFastKernel(const kernels::Registry& reg, const ir::Node& n) {
 // their dequantized weights into fp32 constants.
 absl::Status QdqIntegerPass(CompileState& s) {
   auto fast_kernel = [&](const ir::Node& n) { return HasFastKernel(s.reg, n); };
-  ASSIGN_OR_RETURN(int rewrites,
-                   passes::QdqToInteger(s.g, s.options.fusion, s.fusion, fast_kernel, &s.log));
+  ASSIGN_OR_RETURN(int rewrites, passes::QdqToInteger(s.g, s.options.fusion, s.fusion, fast_kernel,
+                                                      &s.log, &s.assignment));
   s.sum.fusions += rewrites;
   return absl::OkStatus();
 }

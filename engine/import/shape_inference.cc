@@ -457,6 +457,7 @@ absl::StatusOr<DataType> OutputType(const Node& n, int k) {
     case OpType::kConvInteger:
       return DataType::kI32;
     case OpType::kConvIntegerToFloat:  // float(acc + B) * scale (engine/ir/ops.def)
+    case OpType::kMatMulIntegerToFloat:
       return DataType::kF32;
     case OpType::kQLinearMatMul:  // y has y_zero_point's dtype (input 7, required)
     case OpType::kQLinearConv:
@@ -852,6 +853,7 @@ Shape InferShape(const Node& n, int k) {
     }
     case OpType::kFusedMatMul:
     case OpType::kMatMulInteger:
+    case OpType::kMatMulIntegerToFloat:
     case OpType::kQLinearMatMul:
     case OpType::kMatMul: {
       const Value* b = In(n, n.op == OpType::kQLinearMatMul ? 3 : 1);

@@ -1012,14 +1012,15 @@ absl::Status ValidateNoFuse(const std::vector<std::string>& selectors) {
     bool linear = name == "conv+batchnorm" || name == "conv+scale" || name == "batchnorm+scale" ||
                   name == "conv+activation" || name == "conv+residual" || name == "matmul+bias" ||
                   name == "add+layernorm" || name == "conv-chain" || name == "qdq-matmul" ||
-                  name == "qdq-conv" || name == "conv-integer-to-float";
+                  name == "qdq-conv" || name == "conv-integer-to-float" ||
+                  name == "matmul-integer-to-float";
     if (kind == "pattern" && !precision::PatternFromName(name) && !linear) {
       return absl::InvalidArgumentError(
           absl::StrCat("--no-fuse '", s,
                        "': unknown pattern (layernorm, rmsnorm, gelu, softmax, attention, "
                        "conv+batchnorm, conv+scale, batchnorm+scale, conv+activation, "
                        "conv+residual, matmul+bias, add+layernorm, conv-chain, qdq-matmul, "
-                       "qdq-conv, conv-integer-to-float)"));
+                       "qdq-conv, conv-integer-to-float, matmul-integer-to-float)"));
     }
   }
   return absl::OkStatus();

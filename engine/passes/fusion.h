@@ -40,7 +40,7 @@ namespace kiln::passes {
 /// `--fusion on|off` and `--no-fuse SELECTOR` (op:TYPE, scope:PREFIX, pattern:NAME where NAME is
 /// a recognised pattern or conv+batchnorm, conv+scale, batchnorm+scale, conv+activation,
 /// conv+residual, matmul+bias, add+layernorm, conv-chain (passes/conv_chain.h), qdq-matmul,
-/// qdq-conv (passes/qdq_integer.h)).
+/// qdq-conv, conv-integer-to-float, matmul-integer-to-float (passes/qdq_integer.h)).
 struct FusionOptions {
   bool enabled = true;
   std::vector<std::string> no_fuse;

@@ -1,7 +1,8 @@
 // QdqToInteger (qdq_integer.h): QDQ MatMul and Conv rewritten onto MatMulInteger / ConvInteger,
-// a Cast to fp32 and one Mul by the product of the scales (and the Conv's bias Add); authored
-// ConvInteger [+ Add] + Cast + Mul chains onto ConvIntegerToFloat; and IntegerSumsExactInFloat,
-// the bound on those integer sums that precision lowering reads.
+// a Cast to fp32 and one Mul by the product of the scales (and the Conv's bias Add), then the
+// integer GEMM chains onto ConvIntegerToFloat / MatMulIntegerToFloat (FuseIntegerToFloat,
+// integer_to_float.cc); and IntegerSumsExactInFloat, the bound on those integer sums that
+// precision lowering reads.
 #include "engine/passes/qdq_integer.h"
 
 #include <algorithm>
@@ -317,138 +318,6 @@ class Rewriter {
   std::vector<Rewrite> rewrites_;
 };
 
-// Authored ConvInteger [+ Add(int32 B)] + Cast(to fp32) + Mul(fp32 scale) chains (ONNX
-// Runtime's quantize_dynamic writes them around every convolution) onto one ConvIntegerToFloat.
-class IntegerToFloatFuser {
- public:
-  IntegerToFloatFuser(ir::Graph& g, const FusionOptions& o, FusionResult& f,
-                      const std::function<bool(const ir::Node&)>& fast_kernel)
-      : g_(g), o_(o), f_(f), fast_kernel_(fast_kernel) {}
-
-  absl::StatusOr<int> Run() {
-    if (!o_.enabled) return 0;
-    g_.RebuildEdges();
-    removed_.assign(g_.nodes().size(), false);
-    const size_t count = g_.nodes().size();
-    int fused = 0;
-    for (size_t i = 0; i < count; ++i) {
-      ir::Node* n = g_.nodes()[i].get();
-      if (n->op == ir::OpType::kConvInteger && !removed_[n->id]) fused += Fuse(n) ? 1 : 0;
-    }
-    if (fused > 0) g_.RemoveNodes(removed_);
-    return fused;
-  }
-
- private:
-  // The one consumer of `n`'s only output, unfused, when that output is no graph output.
-  static ir::Node* SoleConsumer(const ir::Node* n) {
-    if (n->num_outputs() != 1 || n->outputs[0] == nullptr) return nullptr;
-    const ir::Value* v = n->outputs[0];
-    if (v->is_graph_output || v->consumers.size() != 1) return nullptr;
-    ir::Node* c = v->consumers[0];
-    return c->fusion.empty() ? c : nullptr;
-  }
-
-  // The other operand of binary `n` reading `v` once, when it is one value (or one per output
-  // channel of `m`, IsChannelVector) of `dtype` with static dims, for an output of `rank`.
-  static ir::Value* ChannelOperand(const ir::Node* n, const ir::Value* v, DataType dtype, int64_t m,
-                                   int rank) {
-    if (n->num_inputs() != 2 || n->num_outputs() != 1) return nullptr;
-    if ((n->inputs[0] == v) == (n->inputs[1] == v)) return nullptr;
-    ir::Value* other = n->inputs[0] == v ? n->inputs[1] : n->inputs[0];
-    if (other == nullptr || other->dtype != dtype || !other->shape.is_static() ||
-        !kernels::cpu::ref::IsChannelVector(other->shape.StaticDims(), m, rank)) {
-      return nullptr;
-    }
-    return other;
-  }
-
-  bool Fuse(ir::Node* conv) {
-    if (!conv->fusion.empty() || conv->num_inputs() < 2 || conv->num_inputs() > 4) return false;
-    const ir::Value* acc = conv->outputs.empty() ? nullptr : conv->outputs[0];
-    const ir::Value* w = conv->inputs[1];
-    if (acc == nullptr || acc->dtype != DataType::kI32 || !acc->shape.rank_known ||
-        acc->shape.rank() < 3 || !IsConstant(w) || w->constant->rank() < 3) {
-      return false;
-    }
-    const int rank = acc->shape.rank();
-    const int64_t m = w->constant->dim(0);
-    ir::Node* next = SoleConsumer(conv);
-    if (next == nullptr) return false;
-    ir::Node* add = nullptr;
-    ir::Value* bias = nullptr;
-    if (next->op == ir::OpType::kAdd) {
-      add = next;
-      bias = ChannelOperand(add, acc, DataType::kI32, m, rank);
-      if (bias == nullptr || add->outputs[0] == nullptr ||
-          add->outputs[0]->dtype != DataType::kI32) {
-        return false;
-      }
-      next = SoleConsumer(add);
-      if (next == nullptr) return false;
-    }
-    ir::Node* cast = next;
-    if (cast->op != ir::OpType::kCast || cast->num_inputs() != 1 || cast->outputs.empty() ||
-        cast->outputs[0] == nullptr || cast->outputs[0]->dtype != DataType::kF32) {
-      return false;
-    }
-    ir::Node* mul = SoleConsumer(cast);
-    if (mul == nullptr || mul->op != ir::OpType::kMul || mul->outputs[0] == nullptr ||
-        mul->outputs[0]->dtype != DataType::kF32) {
-      return false;
-    }
-    ir::Value* scale = ChannelOperand(mul, cast->outputs[0], DataType::kF32, m, rank);
-    if (scale == nullptr) return false;
-    std::vector<ir::Node*> members = {conv};
-    if (add != nullptr) members.push_back(add);
-    members.push_back(cast);
-    members.push_back(mul);
-    if (FusionExcluded(o_, {members.begin(), members.end()}, ir::OpType::kConvIntegerToFloat,
-                       "conv-integer-to-float")) {
-      return false;
-    }
-    ir::Node probe;
-    probe.op = ir::OpType::kConvIntegerToFloat;
-    probe.since_version = 1;
-    probe.inputs = conv->inputs;
-    probe.inputs.resize(4, nullptr);
-    probe.inputs.push_back(bias);
-    probe.inputs.push_back(scale);
-    probe.attrs = conv->attrs;
-    if (!fast_kernel_(probe)) return false;  // the separate kernels are as fast
-
-    ir::Node* fused =
-        g_.AddNode(ir::OpType::kConvIntegerToFloat,
-                   absl::StrCat(conv->name.empty() ? acc->name : conv->name, "/to_float"));
-    removed_.push_back(false);
-    fused->since_version = 1;
-    fused->inputs = probe.inputs;
-    fused->attrs = conv->attrs;
-    fused->outputs = {mul->outputs[0]};
-    fused->fusion = "conv-integer-to-float";
-    for (ir::Node* n : members) {
-      for (int src : n->sources) fused->sources.push_back(src);
-      removed_[n->id] = true;
-    }
-    // The Cast and the Mul compute in fp32 inside (an fp16 Cast of an int32 sum could overflow):
-    // their effective precision is fp32 >= assigned; the integer nodes have none.
-    f_.precision[fused] = Precision::kFp32;
-    for (const ir::Node* n : {cast, mul}) {
-      for (int src : n->sources) f_.effective[src] = Precision::kFp32;
-    }
-    f_.applied.push_back(absl::StrCat(
-        "conv-integer-to-float: ", members.size(), " nodes (", Names(members),
-        ") -> ConvIntegerToFloat", add != nullptr ? " (+ int32 B)" : "", " at fp32 (integer sum)"));
-    return true;
-  }
-
-  ir::Graph& g_;
-  const FusionOptions& o_;
-  FusionResult& f_;
-  const std::function<bool(const ir::Node&)>& fast_kernel_;
-  std::vector<bool> removed_;
-};
-
 }  // namespace
 
 namespace {
@@ -523,10 +392,25 @@ bool IntegerSumsExactInFloat(const ir::Node& integer) {
 absl::StatusOr<int> QdqToInteger(ir::Graph& graph, const FusionOptions& options,
                                  FusionResult& fusion,
                                  const std::function<bool(const ir::Node&)>& fast_kernel,
-                                 spdlog::logger* logger) {
+                                 spdlog::logger* logger, const precision::Assignment* assignment) {
   const size_t before = fusion.applied.size();
   RETURN_IF_ERROR(Rewriter(graph, options, fusion, fast_kernel).Run());
-  RETURN_IF_ERROR(IntegerToFloatFuser(graph, options, fusion, fast_kernel).Run().status());
+  // A rewritten MatMul's Cast + Mul fuse into its MatMulIntegerToFloat unless precision lowering
+  // may make them one DequantizeLinear rounding to fp16 / bf16 (precision_lowering.cc's
+  // DequantizeToReaders: sums exact in fp32 and every source of the MatMul assigned that
+  // precision); without the assignment, only where the sums are not exact.
+  auto fuse_qdq = [&](const ir::Node& integer, const ir::Node& mul) {
+    if (!IntegerSumsExactInFloat(integer)) return true;
+    if (assignment == nullptr) return false;
+    for (int s : mul.sources) {
+      if (s < 0 || s >= static_cast<int>(assignment->nodes.size())) return false;
+      const precision::NodeAssignment& a = assignment->nodes[s];
+      const DataType t = precision::PrecisionDataType(a.assigned);
+      if (!a.floating || (t != DataType::kF16 && t != DataType::kBF16)) return true;
+    }
+    return false;
+  };
+  RETURN_IF_ERROR(FuseIntegerToFloat(graph, options, fusion, fast_kernel, fuse_qdq).status());
   if (logger != nullptr) {
     for (size_t i = before; i < fusion.applied.size(); ++i) {
       logger->info("fusion {}", fusion.applied[i]);

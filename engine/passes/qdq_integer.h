@@ -56,16 +56,30 @@ bool IntegerSumsExactInFloat(const ir::Node& integer);
 /// Rewrites every QDQ MatMul / Conv of `graph` as above whose integer node `fast_kernel` accepts
 /// (a kernel faster than the reference one runs it: else the fp32 GEMM is faster), recording each
 /// rewrite in `fusion` (applied, logged; the new nodes' precision; the effective precision of
-/// their sources). Then fuses every authored (unfused) chain ConvInteger [-> Add(B)] -> Cast(to
-/// fp32) -> Mul(scale), each intermediate read only by the next, B int32 and scale fp32 with
-/// static dims of one value or one per output channel, into one ConvIntegerToFloat (fusion label
-/// "conv-integer-to-float", `--no-fuse pattern:conv-integer-to-float` or op / scope selectors
-/// keep it apart) when `fast_kernel` accepts it: the same bits as the separate nodes (int32 Add
-/// wrapping, Cast rounding to nearest even, fp32 Mul); the Cast and the Mul compute in fp32,
-/// their effective precision. Returns the number of rewrites and fusions.
+/// their sources). Then FuseIntegerToFloat, where a rewritten MatMul's Cast + Mul fuse when
+/// precision lowering cannot make them one DequantizeLinear of the sums: the sums are not exact
+/// in fp32 (IntegerSumsExactInFloat), or `assignment` (the one the fusion pass read; null: not
+/// known) assigns a source of the MatMul fp32. Returns the number of rewrites and fusions.
 absl::StatusOr<int> QdqToInteger(ir::Graph& graph, const FusionOptions& options,
                                  FusionResult& fusion,
                                  const std::function<bool(const ir::Node&)>& fast_kernel,
-                                 spdlog::logger* logger);
+                                 spdlog::logger* logger,
+                                 const precision::Assignment* assignment = nullptr);
+
+/// Fuses every chain ConvInteger / MatMulInteger [-> Add(B)] -> Cast(to fp32) -> Mul(scale),
+/// each intermediate read only by the next and no graph output, B int32 and scale fp32 with
+/// static dims of one value or one per output channel (ConvInteger) / output column
+/// (MatMulInteger: [N], [1, N], ...), into one ConvIntegerToFloat / MatMulIntegerToFloat when
+/// `fast_kernel` accepts it: the same bits as the separate nodes (int32 Add wrapping, Cast
+/// rounding to nearest even, fp32 Mul); the Cast and the Mul compute in fp32, their effective
+/// precision. Authored chains (every node unfused) get the fusion label "conv-integer-to-float"
+/// / "matmul-integer-to-float"; a qdq-matmul MatMulInteger + Cast + Mul of this pass fuses where
+/// `fuse_qdq(integer, mul)` says so and keeps its label. `--fusion off`, `--no-fuse
+/// pattern:conv-integer-to-float` / `pattern:matmul-integer-to-float` and op / scope selectors
+/// keep them apart. The fused node carries the members' sources. Returns the number of fusions.
+absl::StatusOr<int> FuseIntegerToFloat(
+    ir::Graph& graph, const FusionOptions& options, FusionResult& fusion,
+    const std::function<bool(const ir::Node&)>& fast_kernel,
+    const std::function<bool(const ir::Node&, const ir::Node&)>& fuse_qdq);
 
 }  // namespace kiln::passes

@@ -6,6 +6,7 @@
 // ConvInteger + Add(int32 B) + Cast + Mul chain (ONNX Runtime's quantize_dynamic) becomes one
 // ConvIntegerToFloat with the separate nodes' bits, unless fusion is off, `--no-fuse
 // pattern:conv-integer-to-float`, an intermediate is read elsewhere or B is not per channel.
+// (MatMulIntegerToFloat: tests/passes/matmul_integer_to_float_test.cc.)
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -172,19 +173,21 @@ TEST(QdqIntegerPassTest, MatMulRunsOnTheIntegerGemmWithinTheFp32Rounding) {
   auto plain = Build(MatMulModel(), "fp32", true, {"pattern:qdq-matmul"});
   ASSERT_NE(rewritten, nullptr);
   ASSERT_NE(plain, nullptr);
-  ASSERT_EQ(Count(*rewritten, ir::OpType::kMatMulInteger), 1);
+  // At fp32 the sums are scaled by the rewrite's Cast + Mul in the integer GEMM's output stage
+  // (MatMulIntegerToFloat; lowering makes them one DequantizeLinear for a reduced-precision
+  // reader: tests/passes/quant_lowering_test.cc).
+  ASSERT_EQ(Count(*rewritten, ir::OpType::kMatMulIntegerToFloat), 1);
+  EXPECT_EQ(Count(*rewritten, ir::OpType::kMatMulInteger), 0);
   EXPECT_EQ(Count(*rewritten, ir::OpType::kMatMul), 0);
   EXPECT_EQ(CountDequantizers(*rewritten, false), 0);  // both absorbed
-  // At fp32 the sums are scaled by Cast + Mul (lowering makes them one DequantizeLinear only
-  // for a reduced-precision reader: tests/passes/quant_lowering_test.cc).
   EXPECT_EQ(CountDequantizers(*rewritten, true), 0);
-  EXPECT_EQ(Count(*rewritten, ir::OpType::kCast), 1);
-  EXPECT_EQ(Count(*rewritten, ir::OpType::kMul), 1);
-  EXPECT_EQ(Count(*plain, ir::OpType::kMatMulInteger), 0);
+  EXPECT_EQ(Count(*rewritten, ir::OpType::kCast), 0);
+  EXPECT_EQ(Count(*rewritten, ir::OpType::kMul), 0);
+  EXPECT_EQ(Count(*plain, ir::OpType::kMatMulIntegerToFloat), 0);
   EXPECT_EQ(Count(*plain, ir::OpType::kMatMul), 1);
   // Provenance: the integer node implements the MatMul and both dequantizers, at fp32.
   for (size_t k = 0; k < rewritten->order.size(); ++k) {
-    if (rewritten->order[k]->op != ir::OpType::kMatMulInteger) continue;
+    if (rewritten->order[k]->op != ir::OpType::kMatMulIntegerToFloat) continue;
     const v1::Kernel& kd = rewritten->metadata.kernels(static_cast<int>(k));
     EXPECT_EQ(kd.isa(), "avx512");
     std::vector<std::string> names;
@@ -282,10 +285,10 @@ TEST(QdqIntegerPassTest, DequantizerWithAnotherReaderStays) {
   v.dq_also_output = true;
   auto e = Build(MatMulModel(v));
   ASSERT_NE(e, nullptr);
-  EXPECT_EQ(Count(*e, ir::OpType::kMatMulInteger), 1);
+  EXPECT_EQ(Count(*e, ir::OpType::kMatMulIntegerToFloat), 1);  // with its Cast + Mul at fp32
   EXPECT_EQ(CountDequantizers(*e, false), 1);
   for (size_t k = 0; k < e->order.size(); ++k) {
-    if (e->order[k]->op != ir::OpType::kMatMulInteger) continue;
+    if (e->order[k]->op != ir::OpType::kMatMulIntegerToFloat) continue;
     for (const auto& p : e->metadata.kernels(static_cast<int>(k)).nodes()) {
       EXPECT_NE(p.node_name(), "/dq_x");
     }

@@ -186,8 +186,11 @@ TEST(QuantLoweringTest, ReducedPrecisionQdqNeedsNoConversionsAroundQuantization)
       }
       EXPECT_EQ(sums, 1);
       EXPECT_EQ(Effective(*lowered.engine, "/linear/MatMul"), policy);
-      // Pinned to fp32, the rewrite keeps its Cast + Mul and its fp32 output.
-      EXPECT_EQ(Count(*pinned.engine, ir::OpType::kMul), 2);
+      // Pinned to fp32, the rewrite keeps its fp32 output, its Cast + Mul in the integer GEMM's
+      // output stage (MatMulIntegerToFloat, passes/qdq_integer.h).
+      EXPECT_EQ(Count(*pinned.engine, ir::OpType::kMul), 1);  // only /pre/Mul
+      EXPECT_EQ(Count(*pinned.engine, ir::OpType::kMatMulIntegerToFloat), 1);
+      EXPECT_EQ(Count(*pinned.engine, ir::OpType::kMatMulInteger), 0);
       EXPECT_EQ(Effective(*pinned.engine, "/linear/MatMul"), "fp32");
     }
   }

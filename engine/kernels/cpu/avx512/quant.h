@@ -92,6 +92,10 @@ struct GemmInt8Args {
   // nearest even, fp32 product) in place of the int32 sums; row_bias [M] may be null.
   const int32_t* row_bias = nullptr;
   const float* row_scale = nullptr;
+  // The same per column (MatMulIntegerToFloat), when row_scale is null: with col_scale [N], y
+  // holds float(Y[i][j] [+ col_bias[j]]) * col_scale[j]; col_bias [N] may be null.
+  const int32_t* col_bias = nullptr;
+  const float* col_scale = nullptr;
 };
 
 /// Y = (A - za)(B - zb) as described above, on the OpenMP threads when large enough (needs

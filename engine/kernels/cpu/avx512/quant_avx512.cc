@@ -282,6 +282,10 @@ struct TileEpilogue {
   const GemmInt8Args& g;
   int64_t i0, p0;
   __m512i zb[4], cbz[4];
+  // MatMulIntegerToFloat's per-column stage (GemmInt8Args::col_scale): B (zero without one)
+  // and scale of the panel's 16 columns.
+  __m512i cb[4];
+  __m512 cs[4];
   __mmask16 mask[4];
 
   TileEpilogue(const GemmInt8Args& args, int64_t i, int64_t p, int nr) : g(args), i0(i), p0(p) {
@@ -293,23 +297,44 @@ struct TileEpilogue {
       // CB - K * zb (modulo 2^32: mullo keeps the low 32 bits).
       cbz[c] = _mm512_sub_epi32(_mm512_maskz_loadu_epi32(mask[c], g.col_sums + j0),
                                 _mm512_mullo_epi32(kv, zb[c]));
+      if (g.row_scale == nullptr && g.col_scale != nullptr) {
+        cb[c] = g.col_bias == nullptr ? _mm512_setzero_si512()
+                                      : _mm512_maskz_loadu_epi32(mask[c], g.col_bias + j0);
+        cs[c] = _mm512_maskz_loadu_ps(mask[c], g.col_scale + j0);
+      }
     }
   }
+  // A full panel (16 columns) is stored unmasked: on Zen 5 a masked store of every lane to a
+  // cold line costs about twice a plain one (vec_convert_inl.h's StoreFull16).
   void Store(int r, int c, __m512i acc) const {
     const __m512i terms =
         _mm512_add_epi32(_mm512_mullo_epi32(zb[c], _mm512_set1_epi32(g.row_sums[i0 + r])),
                          _mm512_mullo_epi32(_mm512_set1_epi32(g.za[i0 + r]), cbz[c]));
     __m512i y = _mm512_sub_epi32(acc, terms);
     int32_t* dst = g.y + (i0 + r) * g.y_rs + (p0 + c) * 16;
-    if (g.row_scale == nullptr) {
-      _mm512_mask_storeu_epi32(dst, mask[c], y);
+    __m512 f;
+    if (g.row_scale != nullptr) {
+      // ConvIntegerToFloat's output stage: the int32 Add (wrapping), the Cast (vcvtdq2ps rounds
+      // to nearest even, as static_cast<float> does) and the fp32 Mul, as the separate nodes.
+      if (g.row_bias != nullptr) y = _mm512_add_epi32(y, _mm512_set1_epi32(g.row_bias[i0 + r]));
+      f = _mm512_mul_ps(_mm512_cvtepi32_ps(y), _mm512_set1_ps(g.row_scale[i0 + r]));
+    } else if (g.col_scale != nullptr) {
+      // MatMulIntegerToFloat's: the same per column (adding a zero B changes nothing).
+      f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(y, cb[c])), cs[c]);
+    } else {
+      if (mask[c] == 0xFFFF) {
+        _mm512_storeu_si512(dst, y);
+      } else {
+        _mm512_mask_storeu_epi32(dst, mask[c], y);
+      }
       return;
     }
-    // ConvIntegerToFloat's output stage: the int32 Add (wrapping), the Cast (vcvtdq2ps rounds to
-    // nearest even, as static_cast<float> does) and the fp32 Mul, as the separate nodes.
-    if (g.row_bias != nullptr) y = _mm512_add_epi32(y, _mm512_set1_epi32(g.row_bias[i0 + r]));
-    const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(y), _mm512_set1_ps(g.row_scale[i0 + r]));
-    _mm512_mask_storeu_ps(reinterpret_cast<float*>(dst), mask[c], f);
+    float* fd = reinterpret_cast<float*>(dst);
+    if (mask[c] == 0xFFFF) {
+      _mm512_storeu_ps(fd, f);
+    } else {
+      _mm512_mask_storeu_ps(fd, mask[c], f);
+    }
   }
 };
 

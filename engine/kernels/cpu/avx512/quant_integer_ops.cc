@@ -10,8 +10,9 @@
 // x_zero_point per tensor, w_zero_point per tensor or per output channel. X is laid out per
 // image and group as the GEMM's B operand (im2col, padding taps reading X's zero point so they
 // add nothing), W is the A operand, and the GEMM writes Y's [M, OH * OW] planes directly.
-// ConvIntegerToFloat (engine/ir/ops.def) is the same kernel with the GEMM's output stage on
-// (quant.h: + B, to fp32, * scale per output channel), bit for bit the reference's.
+// ConvIntegerToFloat and MatMulIntegerToFloat (engine/ir/ops.def) are the same kernels with the
+// GEMM's output stage on (quant.h: + B, to fp32, * scale per output channel / per column), bit
+// for bit the reference's.
 #include <memory>
 #include <optional>
 #include <vector>
@@ -48,6 +49,27 @@ bool IsConstant(const ir::Value* v) {
   return v != nullptr && v->constant.has_value() && !v->is_graph_input;
 }
 
+// ...ToFloat's B (int32, optional) and scale (fp32), each one value or one per index of an
+// output axis of `count` (`is_vector`: IsChannelVector / IsColumnVector), as `count` values in
+// `bias_out` (empty without B) and `scale_out`; false (the reference runs, and names a bad form)
+// for any other form.
+template <typename IsVector>
+bool ReadOutputStage(const ir::Tensor* bias, const ir::Tensor* scale, int64_t count,
+                     IsVector is_vector, std::vector<int32_t>& bias_out,
+                     std::vector<float>& scale_out) {
+  if (scale == nullptr || scale->dtype() != DataType::kF32 || !is_vector(scale->dims()) ||
+      (bias != nullptr && (bias->dtype() != DataType::kI32 || !is_vector(bias->dims())))) {
+    return false;
+  }
+  scale_out.resize(count);
+  bias_out.resize(bias != nullptr ? count : 0);
+  for (int64_t i = 0; i < count; ++i) {
+    scale_out[i] = scale->data<float>()[scale->num_elements() == 1 ? 0 : i];
+    if (bias != nullptr) bias_out[i] = bias->data<int32_t>()[bias->num_elements() == 1 ? 0 : i];
+  }
+  return true;
+}
+
 class MatMulIntegerKernel final : public Kernel {
  public:
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const ir::Node& node) {
@@ -79,7 +101,18 @@ class MatMulIntegerKernel final : public Kernel {
     const bool bzp_ok = bzp == nullptr || bzp->num_elements() == 1 ||
                         (bzp->rank() == 1 && b->rank() >= 2 && bzp->dim(0) == n);
     if (!azp_ok || !bzp_ok || k == 0) return reference_->Run(ctx);
-    ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, DataType::kI32, s.out));
+    // MatMulIntegerToFloat: B and scale per column (the output's last axis; one value for a
+    // 1-D B, whose one column that axis is not).
+    const int out_rank = static_cast<int>(s.out.size());
+    if (to_float_ &&
+        !ReadOutputStage(
+            ctx.input(4), ctx.input(5), n,
+            [&](const std::vector<int64_t>& d) { return ref::IsColumnVector(d, n, out_rank); },
+            col_bias_, col_scale_)) {
+      return reference_->Run(ctx);
+    }
+    ASSIGN_OR_RETURN(ir::Tensor * y,
+                     ctx.output(0, to_float_ ? DataType::kF32 : DataType::kI32, s.out));
     if (y->num_elements() == 0) return absl::OkStatus();
     const bool a_signed = a->dtype() == DataType::kI8, b_signed = b->dtype() == DataType::kI8;
     const int64_t kp = Int8KPadded(k), b_bytes = Int8PackedBBytes(k, n);
@@ -100,7 +133,8 @@ class MatMulIntegerKernel final : public Kernel {
     PackAInt8(a->raw_data(), a_signed, a_mats * m, k, k, a_packed_.data(), row_sums_.data());
     StoredZeroPoints(azp, m, a_signed ? 128 : 0, za_);
     StoredZeroPoints(bzp, n, b_signed ? 0 : -128, zb_);
-    int32_t* out = y->data<int32_t>();
+    // int32 sums, or with the output stage fp32 values of the same 4 bytes (quant.h).
+    auto* out = static_cast<int32_t*>(y->raw_data());
     ref::nn::ForEachMatMulBatch(s, [&](int64_t bi, int64_t aoff, int64_t boff) {
       GemmInt8Args g;
       g.m = m;
@@ -114,13 +148,18 @@ class MatMulIntegerKernel final : public Kernel {
       g.zb = zb_.data();
       g.y = out + bi * m * n;
       g.y_rs = n;
+      if (to_float_) {
+        g.col_scale = col_scale_.data();
+        g.col_bias = col_bias_.empty() ? nullptr : col_bias_.data();
+      }
       GemmInt8(g);
     });
     return absl::OkStatus();
   }
 
  private:
-  explicit MatMulIntegerKernel(const ir::Node& node) : node_(node) {}
+  explicit MatMulIntegerKernel(const ir::Node& node)
+      : node_(node), to_float_(node.op == ir::OpType::kMatMulIntegerToFloat) {}
 
   const ir::Node& node_;
   std::unique_ptr<Kernel> reference_;
@@ -129,6 +168,9 @@ class MatMulIntegerKernel final : public Kernel {
   std::vector<int64_t> packed_dims_;
   std::vector<uint8_t> b_packed_, a_packed_;
   std::vector<int32_t> col_sums_, row_sums_, za_, zb_;
+  const bool to_float_;  // MatMulIntegerToFloat
+  std::vector<int32_t> col_bias_;
+  std::vector<float> col_scale_;
 };
 
 class ConvIntegerKernel final : public Kernel {
@@ -177,7 +219,12 @@ class ConvIntegerKernel final : public Kernel {
     std::vector<int64_t> out_dims = {x->dim(0), m};
     out_dims.insert(out_dims.end(), win.out.begin(), win.out.end());
     if (x->num_elements() == 0 || ir::NumElementsOf(out_dims) == 0) return reference_->Run(ctx);
-    if (to_float_ && !ReadOutputStage(ctx.input(4), ctx.input(5), m, x->rank())) {
+    const int out_rank = x->rank();
+    if (to_float_ &&
+        !ReadOutputStage(
+            ctx.input(4), ctx.input(5), m,
+            [&](const std::vector<int64_t>& d) { return ref::IsChannelVector(d, m, out_rank); },
+            row_bias_, row_scale_)) {
       return reference_->Run(ctx);
     }
 
@@ -254,24 +301,6 @@ class ConvIntegerKernel final : public Kernel {
         attrs_(std::move(attrs)),
         to_float_(node.op == ir::OpType::kConvIntegerToFloat) {}
 
-  // ConvIntegerToFloat's B (int32, optional) and scale (fp32) as one value per output channel
-  // of `m` in row_bias_ / row_scale_; false (the reference runs) for any other form.
-  bool ReadOutputStage(const ir::Tensor* bias, const ir::Tensor* scale, int64_t m, int out_rank) {
-    if (scale == nullptr || scale->dtype() != DataType::kF32 ||
-        !ref::IsChannelVector(scale->dims(), m, out_rank) ||
-        (bias != nullptr &&
-         (bias->dtype() != DataType::kI32 || !ref::IsChannelVector(bias->dims(), m, out_rank)))) {
-      return false;
-    }
-    row_scale_.resize(m);
-    row_bias_.resize(bias != nullptr ? m : 0);
-    for (int64_t i = 0; i < m; ++i) {
-      row_scale_[i] = scale->data<float>()[scale->num_elements() == 1 ? 0 : i];
-      if (bias != nullptr) row_bias_[i] = bias->data<int32_t>()[bias->num_elements() == 1 ? 0 : i];
-    }
-    return true;
-  }
-
   const ir::Node& node_;
   ref::nn::ConvAttrs attrs_;
   std::unique_ptr<Kernel> reference_;
@@ -292,6 +321,9 @@ void RegisterQuantInteger(Registry& r) {
       &MatMulIntegerKernel::Create};
   mm.cpu_features = kCpuAvx512Vnni;
   r.Add(mm);
+  KernelDef mm_to_float = mm;
+  mm_to_float.op = ir::OpType::kMatMulIntegerToFloat;
+  r.Add(mm_to_float);
   KernelDef conv{
       ir::OpType::kConvInteger,  {DataType::kU8, DataType::kI8}, 0, Backend::kCpu, Isa::kAvx512,
       &ConvIntegerKernel::Create};

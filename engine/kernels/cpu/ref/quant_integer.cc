@@ -1,7 +1,8 @@
 // Reference kernels of the integer quantized ops: MatMulInteger, ConvInteger (int32 outputs)
 // and QLinearMatMul, QLinearConv (requantized int8/uint8 outputs), and Kiln's ConvIntegerToFloat
-// (ConvInteger's int32 sums [+ int32 B], converted to fp32 and times an fp32 scale, as the
-// separate Add, Cast and Mul compute it). Registered by RegisterQuantInteger (register.h).
+// and MatMulIntegerToFloat (ConvInteger's / MatMulInteger's int32 sums [+ int32 B], converted to
+// fp32 and times an fp32 scale, as the separate Add, Cast and Mul compute it). Registered by
+// RegisterQuantInteger (register.h).
 //
 // Arithmetic, as the ONNX reference (onnx/reference/ops/op_qlinear_*.py) defines it:
 //   acc = sum_k (a - a_zp) * (b - b_zp)  [+ bias]          exact integers, int32 wrap-around
@@ -140,7 +141,10 @@ void IntMatMul(const MatMulShape& s, const std::vector<int32_t>& a, const std::v
   });
 }
 
-absl::Status MatMulIntegerRun(const ir::Node& node, KernelContext& ctx) {
+// The int32 sums of MatMulInteger's inputs 0-3 (A, B, a_zero_point, b_zero_point), of dims
+// `out_dims`; `n` is the product's column count (B's last dim, 1 for a 1-D B).
+absl::StatusOr<std::vector<int32_t>> MatMulIntegerAcc(const ir::Node& node, KernelContext& ctx,
+                                                      std::vector<int64_t>& out_dims, int64_t& n) {
   ASSIGN_OR_RETURN(const ir::Tensor* a, RequireInput(node, ctx, 0));
   ASSIGN_OR_RETURN(const ir::Tensor* b, RequireInput(node, ctx, 1));
   RETURN_IF_ERROR(CheckInt8(node, *a, "A"));
@@ -154,8 +158,19 @@ absl::Status MatMulIntegerRun(const ir::Node& node, KernelContext& ctx) {
   ASSIGN_OR_RETURN(
       std::vector<int32_t> bc,
       Centered(node, *b, bzp, bzp ? bzp->dims() : std::vector<int64_t>{}, "b_zero_point"));
-  ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, DataType::kI32, s.out));
-  IntMatMul(s, ac, bc, y->data<int32_t>());
+  std::vector<int32_t> acc(ir::NumElementsOf(s.out));
+  IntMatMul(s, ac, bc, acc.data());
+  out_dims = s.out;
+  n = s.n;
+  return acc;
+}
+
+absl::Status MatMulIntegerRun(const ir::Node& node, KernelContext& ctx) {
+  std::vector<int64_t> out_dims;
+  int64_t n = 0;
+  ASSIGN_OR_RETURN(std::vector<int32_t> acc, MatMulIntegerAcc(node, ctx, out_dims, n));
+  ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, DataType::kI32, out_dims));
+  std::copy(acc.begin(), acc.end(), y->data<int32_t>());
   return absl::OkStatus();
 }
 
@@ -337,48 +352,72 @@ absl::Status ConvIntegerRun(const ir::Node& node, KernelContext& ctx) {
   return absl::OkStatus();
 }
 
-// ConvIntegerToFloat's B (slot 4, int32) or scale (slot 5, float32): one value, or one per
-// output channel (IsChannelVector) of an output `out_dims`.
-absl::Status CheckChannelVector(const ir::Node& node, const ir::Tensor& t, DataType dtype,
-                                const std::vector<int64_t>& out_dims, const char* what) {
+// The axis of a ...ToFloat output stage: B and scale hold one value, or one per index of the
+// output's axis `axis` (of `count`: a convolution's channels, a matrix product's columns).
+struct StageAxis {
+  int axis;
+  int64_t count;
+  const char* per;  // "output channel", "output column"
+};
+
+// ...ToFloat's B (slot 4, int32) or scale (slot 5, float32): one value, or one per index of
+// the stage's axis (IsAxisVector) of an output `out_dims`.
+absl::Status CheckStageVector(const ir::Node& node, const ir::Tensor& t, DataType dtype,
+                              const std::vector<int64_t>& out_dims, const StageAxis& ax,
+                              const char* what) {
   if (t.dtype() != dtype) {
     return InvalidNode(node, what, " dtype ", DataTypeOnnxName(t.dtype()), " is not ",
                        DataTypeOnnxName(dtype));
   }
-  if (!IsChannelVector(t.dims(), out_dims[1], static_cast<int>(out_dims.size()))) {
+  if (!IsAxisVector(t.dims(), ax.count, static_cast<int>(out_dims.size()), ax.axis)) {
     return InvalidNode(node, what, " of shape ", ir::DimsToString(t.dims()),
-                       " is not one value or one per output channel of ",
-                       ir::DimsToString(out_dims));
+                       " is not one value or one per ", ax.per, " of ", ir::DimsToString(out_dims));
   }
   return absl::OkStatus();
 }
 
 // y = float(acc + B) * scale: the int32 Add (wrapping), the Cast to fp32 (round to nearest
-// even) and the fp32 Mul of the separate nodes, per element.
-absl::Status ConvIntegerToFloatRun(const ir::Node& node, KernelContext& ctx) {
-  std::vector<int64_t> out_dims;
-  ASSIGN_OR_RETURN(std::vector<int32_t> acc, ConvIntegerAcc(node, ctx, out_dims));
+// even) and the fp32 Mul of the separate nodes, per element; B and scale along `ax`.
+absl::Status ToFloatStage(const ir::Node& node, KernelContext& ctx, const std::vector<int32_t>& acc,
+                          const std::vector<int64_t>& out_dims, const StageAxis& ax) {
   const ir::Tensor* bias = ctx.input(4);
   ASSIGN_OR_RETURN(const ir::Tensor* scale, RequireInput(node, ctx, 5));
   if (bias != nullptr) {
-    RETURN_IF_ERROR(CheckChannelVector(node, *bias, DataType::kI32, out_dims, "B"));
+    RETURN_IF_ERROR(CheckStageVector(node, *bias, DataType::kI32, out_dims, ax, "B"));
   }
-  RETURN_IF_ERROR(CheckChannelVector(node, *scale, DataType::kF32, out_dims, "scale"));
+  RETURN_IF_ERROR(CheckStageVector(node, *scale, DataType::kF32, out_dims, ax, "scale"));
   ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, DataType::kF32, out_dims));
-  const int64_t m = out_dims[1], plane = Product(out_dims, 2, out_dims.size());
-  const bool bias_per_channel = bias != nullptr && bias->num_elements() > 1;
-  const bool scale_per_channel = scale->num_elements() > 1;
+  const int64_t count = std::max<int64_t>(ax.count, 1);
+  const int64_t inner = Product(out_dims, ax.axis + 1, out_dims.size());
+  const bool bias_per_index = bias != nullptr && bias->num_elements() > 1;
+  const bool scale_per_index = scale->num_elements() > 1;
   float* out = y->data<float>();
   for (size_t e = 0; e < acc.size(); ++e) {
-    const int64_t c = (static_cast<int64_t>(e) / plane) % m;
+    const int64_t c = (static_cast<int64_t>(e) / inner) % count;
     uint32_t v = static_cast<uint32_t>(acc[e]);
     if (bias != nullptr) {
-      v += static_cast<uint32_t>(bias->data<int32_t>()[bias_per_channel ? c : 0]);
+      v += static_cast<uint32_t>(bias->data<int32_t>()[bias_per_index ? c : 0]);
     }
-    out[e] = static_cast<float>(static_cast<int32_t>(v)) *
-             scale->data<float>()[scale_per_channel ? c : 0];
+    out[e] =
+        static_cast<float>(static_cast<int32_t>(v)) * scale->data<float>()[scale_per_index ? c : 0];
   }
   return absl::OkStatus();
+}
+
+absl::Status ConvIntegerToFloatRun(const ir::Node& node, KernelContext& ctx) {
+  std::vector<int64_t> out_dims;
+  ASSIGN_OR_RETURN(std::vector<int32_t> acc, ConvIntegerAcc(node, ctx, out_dims));
+  return ToFloatStage(node, ctx, acc, out_dims, {1, out_dims[1], "output channel"});
+}
+
+// B and scale per column: the last axis of the output (a 1-D B has one column, and only the
+// one-value forms then apply).
+absl::Status MatMulIntegerToFloatRun(const ir::Node& node, KernelContext& ctx) {
+  std::vector<int64_t> out_dims;
+  int64_t n = 0;
+  ASSIGN_OR_RETURN(std::vector<int32_t> acc, MatMulIntegerAcc(node, ctx, out_dims, n));
+  return ToFloatStage(node, ctx, acc, out_dims,
+                      {static_cast<int>(out_dims.size()) - 1, n, "output column"});
 }
 
 absl::Status QLinearConvRun(const ir::Node& node, KernelContext& ctx) {
@@ -431,6 +470,7 @@ absl::Status QLinearConvRun(const ir::Node& node, KernelContext& ctx) {
 void RegisterQuantInteger(Registry& r) {
   const std::vector<DataType> q = {DataType::kU8, DataType::kI8};
   r.AddRef(ir::OpType::kMatMulInteger, q, &FunctionKernel<MatMulIntegerRun>::Create);
+  r.AddRef(ir::OpType::kMatMulIntegerToFloat, q, &FunctionKernel<MatMulIntegerToFloatRun>::Create);
   r.AddRef(ir::OpType::kQLinearMatMul, q, &FunctionKernel<QLinearMatMulRun>::Create);
   r.AddRef(ir::OpType::kConvInteger, q, CheckedFactory<CheckConvAttrs, ConvIntegerRun>);
   r.AddRef(ir::OpType::kConvIntegerToFloat, q,
