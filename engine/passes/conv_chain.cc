@@ -1,5 +1,8 @@
 #include "engine/passes/conv_chain.h"
 
+#include <algorithm>
+#include <string>
+
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -45,8 +48,10 @@ class Chainer {
            SoleReader(e->outputs[0]) != d || e->input(1)->constant->dim(0) != c)) {
         e = nullptr;
       }
-      // A depthwise convolution alone is no chain (its kernel is the chain's depthwise step).
-      if (e || p) Chain(e, d, p);
+      // A depthwise convolution alone is no chain (its kernel is the chain's depthwise step)
+      // unless it takes in the MaxPool after it.
+      ir::Node* pool = PoolAfter((p ? p : d)->outputs[0]);
+      if (e || p || pool) Chain(e, d, p, pool);
     }
     if (!result_.added.empty()) g_.RebuildEdges();
     return std::move(result_);
@@ -62,15 +67,37 @@ class Chainer {
     return uses == 1 && live_set_.contains(c) ? c : nullptr;
   }
 
-  // Expansion `e` (or nullptr), depthwise `d` and projection `p` (or nullptr) as one
-  // FusedConvChain, when allowed and a kernel takes it.
-  void Chain(ir::Node* e, ir::Node* d, ir::Node* p) {
+  // The channels-last 2 x 2, stride-2 MaxPool without padding, dilation or ceil mode (and
+  // without its Indices output) that alone reads `v` once, or nullptr.
+  ir::Node* PoolAfter(const ir::Value* v) const {
+    ir::Node* m = SoleReader(v);
+    if (!m || taken_.contains(m) || m->op != ir::OpType::kMaxPool || m->input(0) != v ||
+        m->GetInt(kernels::kChannelsLastAttr, 0) == 0 || m->num_outputs() < 1 || !m->outputs[0] ||
+        (m->num_outputs() > 1 && m->outputs[1]) || m->outputs[0]->dtype != v->dtype) {
+      return nullptr;
+    }
+    const std::string pad = m->GetString("auto_pad", "NOTSET");
+    const std::vector<int64_t> two = {2, 2}, one = {1, 1};
+    const std::vector<int64_t> pads = m->GetInts("pads", {0, 0, 0, 0});
+    const bool unpadded = std::all_of(pads.begin(), pads.end(), [](int64_t x) { return x == 0; });
+    return m->GetInts("kernel_shape") == two && m->GetInts("strides") == two &&
+                   m->GetInts("dilations", one) == one && unpadded &&
+                   m->GetInt("ceil_mode", 0) == 0 && m->GetInt("storage_order", 0) == 0 &&
+                   (pad == "NOTSET" || pad.empty() || pad == "VALID")
+               ? m
+               : nullptr;
+  }
+
+  // Expansion `e` (or nullptr), depthwise `d`, projection `p` (or nullptr) and a MaxPool after
+  // them (or nullptr) as one FusedConvChain, when allowed and a kernel takes it.
+  void Chain(ir::Node* e, ir::Node* d, ir::Node* p, ir::Node* pool) {
     std::vector<std::pair<const char*, ir::Node*>> steps;
     if (e) steps.push_back({"expand_", e});
     steps.push_back({"depthwise_", d});
     if (p) steps.push_back({"project_", p});
     std::vector<const ir::Node*> members;
     for (const auto& step : steps) members.push_back(step.second);
+    if (pool) members.push_back(pool);
     if (FusionExcluded(o_, members, ir::OpType::kFusedConvChain, "conv-chain")) return;
     ir::Node chain;
     chain.op = ir::OpType::kFusedConvChain;
@@ -84,10 +111,11 @@ class Chainer {
                     p ? p->inputs[1] : nullptr,
                     p ? In(*p, 2) : nullptr,
                     p ? In(*p, 3) : nullptr};
-    chain.outputs = {(p ? p : d)->outputs[0]};
+    chain.outputs = {(pool ? pool : p ? p : d)->outputs[0]};
     chain.attrs["strides"] = ir::Attribute::Ints(d->GetInts("strides", {1, 1}));
     chain.attrs["pads"] = ir::Attribute::Ints(d->GetInts("pads", {0, 0, 0, 0}));
     chain.attrs[kernels::kChannelsLastAttr] = ir::Attribute::Int(1);
+    if (pool) chain.attrs["pool"] = ir::Attribute::Int(1);
     std::vector<std::string> labels, names;
     for (const auto& [prefix, n] : steps) {
       for (const char* a : kActivationAttrs) {
@@ -96,6 +124,11 @@ class Chainer {
       }
       labels.push_back(n->fusion.empty() ? "conv" : n->fusion);
       names.push_back(absl::StrCat("'", n->name, "'"));
+    }
+    if (pool) {
+      steps.push_back({"", pool});
+      labels.push_back("maxpool");
+      names.push_back(absl::StrCat("'", pool->name, "'"));
     }
     if (!chain_kernel_(chain)) {
       if (logger_) {
@@ -121,7 +154,9 @@ class Chainer {
     // The members' type (ChainMemberConv: fp32, fp16 or bf16, in and out alike).
     const auto precision = precision::PrecisionOfDataType(added->outputs[0]->dtype);
     if (precision == precision::Precision::kFp16) {
-      for (size_t i = 0; i + 1 < steps.size(); ++i) {
+      // Every convolution but the last (whose output a MaxPool reads as stored, in fp16).
+      const size_t convolutions = steps.size() - (pool ? 1 : 0);
+      for (size_t i = 0; i + 1 < convolutions; ++i) {
         const std::vector<int>& src = steps[i].second->sources;
         result_.fp32_interior.insert(result_.fp32_interior.end(), src.begin(), src.end());
       }

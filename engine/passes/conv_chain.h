@@ -26,6 +26,12 @@
 // kernels. Nothing is lowered: the members all run at one precision already (after precision
 // lowering; a Cast between two members ends a chain).
 //
+// A 2 x 2, stride-2 MaxPool (no padding, floor) alone reading the chain's output, or a lone
+// depthwise convolution's, is taken in too (attribute `pool`): the chain's output, several MB at
+// a detector's first stages (YuNet: 320 x 320 x 16 fp32, 6.5 MB), is then pooled band by band in
+// cache instead of written out and read back; the maxima are the MaxPool kernel's, of the values
+// as stored in the chain's type.
+//
 // Runs after the layout pass, with fusion on (`--fusion off` or `--no-fuse pattern:conv-chain`,
 // `op:...`, `scope:...` keep the convolutions apart), and only where `chain_kernel` says a kernel
 // takes the chain.
@@ -47,7 +53,7 @@ struct ChainResult {
   std::vector<ir::Node*> added;    // the FusedConvChain nodes
   std::vector<ir::Node*> removed;  // their members, left without inputs or outputs
   std::vector<std::string> applied;
-  /// Source node ids whose outputs an fp16 chain keeps in fp32 (every member but the last).
+  /// Source node ids whose outputs an fp16 chain keeps in fp32 (every convolution but the last).
   std::vector<int> fp32_interior;
 };
 

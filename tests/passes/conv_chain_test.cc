@@ -98,6 +98,34 @@ onnx::ModelProto Tails() {
   return m;
 }
 
+void MaxPool2(onnx::GraphProto* g, const std::string& x, const std::string& y) {
+  auto* n = AddOnnxNode(g, "MaxPool", {x}, {y}, "/pool_" + y);
+  AddIntsAttribute(n, "kernel_shape", {2, 2});
+  AddIntsAttribute(n, "strides", {2, 2});
+}
+
+// x [1, 16, 33, 35] -> block (expand to 48, Clip, depthwise, Clip, project to 16) -> MaxPool 2x2
+// -> depthwise 3x3, Clip -> MaxPool 2x2 -> y [1, 16, 8, 8] (odd sizes: the floor drops a row and
+// a column). With `pre_pool_output` the second depthwise convolution's output is also a graph
+// output, so its MaxPool stays a kernel of its own.
+onnx::ModelProto Pooled(bool pre_pool_output = false) {
+  onnx::ModelProto m = Model("pooled");
+  onnx::GraphProto* g = m.mutable_graph();
+  AddTensorValueInfo(g->mutable_input(), "x", {1, kC, 33, 35});
+  Conv(g, "/b1/expand", "x", kC, 48, 1, 1, 1, "e1");
+  Relu6(g, "e1", "e1r");
+  Conv(g, "/b1/dw", "e1r", 48, 48, 3, 48, 1, "d1");
+  Relu6(g, "d1", "d1r");
+  Conv(g, "/b1/project", "d1r", 48, kC, 1, 1, 1, "p1");
+  MaxPool2(g, "p1", "q1");
+  Conv(g, "/t/dw", "q1", kC, kC, 3, kC, 1, "d2");
+  Relu6(g, "d2", "d2r");
+  MaxPool2(g, "d2r", "y");
+  AddTensorValueInfo(g->mutable_output(), "y", {1, kC, 8, 8});
+  if (pre_pool_output) AddTensorValueInfo(g->mutable_output(), "d2r", {1, kC, 16, 17});
+  return m;
+}
+
 std::shared_ptr<const plan::Engine> Build(const std::string& policy, bool fusion,
                                           std::vector<std::string> no_fuse = {},
                                           bool channels_last = true,
@@ -121,17 +149,19 @@ int Chains(const plan::Engine& e) {
   return n;
 }
 
-std::vector<ir::Tensor> Input(int64_t size = kS) {
-  auto t = ir::Tensor::Allocate(DataType::kF32, {1, kC, size, size});
-  std::vector<float> v = Wave(kC * size * size, 1.0f, 0.0f);
+// x [1, kC, h, w] (w = h unless given).
+std::vector<ir::Tensor> Input(int64_t h = kS, int64_t w = 0) {
+  w = w > 0 ? w : h;
+  auto t = ir::Tensor::Allocate(DataType::kF32, {1, kC, h, w});
+  std::vector<float> v = Wave(kC * h * w, 1.0f, 0.0f);
   std::copy(v.begin(), v.end(), t->data<float>());
   return {*std::move(t)};
 }
 
-ir::Tensor RunEngine(const std::shared_ptr<const plan::Engine>& e, int64_t size = kS) {
+ir::Tensor RunEngine(const std::shared_ptr<const plan::Engine>& e, int64_t h = kS, int64_t w = 0) {
   auto s = runtime::Session::Create(e);
   EXPECT_TRUE(s.ok()) << s.status();
-  auto out = (*s)->Run(Input(size));
+  auto out = (*s)->Run(Input(h, w));
   EXPECT_TRUE(out.ok()) << out.status();
   return out.ok() && !out->empty() ? (*out)[0] : ir::Tensor();
 }
@@ -262,6 +292,51 @@ TEST(ConvChainPassTest, DepthwiseWithOnlyAProjectionChainsAndALoneOneStays) {
   // fp32 sums of at most 16 and 9 terms per layer in different orders, through three layers:
   // far below 3e-5 of the output range (as above).
   ExpectClose(RunEngine(chained, 20), RunEngine(separate, 20));
+}
+
+int Count(const plan::Engine& e, ir::OpType op) {
+  int n = 0;
+  for (const ir::Node* node : e.order) n += node->op == op;
+  return n;
+}
+
+// A MaxPool 2x2 after a block and after a lone depthwise convolution goes into their chains
+// (fp32 and fp16, odd sizes), which compute what the separate kernels compute; the pooled
+// convolution's output, stored in the chain's type, keeps its precision in fp16. A MaxPool whose
+// input has another reader stays.
+TEST(ConvChainPassTest, MaxPoolAfterAChainGoesIntoIt) {
+  if (!kernels::CpuHasIsa(kernels::Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
+  for (const char* policy : {"fp32", "fp16"}) {
+    SCOPED_TRACE(policy);
+    auto chained = Build(policy, true, {}, true, Pooled());
+    auto separate = Build(policy, true, {"pattern:conv-chain"}, true, Pooled());
+    ASSERT_NE(chained, nullptr);
+    ASSERT_NE(separate, nullptr);
+    EXPECT_EQ(Chains(*chained), 2);
+    EXPECT_EQ(Count(*chained, ir::OpType::kMaxPool), 0);
+    EXPECT_EQ(Count(*separate, ir::OpType::kMaxPool), 2);
+    const bool half = std::string(policy) == "fp16";
+    int pools = 0;
+    for (size_t k = 0; k < chained->order.size(); ++k) {
+      if (chained->order[k]->op != ir::OpType::kFusedConvChain) continue;
+      const v1::Kernel& kd = chained->metadata.kernels(static_cast<int>(k));
+      ASSERT_GE(kd.nodes_size(), 3);
+      const auto& last = kd.nodes(kd.nodes_size() - 1);
+      EXPECT_EQ(last.op_type(), "MaxPool");
+      EXPECT_TRUE(absl::EndsWith(last.fusion(), ", maxpool)")) << last.fusion();
+      // The convolution (with its Clip) the pool reads: stored in the chain's type.
+      EXPECT_EQ(kd.nodes(kd.nodes_size() - 2).effective_precision(), half ? "fp16" : "fp32");
+      pools += last.op_type() == "MaxPool";
+    }
+    EXPECT_EQ(pools, 2);
+    // fp32: sums in other orders through three layers (3e-5 of the range, as above); the maxima
+    // are exact. fp16: as Fp16BlocksChainToo (1e-2).
+    ExpectClose(RunEngine(chained, 33, 35), RunEngine(separate, 33, 35), half ? 1e-2f : 3e-5f);
+  }
+  auto shared = Build("fp32", true, {}, true, Pooled(/*pre_pool_output=*/true));
+  ASSERT_NE(shared, nullptr);
+  EXPECT_EQ(Chains(*shared), 1);
+  EXPECT_EQ(Count(*shared, ir::OpType::kMaxPool), 1);
 }
 
 TEST(ConvChainPassTest, FusionOffAndNchwKeepTheConvolutionsApart) {

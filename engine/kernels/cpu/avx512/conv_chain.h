@@ -69,14 +69,20 @@ struct ConvChainArgs {
   const uint16_t* w0_dot = nullptr;
   const uint16_t* w2_dot = nullptr;
   const void* z = nullptr;  // optional residual [n, oh, ow, c2]
-  void* y = nullptr;        // [n, oh, ow, c2]
+  void* y = nullptr;        // [n, oh, ow, c2], or with `pool` [n, oh / 2, ow / 2, c2]
+  // Y is the 2 x 2, stride-2 MaxPool (no padding, floor: an odd last row or column dropped) of
+  // the chain's output, which then never leaves the cache: each band's rows are stored in Y's
+  // type into the scratch and pooled from there, the maxima as the MaxPool kernel takes them
+  // (cells in row-major order, NaN skipped). Runs in bands of an even number of rows.
+  bool pool = false;
   // Scratch of ConvChainScratchFloats floats, 64-byte aligned.
   float* scratch = nullptr;
   int threads = 1;
 };
 
 /// The threads to run on, at most `a.threads` (the threads available): no more than the output
-/// rows, or, where the images go in phases (many threads, few rows), than the output pixels.
+/// rows (pairs of rows with `pool`), or, where the images go in phases (many threads, few rows),
+/// than the output pixels.
 int64_t ConvChainThreads(const ConvChainArgs& a);
 
 /// Floats of the scratch for `a.threads` threads: per thread the ring of E rows and a band of D

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 
 #include "engine/kernels/cpu/avx512/conv_chain.h"
 #include "engine/kernels/cpu/avx512/conv_chain_inl.h"
@@ -40,19 +41,70 @@ int64_t XRowsFloats(const ConvChainArgs& a, int64_t ring) {
   return a.half && a.w0 != nullptr && a.w0_dot == nullptr ? Pad16(ring * a.w * a.c0) : 0;
 }
 
+// Floats of a pooled chain's band of output rows before the pool (Y's type, at most fp32).
+int64_t PoolRowsFloats(const ConvChainArgs& a, int64_t rows) {
+  return a.pool ? Pad16(rows * a.ow * a.c2) : 0;
+}
+
+// Output rows a band computes (before the pool): all of them, or, pooled, the pairs of rows.
+int64_t ChainRows(const ConvChainArgs& a) { return a.pool ? a.oh / 2 * 2 : a.oh; }
+
 Band BandOf(const ConvChainArgs& a) {
   const int64_t cp = Pad16(a.c1);
   const bool project = a.w2 != nullptr;
-  Band b{1, a.kh};
-  for (int64_t rows = 2; rows <= a.oh; ++rows) {
+  const int64_t step = a.pool ? 2 : 1;  // a pooled band takes whole pairs of rows
+  Band b{step, (step - 1) * a.sh + a.kh};
+  for (int64_t rows = 2 * step; rows <= ChainRows(a); rows += step) {
     const int64_t ring = (rows - 1) * a.sh + a.kh;
     const int64_t bytes = (ring * a.w * (Ringed(a) ? cp : a.c0) + XRowsFloats(a, ring) +
-                           (project ? rows * a.ow * cp : 0)) *
+                           (project ? rows * a.ow * cp : 0) + PoolRowsFloats(a, rows)) *
                           4;
     if (bytes > kBandBytes) break;
     b = {rows, ring};
   }
   return b;
+}
+
+// The 2 x 2, stride-2 maxima of `rows` (even) stored rows of `ow` pixels x c channels at `in`
+// (Y's type) into the pooled rows at `out`: per output pixel the cells (0, 0), (0, 1), (1, 0),
+// (1, 1) folded with max(v, best) from the lowest float, as MaxRowInside (pool_avx512.cc) does.
+template <DataType T>
+void PoolRows(const void* in, int64_t rows, int64_t ow, int64_t c, void* out) {
+  const int64_t pw = ow / 2, rs = ow * c;
+  for (int64_t r = 0; r < rows / 2; ++r) {
+    const int64_t i0 = 2 * r * rs, o0 = r * pw * c;
+    for (int64_t x = 0; x < pw; ++x) {
+      const int64_t i = i0 + 2 * x * c, o = o0 + x * c;
+      int64_t ch = 0;
+      for (; ch + 16 <= c; ch += 16) {
+        __m512 best = _mm512_set1_ps(std::numeric_limits<float>::lowest());
+        best = _mm512_max_ps(LoadFull16<T>(in, i + ch), best);
+        best = _mm512_max_ps(LoadFull16<T>(in, i + c + ch), best);
+        best = _mm512_max_ps(LoadFull16<T>(in, i + rs + c + ch), best);
+        best = _mm512_max_ps(LoadFull16<T>(in, i + rs + ch), best);
+        StoreFull16<T>(out, o + ch, best);
+      }
+      if (ch < c) {
+        const __mmask16 m = LaneMask(c - ch);
+        __m512 best = _mm512_set1_ps(std::numeric_limits<float>::lowest());
+        best = _mm512_max_ps(Load16<T>(in, i + ch, m), best);
+        best = _mm512_max_ps(Load16<T>(in, i + c + ch, m), best);
+        best = _mm512_max_ps(Load16<T>(in, i + rs + ch, m), best);
+        best = _mm512_max_ps(Load16<T>(in, i + rs + c + ch, m), best);
+        Store16<T>(out, o + ch, m, best);
+      }
+    }
+  }
+}
+
+void PoolRowsOf(Store st, const void* in, int64_t rows, int64_t ow, int64_t c, void* out) {
+  if (st == Store::kHalf) {
+    PoolRows<DataType::kF16>(in, rows, ow, c, out);
+  } else if (st == Store::kBf16) {
+    PoolRows<DataType::kBF16>(in, rows, ow, c, out);
+  } else {
+    PoolRows<DataType::kF32>(in, rows, ow, c, out);
+  }
 }
 
 // Floats of one image's E (or widened X; 0 when not Ringed), of the D pixels one of `threads`
@@ -101,10 +153,12 @@ void FirstStep(const ConvChainArgs& a, const float* xb, const uint16_t* xh, int6
 
 namespace {
 
-// Bands of output rows, each thread a contiguous run of them (its own ring and D band).
+// Bands of output rows, each thread a contiguous run of them (its own ring and D band; pooled,
+// whole pairs of rows, and the band's rows before the pool).
 void RunBands(const ConvChainArgs& a, const Act& act0, const Act& act1, const Act& act2,
               const DwGeom& dw) {
-  const int64_t total = a.n * a.oh;
+  const int64_t rows_per_image = ChainRows(a), unit = a.pool ? 2 : 1;
+  const int64_t units = a.n * rows_per_image / unit;
   const int64_t cp = Pad16(a.c1);
   const bool ringed = Ringed(a);
   const Band band = BandOf(a);
@@ -115,15 +169,16 @@ void RunBands(const ConvChainArgs& a, const Act& act0, const Act& act1, const Ac
 #pragma omp parallel num_threads(a.threads)
   {
     const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-    const int64_t q0 = total * t / nt, q1 = total * (t + 1) / nt;
+    const int64_t q0 = units * t / nt * unit, q1 = units * (t + 1) / nt * unit;
     float* ring = a.scratch + t * per_thread;
     float* dband = ring + (ringed ? band.ring * a.w * cp : 0);
     float* xbuf = dband + (a.w2 != nullptr ? band.rows * a.ow * cp : 0);
+    float* pbuf = xbuf + XRowsFloats(a, band.ring);
     int64_t image = -1, next = 0;
     for (int64_t q = q0; q < q1;) {
       // A band of output rows [oy0, oy1) of one image.
-      const int64_t b = q / a.oh, oy0 = q % a.oh;
-      const int64_t oy1 = std::min({oy0 + band.rows, a.oh, oy0 + (q1 - q)});
+      const int64_t b = q / rows_per_image, oy0 = q % rows_per_image;
+      const int64_t oy1 = std::min({oy0 + band.rows, rows_per_image, oy0 + (q1 - q)});
       if (b != image) {
         image = b;
         next = 0;
@@ -144,15 +199,22 @@ void RunBands(const ConvChainArgs& a, const Act& act0, const Act& act1, const Ac
         next = std::max(next, hi);
       }
       const DwSource src{ringed ? ring : xb, ringed ? cp : a.c0, a.w, a.h, ringed ? band.ring : 0};
-      // The band's Y rows are consecutive; without a projection the D rows are Y's.
+      // The band's Y rows are consecutive (pooled: those of the band's buffer); without a
+      // projection the D rows are Y's.
       const int64_t yo = (b * a.oh + oy0) * a.ow * a.c2;
+      const Out out = a.pool ? Out{pbuf, y.st} : y.At(yo);
       const int64_t p0 = oy0 * a.ow, p1 = oy1 * a.ow;
       if (a.w2 == nullptr) {
-        DepthwisePixels(src, dw, p0, p1, y.At(yo), a.c2, act1);
+        DepthwisePixels(src, dw, p0, p1, out, a.c2, act1);
       } else {
         DepthwisePixels(src, dw, p0, p1, Out{dband, DStore(a)}, cp, act1);
-        Pointwise(dband, cp, p1 - p0, ProjectW(a), a.c2, a.b2, ZAt(a.z, y.st, yo), y.At(yo), a.c2,
-                  act2, expand_first);
+        Pointwise(dband, cp, p1 - p0, ProjectW(a), a.c2, a.b2, ZAt(a.z, y.st, yo), out, a.c2, act2,
+                  expand_first);
+      }
+      if (a.pool) {
+        const int64_t pw = a.ow / 2;
+        PoolRowsOf(y.st, pbuf, oy1 - oy0, a.ow, a.c2,
+                   y.At((b * (a.oh / 2) + oy0 / 2) * pw * a.c2).p);
       }
       q += oy1 - oy0;
     }
@@ -220,6 +282,7 @@ using conv_chain::BandOf;
 using conv_chain::DwGeom;
 using conv_chain::Pad16;
 using conv_chain::PhasedImages;
+using conv_chain::PoolRowsFloats;
 using conv_chain::Ringed;
 using conv_chain::RunBands;
 using conv_chain::RunPhased;
@@ -230,15 +293,17 @@ using conv_chain::WholeOf;
 using conv_chain::XRowsFloats;
 
 int64_t ConvChainThreads(const ConvChainArgs& a) {
+  if (a.pool) return std::max<int64_t>(1, std::min<int64_t>(a.threads, a.n * (a.oh / 2)));
   if (PhasedImages(a)) return std::min<int64_t>(a.threads, a.n * a.oh * a.ow);
   return std::min<int64_t>(a.threads, a.n * a.oh);
 }
 
 int64_t ConvChainScratchFloats(const ConvChainArgs& a) {
-  if (PhasedImages(a)) {
+  // A pooled chain runs in bands whatever the threads.
+  if (!a.pool && PhasedImages(a)) {
     return conv_chain::PhasedScratchFloats(a);  // multiples of 16
   }
-  if (WholeImages(a)) {
+  if (!a.pool && WholeImages(a)) {
     const Whole whole = WholeOf(a);
     return whole.e + a.threads * (whole.d + whole.x);  // multiples of 16
   }
@@ -246,13 +311,16 @@ int64_t ConvChainScratchFloats(const ConvChainArgs& a) {
   const Band band = BandOf(a);
   const int64_t ring = Ringed(a) ? band.ring * a.w * cp : 0;
   const int64_t d = a.w2 != nullptr ? band.rows * a.ow * cp : 0;
-  return (ring + d + XRowsFloats(a, band.ring)) * a.threads;  // multiples of 16 per thread
+  // Multiples of 16 per thread.
+  return (ring + d + XRowsFloats(a, band.ring) + PoolRowsFloats(a, band.rows)) * a.threads;
 }
 
 void ConvChainAvx512(const ConvChainArgs& a) {
   const Act act0(a.act0), act1(a.act1), act2(a.act2);
   const DwGeom dw{a.w, a.c1, a.kh, a.kw, a.sh, a.sw, a.pad_top, a.pad_left, a.ow, a.w1, a.b1};
-  if (PhasedImages(a)) {
+  if (a.pool) {
+    if (a.oh >= 2 && a.ow >= 2) RunBands(a, act0, act1, act2, dw);
+  } else if (PhasedImages(a)) {
     RunPhased(a, act0, act1, act2, dw);
   } else if (WholeImages(a)) {
     RunWholeImages(a, act0, act1, act2, dw);

@@ -8,7 +8,9 @@
 // Z [N, OH, OW, C2] (only after a projection); every bias optional. Output Y [N, OH, OW, C2].
 // Attributes: `strides` and `pads` (ONNX order: top, left, bottom, right) of the depthwise
 // convolution, and the activation of each convolution as FusedConv has it, prefixed `expand_`,
-// `depthwise_` and `project_` (none, Relu, LeakyRelu, Clip or HardSwish).
+// `depthwise_` and `project_` (none, Relu, LeakyRelu, Clip or HardSwish); `pool` 1 when the
+// chain's output is then max-pooled 2 x 2 with stride 2 (a MaxPool it took in, conv_chain.h):
+// Y is [N, OH / 2, OW / 2, C2].
 //
 // The same kernel runs a channels-last depthwise Conv or FusedConv alone (inputs X, W, B; its
 // `activation`), preferred to oneDNN's convolution for those nodes.
@@ -230,6 +232,7 @@ class ConvChainKernel final : public Kernel {
     }
     k->strides_ = {strides[0], strides[1]};
     k->pads_ = {pads[0], pads[1], pads[2], pads[3]};
+    k->pool_ = node.GetInt("pool", 0) != 0;
     return std::unique_ptr<Kernel>(std::move(k));
   }
 
@@ -271,15 +274,18 @@ class ConvChainKernel final : public Kernel {
                               " is smaller than the depthwise window ", cw.kh, "x", cw.kw);
     }
     const int64_t oh = (hp - cw.kh) / strides_[0] + 1, ow = (wp - cw.kw) / strides_[1] + 1;
-    const std::vector<int64_t> y_dims = {d[0], oh, ow, cw.c2};
+    const std::vector<int64_t> z_dims = {d[0], oh, ow, cw.c2};
+    const std::vector<int64_t> y_dims =
+        pool_ ? std::vector<int64_t>{d[0], oh / 2, ow / 2, cw.c2} : z_dims;
     const ir::Tensor* z = io_.z < 0 ? nullptr : ctx.input(io_.z);
     if (z != nullptr && cw.w[2] == nullptr) {
       return ref::InvalidNode(node_, "a residual Z needs the projection W2");
     }
-    if (z != nullptr && (z->dims() != y_dims || z->dtype() != t)) {
+    if (z != nullptr && (z->dims() != z_dims || z->dtype() != t)) {
       return ref::InvalidNode(node_, "Z of ", DataTypeName(z->dtype()), " ",
-                              ir::DimsToString(z->dims()), " does not match Y (", DataTypeName(t),
-                              " ", ir::DimsToString(y_dims), ")");
+                              ir::DimsToString(z->dims()), " does not match Y",
+                              pool_ ? " before its pool (" : " (", DataTypeName(t), " ",
+                              ir::DimsToString(z_dims), ")");
     }
     ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, t, y_dims));
     if (y->num_elements() == 0 || x->num_elements() == 0) return absl::OkStatus();
@@ -316,6 +322,7 @@ class ConvChainKernel final : public Kernel {
     a.act2 = act_[2];
     a.z = z ? z->raw_data() : nullptr;
     a.y = y->raw_data();
+    a.pool = pool_;
     a.threads = omp_get_max_threads();
     a.threads = static_cast<int>(ConvChainThreads(a));
     const int64_t need = ConvChainScratchFloats(a);
@@ -445,6 +452,7 @@ class ConvChainKernel final : public Kernel {
   ChainActivation act_[3];
   std::array<int64_t, 2> strides_ = {1, 1};
   std::array<int64_t, 4> pads_ = {0, 0, 0, 0};
+  bool pool_ = false;  // Y max-pooled 2 x 2, stride 2
   AlignedFloats packed_[3], bias_[3];
   std::unique_ptr<uint16_t, FreeAligned> dot_[3];
   std::array<const void*, 6> sources_ = {};
