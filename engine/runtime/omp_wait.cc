@@ -21,13 +21,17 @@ constexpr char kChosenByKiln[] = "KILN_OMP_WAIT_DEFAULT";
 constexpr char kSpinCount[] = "1000";
 
 // Whether another task keeps a CPU busy now: the fewest runnable tasks (/proc/stat's
-// procs_running, this one included) over up to five samples 2 ms apart, less this process. A
-// single sample also catches short-lived tasks (the shell, a monitor); a busy process is in
-// every one. A sample of this process alone ends it: an idle machine costs one read at start-up.
+// procs_running, this one included) over up to eight samples 10 ms apart, less this process. A
+// single sample also catches short-lived tasks (the shell, a monitor) and the workers of another
+// thread pool spinning down after its last parallel region (ONNX Runtime's, in a benchmark
+// process that just ran a model: runnable for ~35 ms after its last run, when a 10 ms window
+// took the machine for busy and shufflenet ran at 3.5 ms on two threads against 1.3); a busy
+// process is in every one. A sample of this process alone ends it: an idle machine costs one
+// read at start-up, a busy one 70 ms.
 bool MachineBusy() {
   int fewest = 1 << 30;
-  for (int i = 0; i < 5 && fewest > 1; ++i) {
-    if (i > 0) usleep(2000);
+  for (int i = 0; i < 8 && fewest > 1; ++i) {
+    if (i > 0) usleep(10000);
     FILE* f = fopen("/proc/stat", "r");
     if (f == nullptr) return false;
     char line[256];
