@@ -19,6 +19,7 @@
 #include "engine/runtime/session.h"
 #include "gtest/gtest.h"
 #include "tests/testing/onnx_models.h"
+#include "tests/testing/run_model.h"
 
 namespace kiln::testing {
 namespace {
@@ -294,12 +295,6 @@ TEST(ConvChainPassTest, DepthwiseWithOnlyAProjectionChainsAndALoneOneStays) {
   ExpectClose(RunEngine(chained, 20), RunEngine(separate, 20));
 }
 
-int Count(const plan::Engine& e, ir::OpType op) {
-  int n = 0;
-  for (const ir::Node* node : e.order) n += node->op == op;
-  return n;
-}
-
 // A MaxPool 2x2 after a block and after a lone depthwise convolution goes into their chains
 // (fp32 and fp16, odd sizes), which compute what the separate kernels compute; the pooled
 // convolution's output, stored in the chain's type, keeps its precision in fp16. A MaxPool whose
@@ -313,8 +308,8 @@ TEST(ConvChainPassTest, MaxPoolAfterAChainGoesIntoIt) {
     ASSERT_NE(chained, nullptr);
     ASSERT_NE(separate, nullptr);
     EXPECT_EQ(Chains(*chained), 2);
-    EXPECT_EQ(Count(*chained, ir::OpType::kMaxPool), 0);
-    EXPECT_EQ(Count(*separate, ir::OpType::kMaxPool), 2);
+    EXPECT_EQ(CountKernels(*chained, ir::OpType::kMaxPool), 0);
+    EXPECT_EQ(CountKernels(*separate, ir::OpType::kMaxPool), 2);
     const bool half = std::string(policy) == "fp16";
     int pools = 0;
     for (size_t k = 0; k < chained->order.size(); ++k) {
@@ -336,7 +331,7 @@ TEST(ConvChainPassTest, MaxPoolAfterAChainGoesIntoIt) {
   auto shared = Build("fp32", true, {}, true, Pooled(/*pre_pool_output=*/true));
   ASSERT_NE(shared, nullptr);
   EXPECT_EQ(Chains(*shared), 1);
-  EXPECT_EQ(Count(*shared, ir::OpType::kMaxPool), 1);
+  EXPECT_EQ(CountKernels(*shared, ir::OpType::kMaxPool), 1);
 }
 
 TEST(ConvChainPassTest, FusionOffAndNchwKeepTheConvolutionsApart) {

@@ -22,6 +22,7 @@
 #include "engine/runtime/session.h"
 #include "gtest/gtest.h"
 #include "tests/testing/onnx_models.h"
+#include "tests/testing/run_model.h"
 
 namespace kiln::testing {
 namespace {
@@ -91,18 +92,7 @@ std::shared_ptr<const plan::Engine> Build(const onnx::ModelProto& model,
   o.policy = policy;
   o.fusion.enabled = fusion;
   o.fusion.no_fuse = std::move(no_fuse);
-  auto r = builder::BuildEngine(SerializeModel(model), o, nullptr);
-  EXPECT_TRUE(r.ok()) << r.status();
-  if (!r.ok()) return nullptr;
-  auto e = plan::LoadEngineFromBytes(std::make_shared<const std::string>(r->blob));
-  EXPECT_TRUE(e.ok()) << e.status();
-  return e.ok() ? *std::move(e) : nullptr;
-}
-
-int Count(const plan::Engine& e, ir::OpType op) {
-  int n = 0;
-  for (const ir::Node* node : e.order) n += node->op == op;
-  return n;
+  return BuildEngineOk(model, o);
 }
 
 // DequantizeLinear nodes reading int8 / uint8 (the authored ones), or the int32 sums.
@@ -126,16 +116,6 @@ ir::Tensor Tensor(const std::vector<int64_t>& dims, const std::vector<float>& v)
   auto t = ir::Tensor::Allocate(DataType::kF32, dims);
   std::copy(v.begin(), v.end(), t->data<float>());
   return *std::move(t);
-}
-
-std::vector<ir::Tensor> RunEngine(const std::shared_ptr<const plan::Engine>& e,
-                                  const std::vector<ir::Tensor>& inputs) {
-  auto s = runtime::Session::Create(e);
-  EXPECT_TRUE(s.ok()) << s.status();
-  if (!s.ok()) return {};
-  auto out = (*s)->Run(inputs);
-  EXPECT_TRUE(out.ok()) << out.status();
-  return out.ok() ? *std::move(out) : std::vector<ir::Tensor>{};
 }
 
 std::vector<ir::Tensor> MatMulInputs(bool runtime_scale) {
@@ -176,15 +156,15 @@ TEST(QdqIntegerPassTest, MatMulRunsOnTheIntegerGemmWithinTheFp32Rounding) {
   // At fp32 the sums are scaled by the rewrite's Cast + Mul in the integer GEMM's output stage
   // (MatMulIntegerToFloat; lowering makes them one DequantizeLinear for a reduced-precision
   // reader: tests/passes/quant_lowering_test.cc).
-  ASSERT_EQ(Count(*rewritten, ir::OpType::kMatMulIntegerToFloat), 1);
-  EXPECT_EQ(Count(*rewritten, ir::OpType::kMatMulInteger), 0);
-  EXPECT_EQ(Count(*rewritten, ir::OpType::kMatMul), 0);
+  ASSERT_EQ(CountKernels(*rewritten, ir::OpType::kMatMulIntegerToFloat), 1);
+  EXPECT_EQ(CountKernels(*rewritten, ir::OpType::kMatMulInteger), 0);
+  EXPECT_EQ(CountKernels(*rewritten, ir::OpType::kMatMul), 0);
   EXPECT_EQ(CountDequantizers(*rewritten, false), 0);  // both absorbed
   EXPECT_EQ(CountDequantizers(*rewritten, true), 0);
-  EXPECT_EQ(Count(*rewritten, ir::OpType::kCast), 0);
-  EXPECT_EQ(Count(*rewritten, ir::OpType::kMul), 0);
-  EXPECT_EQ(Count(*plain, ir::OpType::kMatMulIntegerToFloat), 0);
-  EXPECT_EQ(Count(*plain, ir::OpType::kMatMul), 1);
+  EXPECT_EQ(CountKernels(*rewritten, ir::OpType::kCast), 0);
+  EXPECT_EQ(CountKernels(*rewritten, ir::OpType::kMul), 0);
+  EXPECT_EQ(CountKernels(*plain, ir::OpType::kMatMulIntegerToFloat), 0);
+  EXPECT_EQ(CountKernels(*plain, ir::OpType::kMatMul), 1);
   // Provenance: the integer node implements the MatMul and both dequantizers, at fp32.
   for (size_t k = 0; k < rewritten->order.size(); ++k) {
     if (rewritten->order[k]->op != ir::OpType::kMatMulIntegerToFloat) continue;
@@ -200,8 +180,8 @@ TEST(QdqIntegerPassTest, MatMulRunsOnTheIntegerGemmWithinTheFp32Rounding) {
   }
   std::vector<double> exact, magnitude;
   ExactMatMul(exact, magnitude);
-  const std::vector<ir::Tensor> a = RunEngine(rewritten, MatMulInputs(false));
-  const std::vector<ir::Tensor> b = RunEngine(plain, MatMulInputs(false));
+  const std::vector<ir::Tensor> a = RunEngineOk(rewritten, MatMulInputs(false));
+  const std::vector<ir::Tensor> b = RunEngineOk(plain, MatMulInputs(false));
   ASSERT_EQ(a.size(), 1u);
   ASSERT_EQ(b.size(), 1u);
   ASSERT_EQ(a[0].num_elements(), kRows * kN);
@@ -229,7 +209,7 @@ TEST(QdqIntegerPassTest, Fp16PolicyComputesTheIntegerSumInFp32) {
   if (!kernels::CpuHasIsa(kernels::Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
   auto rewritten = Build(MatMulModel(), "fp16");
   ASSERT_NE(rewritten, nullptr);
-  ASSERT_EQ(Count(*rewritten, ir::OpType::kMatMulInteger), 1);
+  ASSERT_EQ(CountKernels(*rewritten, ir::OpType::kMatMulInteger), 1);
   for (size_t k = 0; k < rewritten->order.size(); ++k) {
     const v1::Kernel& kd = rewritten->metadata.kernels(static_cast<int>(k));
     for (const auto& p : kd.nodes()) {
@@ -240,7 +220,7 @@ TEST(QdqIntegerPassTest, Fp16PolicyComputesTheIntegerSumInFp32) {
   }
   std::vector<double> exact, magnitude;
   ExactMatMul(exact, magnitude);
-  const std::vector<ir::Tensor> a = RunEngine(rewritten, MatMulInputs(false));
+  const std::vector<ir::Tensor> a = RunEngineOk(rewritten, MatMulInputs(false));
   ASSERT_EQ(a.size(), 1u);
   ASSERT_EQ(a[0].dtype(), DataType::kF32);
   for (int64_t i = 0; i < kRows * kN; ++i) {
@@ -261,15 +241,15 @@ TEST(QdqIntegerPassTest, RefusedForRuntimeScalePerRowWeightsAndFusionOff) {
                  Build(MatMulModel(), "fp32", true, {"pattern:qdq-matmul"}),
                  Build(MatMulModel(), "fp32", true, {"scope:/linear/"})}) {
     ASSERT_NE(e, nullptr);
-    EXPECT_EQ(Count(*e, ir::OpType::kMatMulInteger), 0);
-    EXPECT_EQ(Count(*e, ir::OpType::kMatMul), 1);
+    EXPECT_EQ(CountKernels(*e, ir::OpType::kMatMulInteger), 0);
+    EXPECT_EQ(CountKernels(*e, ir::OpType::kMatMul), 1);
   }
   // The run-time scale's engine still computes the MatMul (the float one).
   auto e = Build(MatMulModel(runtime_scale));
   ASSERT_NE(e, nullptr);
   std::vector<double> exact, magnitude;
   ExactMatMul(exact, magnitude);
-  const std::vector<ir::Tensor> out = RunEngine(e, MatMulInputs(true));
+  const std::vector<ir::Tensor> out = RunEngineOk(e, MatMulInputs(true));
   ASSERT_EQ(out.size(), 1u);
   for (int64_t i = 0; i < kRows * kN; ++i) {
     // The float MatMul's bound of the first test.
@@ -285,7 +265,7 @@ TEST(QdqIntegerPassTest, DequantizerWithAnotherReaderStays) {
   v.dq_also_output = true;
   auto e = Build(MatMulModel(v));
   ASSERT_NE(e, nullptr);
-  EXPECT_EQ(Count(*e, ir::OpType::kMatMulIntegerToFloat), 1);  // with its Cast + Mul at fp32
+  EXPECT_EQ(CountKernels(*e, ir::OpType::kMatMulIntegerToFloat), 1);  // with its Cast + Mul at fp32
   EXPECT_EQ(CountDequantizers(*e, false), 1);
   for (size_t k = 0; k < e->order.size(); ++k) {
     if (e->order[k]->op != ir::OpType::kMatMulIntegerToFloat) continue;
@@ -293,7 +273,7 @@ TEST(QdqIntegerPassTest, DequantizerWithAnotherReaderStays) {
       EXPECT_NE(p.node_name(), "/dq_x");
     }
   }
-  const std::vector<ir::Tensor> out = RunEngine(e, MatMulInputs(false));
+  const std::vector<ir::Tensor> out = RunEngineOk(e, MatMulInputs(false));
   ASSERT_EQ(out.size(), 2u);
   const std::vector<int> qa = InputQ(kRows * kK);
   for (int64_t i = 0; i < kRows * kK; ++i) {
@@ -338,16 +318,16 @@ TEST(QdqIntegerPassTest, ConvRunsOnTheIntegerConvolution) {
   auto plain = Build(ConvModel(), "fp32", true, {"pattern:qdq-conv"});
   ASSERT_NE(rewritten, nullptr);
   ASSERT_NE(plain, nullptr);
-  EXPECT_EQ(Count(*rewritten, ir::OpType::kConvInteger), 1);
-  EXPECT_EQ(Count(*rewritten, ir::OpType::kConv), 0);
-  EXPECT_EQ(Count(*plain, ir::OpType::kConvInteger), 0);
+  EXPECT_EQ(CountKernels(*rewritten, ir::OpType::kConvInteger), 1);
+  EXPECT_EQ(CountKernels(*rewritten, ir::OpType::kConv), 0);
+  EXPECT_EQ(CountKernels(*plain, ir::OpType::kConvInteger), 0);
   const std::vector<int> qx = InputQ(2 * kC * kL), qw = WeightQ(kM * kC * kKw);
   const std::vector<int> zw = WeightZeros(kM);
   const std::vector<float> sw = WeightScales(kM), bias = Wave(kM, 0.5f, 0.2f);
   std::vector<float> x;
   for (int q : qx) x.push_back(static_cast<float>(q - kZx) * kSx);
-  const std::vector<ir::Tensor> a = RunEngine(rewritten, {Tensor({2, kC, kL}, x)});
-  const std::vector<ir::Tensor> b = RunEngine(plain, {Tensor({2, kC, kL}, x)});
+  const std::vector<ir::Tensor> a = RunEngineOk(rewritten, {Tensor({2, kC, kL}, x)});
+  const std::vector<ir::Tensor> b = RunEngineOk(plain, {Tensor({2, kC, kL}, x)});
   ASSERT_EQ(a.size(), 1u);
   ASSERT_EQ(b.size(), 1u);
   ASSERT_EQ(a[0].num_elements(), 2 * kM * kOl);
@@ -446,12 +426,12 @@ TEST(ConvIntegerToFloatFusionTest, ChainBecomesOneKernelWithTheSameBits) {
   ASSERT_NE(off, nullptr);
   ASSERT_NE(no_fuse, nullptr);
   if ((DetectCpuFeatures() & kCpuAvx512Vnni) == 0) GTEST_SKIP() << "no VNNI: kernels stay apart";
-  EXPECT_EQ(Count(*fused, ir::OpType::kConvIntegerToFloat), 1);
-  EXPECT_EQ(Count(*fused, ir::OpType::kConvInteger), 0);
-  EXPECT_EQ(Count(*fused, ir::OpType::kCast), 0);
+  EXPECT_EQ(CountKernels(*fused, ir::OpType::kConvIntegerToFloat), 1);
+  EXPECT_EQ(CountKernels(*fused, ir::OpType::kConvInteger), 0);
+  EXPECT_EQ(CountKernels(*fused, ir::OpType::kCast), 0);
   for (const auto* e : {&off, &no_fuse}) {
-    EXPECT_EQ(Count(**e, ir::OpType::kConvIntegerToFloat), 0);
-    EXPECT_EQ(Count(**e, ir::OpType::kConvInteger), 1);
+    EXPECT_EQ(CountKernels(**e, ir::OpType::kConvIntegerToFloat), 0);
+    EXPECT_EQ(CountKernels(**e, ir::OpType::kConvInteger), 1);
   }
   // Provenance: the fused kernel lists the four nodes it computes.
   for (size_t k = 0; k < fused->order.size(); ++k) {
@@ -462,8 +442,8 @@ TEST(ConvIntegerToFloatFusionTest, ChainBecomesOneKernelWithTheSameBits) {
     }
     EXPECT_EQ(names, (std::vector<std::string>{"/conv", "/bias_add", "/to_float", "/scale"}));
   }
-  const std::vector<ir::Tensor> a = RunEngine(fused, DynamicConvInputs());
-  const std::vector<ir::Tensor> b = RunEngine(off, DynamicConvInputs());
+  const std::vector<ir::Tensor> a = RunEngineOk(fused, DynamicConvInputs());
+  const std::vector<ir::Tensor> b = RunEngineOk(off, DynamicConvInputs());
   ASSERT_EQ(a.size(), 1u);
   ASSERT_EQ(b.size(), 1u);
   ExpectSameBits(a[0], b[0]);  // the separate Add, Cast and Mul round exactly so
@@ -476,8 +456,8 @@ TEST(ConvIntegerToFloatFusionTest, ChainBecomesOneKernelWithTheSameBits) {
   // fp16 policy: still fused (the Cast and Mul compute in fp32, higher than assigned) and runs.
   auto half = Build(DynamicConvModel(0), "fp16");
   ASSERT_NE(half, nullptr);
-  EXPECT_EQ(Count(*half, ir::OpType::kConvIntegerToFloat), 1);
-  const std::vector<ir::Tensor> h = RunEngine(half, DynamicConvInputs());
+  EXPECT_EQ(CountKernels(*half, ir::OpType::kConvIntegerToFloat), 1);
+  const std::vector<ir::Tensor> h = RunEngineOk(half, DynamicConvInputs());
   ASSERT_EQ(h.size(), 1u);
   ASSERT_EQ(h[0].num_elements(), a[0].num_elements());
   for (int64_t i = 0; i < h[0].num_elements(); ++i) {
@@ -496,10 +476,10 @@ TEST(ConvIntegerToFloatFusionTest, RefusedForAnOutputReadElsewhereOrAPerColumnBi
     auto off = Build(DynamicConvModel(variant), "fp32", false);
     ASSERT_NE(e, nullptr);
     ASSERT_NE(off, nullptr);
-    EXPECT_EQ(Count(*e, ir::OpType::kConvIntegerToFloat), 0);
-    EXPECT_EQ(Count(*e, ir::OpType::kConvInteger), 1);
-    const std::vector<ir::Tensor> a = RunEngine(e, DynamicConvInputs());
-    const std::vector<ir::Tensor> b = RunEngine(off, DynamicConvInputs());
+    EXPECT_EQ(CountKernels(*e, ir::OpType::kConvIntegerToFloat), 0);
+    EXPECT_EQ(CountKernels(*e, ir::OpType::kConvInteger), 1);
+    const std::vector<ir::Tensor> a = RunEngineOk(e, DynamicConvInputs());
+    const std::vector<ir::Tensor> b = RunEngineOk(off, DynamicConvInputs());
     ASSERT_EQ(a.size(), b.size());
     for (size_t o = 0; o < a.size(); ++o) ExpectSameBits(a[o], b[o]);
   }

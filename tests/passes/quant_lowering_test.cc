@@ -19,6 +19,7 @@
 #include "engine/runtime/session.h"
 #include "gtest/gtest.h"
 #include "tests/testing/onnx_models.h"
+#include "tests/testing/run_model.h"
 
 namespace kiln::testing {
 namespace {
@@ -94,12 +95,6 @@ ir::Tensor Tensor(const std::vector<int64_t>& dims, const std::vector<float>& v)
   return *std::move(t);
 }
 
-int Count(const plan::Engine& e, ir::OpType op) {
-  int n = 0;
-  for (const ir::Node* node : e.order) n += node->op == op;
-  return n;
-}
-
 // Output y of `e` on a fixed x (values across several quantization steps, some saturating).
 ir::Tensor RunY(const std::shared_ptr<const plan::Engine>& e) {
   std::vector<float> x = Wave(2 * 7 * kK, 6.0f, 0.17f);
@@ -153,7 +148,7 @@ TEST(QuantLoweringTest, ReducedPrecisionQdqNeedsNoConversionsAroundQuantization)
     ASSERT_NE(pinned.engine, nullptr);
     // x into the first Mul and y out of the last Add; nothing around the quantization.
     EXPECT_EQ(lowered.inserted_conversions, 2);
-    EXPECT_EQ(Count(*lowered.engine, ir::OpType::kCast), 2);
+    EXPECT_EQ(CountKernels(*lowered.engine, ir::OpType::kCast), 2);
     // Pinned: also the Relu's input (the MatMul's fp32 output) and the Add's (the last DQ's).
     EXPECT_EQ(pinned.inserted_conversions, 4);
     ExpectBitIdentical(RunY(lowered.engine), RunY(pinned.engine));
@@ -171,10 +166,10 @@ TEST(QuantLoweringTest, ReducedPrecisionQdqNeedsNoConversionsAroundQuantization)
     EXPECT_EQ(Effective(*pinned.engine, "/dq_r"), "fp32");
     EXPECT_EQ(Effective(*lowered.engine, "/q_r"), policy);
 
-    if (Count(*lowered.engine, ir::OpType::kMatMulInteger) == 1) {
+    if (CountKernels(*lowered.engine, ir::OpType::kMatMulInteger) == 1) {
       // The qdq-integer rewrite: its int32 sums dequantized once to the Relu's dtype (no Cast,
       // no Mul left); the MatMul's output is rounded as assigned.
-      EXPECT_EQ(Count(*lowered.engine, ir::OpType::kMul), 1);  // only /pre/Mul
+      EXPECT_EQ(CountKernels(*lowered.engine, ir::OpType::kMul), 1);  // only /pre/Mul
       int sums = 0;
       for (const ir::Node* n : lowered.engine->order) {
         if (n->op != ir::OpType::kDequantizeLinear || n->inputs[0]->dtype != DataType::kI32) {
@@ -188,9 +183,9 @@ TEST(QuantLoweringTest, ReducedPrecisionQdqNeedsNoConversionsAroundQuantization)
       EXPECT_EQ(Effective(*lowered.engine, "/linear/MatMul"), policy);
       // Pinned to fp32, the rewrite keeps its fp32 output, its Cast + Mul in the integer GEMM's
       // output stage (MatMulIntegerToFloat, passes/qdq_integer.h).
-      EXPECT_EQ(Count(*pinned.engine, ir::OpType::kMul), 1);  // only /pre/Mul
-      EXPECT_EQ(Count(*pinned.engine, ir::OpType::kMatMulIntegerToFloat), 1);
-      EXPECT_EQ(Count(*pinned.engine, ir::OpType::kMatMulInteger), 0);
+      EXPECT_EQ(CountKernels(*pinned.engine, ir::OpType::kMul), 1);  // only /pre/Mul
+      EXPECT_EQ(CountKernels(*pinned.engine, ir::OpType::kMatMulIntegerToFloat), 1);
+      EXPECT_EQ(CountKernels(*pinned.engine, ir::OpType::kMatMulInteger), 0);
       EXPECT_EQ(Effective(*pinned.engine, "/linear/MatMul"), "fp32");
     }
   }
@@ -205,7 +200,7 @@ TEST(QuantLoweringTest, FusionOffMatchesTheFp32QuantizationPath) {
     Built pinned = Build(policy, {"op:QuantizeLinear = fp32", "op:DequantizeLinear = fp32"}, false);
     ASSERT_NE(lowered.engine, nullptr);
     ASSERT_NE(pinned.engine, nullptr);
-    EXPECT_EQ(Count(*lowered.engine, ir::OpType::kMatMulInteger), 0);
+    EXPECT_EQ(CountKernels(*lowered.engine, ir::OpType::kMatMulInteger), 0);
     EXPECT_EQ(lowered.inserted_conversions, 2);
     // Pinned: also the MatMul's two inputs (the weight's DequantizeLinear is folded only after
     // lowering, its conversion with it) and the Add's input.

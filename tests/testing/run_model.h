@@ -1,5 +1,6 @@
-// Helpers of the end-to-end tests that build a small model made in C++ and run it: a model
-// shell, float / scalar tensors, and build + blob round trip + run in one call.
+// Helpers of the end-to-end and pass tests that build a small model made in C++ and run it: a
+// model shell, float / scalar tensors, build + blob round trip + run in one call, and the same
+// steps one by one (BuildEngineOk, CountKernels, RunEngineOk).
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include "engine/common/status.h"
 #include "engine/plan/engine_blob.h"
 #include "engine/runtime/session.h"
+#include "gtest/gtest.h"
 #include "onnx/onnx_pb.h"
 #include "tests/testing/onnx_models.h"
 
@@ -58,6 +60,35 @@ inline absl::StatusOr<std::vector<ir::Tensor>> BuildAndRun(const onnx::ModelProt
   ASSIGN_OR_RETURN(auto session,
                    runtime::Session::Create(std::shared_ptr<plan::Engine>(std::move(engine))));
   return session->Run(inputs);
+}
+
+/// Builds `m` with `opts` and loads the blob again: the engine, or nullptr and a test failure.
+inline std::shared_ptr<const plan::Engine> BuildEngineOk(const onnx::ModelProto& m,
+                                                         const builder::BuildOptions& opts = {}) {
+  auto r = builder::BuildEngine(SerializeModel(m), opts, nullptr);
+  EXPECT_TRUE(r.ok()) << r.status();
+  if (!r.ok()) return nullptr;
+  auto e = plan::LoadEngineFromBytes(std::make_shared<const std::string>(r->blob));
+  EXPECT_TRUE(e.ok()) << e.status();
+  return e.ok() ? std::shared_ptr<const plan::Engine>(*std::move(e)) : nullptr;
+}
+
+/// The kernels of `e` running `op`.
+inline int CountKernels(const plan::Engine& e, ir::OpType op) {
+  int n = 0;
+  for (const ir::Node* node : e.order) n += node->op == op;
+  return n;
+}
+
+/// `e` run on `inputs` in a new session: its outputs, or none and a test failure.
+inline std::vector<ir::Tensor> RunEngineOk(const std::shared_ptr<const plan::Engine>& e,
+                                           const std::vector<ir::Tensor>& inputs) {
+  auto s = runtime::Session::Create(e);
+  EXPECT_TRUE(s.ok()) << s.status();
+  if (!s.ok()) return {};
+  auto out = (*s)->Run(inputs);
+  EXPECT_TRUE(out.ok()) << out.status();
+  return out.ok() ? *std::move(out) : std::vector<ir::Tensor>{};
 }
 
 }  // namespace kiln::testing
