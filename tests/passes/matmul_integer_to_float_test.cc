@@ -18,6 +18,7 @@
 #include "engine/plan/engine_blob.h"
 #include "engine/runtime/session.h"
 #include "gtest/gtest.h"
+#include "tests/passes/qdq_test_data.h"
 #include "tests/testing/onnx_models.h"
 #include "tests/testing/run_model.h"
 
@@ -25,32 +26,6 @@ namespace kiln::testing {
 namespace {
 
 constexpr float kSx = 0.0625f;
-
-std::vector<int> WeightQ(int64_t n) {
-  std::vector<int> q(n);
-  for (int64_t i = 0; i < n; ++i) q[i] = static_cast<int>((i * 37 + 11) % 255) - 127;
-  return q;
-}
-std::vector<float> WeightScales(int64_t n) {
-  std::vector<float> s(n);
-  for (int64_t i = 0; i < n; ++i) s[i] = 0.003f + 0.0007f * static_cast<float>(i % 13);
-  return s;
-}
-std::vector<int> WeightZeros(int64_t n) {
-  std::vector<int> z(n);
-  for (int64_t i = 0; i < n; ++i) z[i] = static_cast<int>(i % 7) - 3;
-  return z;
-}
-
-std::shared_ptr<const plan::Engine> Build(const onnx::ModelProto& model,
-                                          const std::string& policy = "fp32", bool fusion = true,
-                                          std::vector<std::string> no_fuse = {}) {
-  builder::BuildOptions o;
-  o.policy = policy;
-  o.fusion.enabled = fusion;
-  o.fusion.no_fuse = std::move(no_fuse);
-  return BuildEngineOk(model, o);
-}
 
 ir::Tensor Tensor(const std::vector<int64_t>& dims, const std::vector<float>& v) {
   auto t = ir::Tensor::Allocate(DataType::kF32, dims);

@@ -21,6 +21,7 @@
 #include "engine/plan/engine_blob.h"
 #include "engine/runtime/session.h"
 #include "gtest/gtest.h"
+#include "tests/passes/qdq_test_data.h"
 #include "tests/testing/onnx_models.h"
 #include "tests/testing/run_model.h"
 
@@ -32,23 +33,7 @@ constexpr int64_t kK = 40, kN = 37, kRows = 15;
 constexpr float kSx = 0.0625f;
 constexpr int kZx = 121;
 
-// The weight's integers, scales and zero points (per column of B unless `per_row`).
-std::vector<int> WeightQ(int64_t n) {
-  std::vector<int> q(n);
-  for (int64_t i = 0; i < n; ++i) q[i] = static_cast<int>((i * 37 + 11) % 255) - 127;
-  return q;
-}
-std::vector<float> WeightScales(int64_t n) {
-  std::vector<float> s(n);
-  for (int64_t i = 0; i < n; ++i) s[i] = 0.003f + 0.0007f * static_cast<float>(i % 13);
-  return s;
-}
-std::vector<int> WeightZeros(int64_t n) {
-  std::vector<int> z(n);
-  for (int64_t i = 0; i < n; ++i) z[i] = static_cast<int>(i % 7) - 3;
-  return z;
-}
-
+// The weight (qdq_test_data.h) is quantized per column of B unless `per_row`.
 struct Variant {
   bool runtime_scale = false;   // sa a graph input: not a constant
   bool per_row = false;         // W quantized per row of B (axis 0, [K])
@@ -83,16 +68,6 @@ onnx::ModelProto MatMulModel(const Variant& v = {}) {
   AddTensorValueInfo(g->mutable_output(), "y", {3, 5, kN});
   if (v.dq_also_output) AddTensorValueInfo(g->mutable_output(), "xd", {3, 5, kK});
   return m;
-}
-
-std::shared_ptr<const plan::Engine> Build(const onnx::ModelProto& model,
-                                          const std::string& policy = "fp32", bool fusion = true,
-                                          std::vector<std::string> no_fuse = {}) {
-  builder::BuildOptions o;
-  o.policy = policy;
-  o.fusion.enabled = fusion;
-  o.fusion.no_fuse = std::move(no_fuse);
-  return BuildEngineOk(model, o);
 }
 
 // DequantizeLinear nodes reading int8 / uint8 (the authored ones), or the int32 sums.
