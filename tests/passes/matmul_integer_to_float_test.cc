@@ -27,18 +27,6 @@ namespace {
 
 constexpr float kSx = 0.0625f;
 
-ir::Tensor Tensor(const std::vector<int64_t>& dims, const std::vector<float>& v) {
-  auto t = ir::Tensor::Allocate(DataType::kF32, dims);
-  std::copy(v.begin(), v.end(), t->data<float>());
-  return *std::move(t);
-}
-
-void ExpectSameBits(const ir::Tensor& a, const ir::Tensor& b) {
-  ASSERT_EQ(a.dims(), b.dims());
-  ASSERT_EQ(a.dtype(), b.dtype());
-  EXPECT_EQ(std::memcmp(a.raw_data(), b.raw_data(), a.byte_size()), 0);
-}
-
 // ---- MatMulIntegerToFloat: authored MatMulInteger + Add + Cast + Mul ------------------------
 
 // x [2, 5, 23] -> DynamicQuantizeLinear -> MatMulInteger(W int8 [23, 37], w_zero_point per

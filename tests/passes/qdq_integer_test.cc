@@ -87,12 +87,6 @@ std::vector<int> InputQ(int64_t n) {
   return q;
 }
 
-ir::Tensor Tensor(const std::vector<int64_t>& dims, const std::vector<float>& v) {
-  auto t = ir::Tensor::Allocate(DataType::kF32, dims);
-  std::copy(v.begin(), v.end(), t->data<float>());
-  return *std::move(t);
-}
-
 std::vector<ir::Tensor> MatMulInputs(bool runtime_scale) {
   std::vector<float> x;
   for (int q : InputQ(kRows * kK)) x.push_back(static_cast<float>(q - kZx) * kSx);
@@ -384,12 +378,6 @@ onnx::ModelProto DynamicConvModel(int variant) {
 
 std::vector<ir::Tensor> DynamicConvInputs() {
   return {Tensor({1, 3, 9, 11}, Wave(297, 2.5f, 0.3f))};
-}
-
-void ExpectSameBits(const ir::Tensor& a, const ir::Tensor& b) {
-  ASSERT_EQ(a.dims(), b.dims());
-  ASSERT_EQ(a.dtype(), b.dtype());
-  EXPECT_EQ(std::memcmp(a.raw_data(), b.raw_data(), a.byte_size()), 0);
 }
 
 TEST(ConvIntegerToFloatFusionTest, ChainBecomesOneKernelWithTheSameBits) {

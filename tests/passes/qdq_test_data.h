@@ -1,8 +1,11 @@
 // What the QDQ pass tests (qdq_integer_test.cc, matmul_integer_to_float_test.cc) share: a quantized
-// weight's integers, scales and zero points, and an engine built with a policy and fusion options.
+// weight's integers, scales and zero points, an engine built with a policy and fusion options, an
+// fp32 input tensor and the same-bits check.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
@@ -10,6 +13,7 @@
 
 #include "engine/builder/builder.h"
 #include "engine/plan/engine_blob.h"
+#include "gtest/gtest.h"
 #include "onnx/onnx_pb.h"
 #include "tests/testing/run_model.h"
 
@@ -42,6 +46,20 @@ inline std::shared_ptr<const plan::Engine> Build(const onnx::ModelProto& model,
   o.fusion.enabled = fusion;
   o.fusion.no_fuse = std::move(no_fuse);
   return BuildEngineOk(model, o);
+}
+
+// An fp32 tensor of `dims` holding `v`.
+inline ir::Tensor Tensor(const std::vector<int64_t>& dims, const std::vector<float>& v) {
+  auto t = ir::Tensor::Allocate(DataType::kF32, dims);
+  std::copy(v.begin(), v.end(), t->data<float>());
+  return *std::move(t);
+}
+
+// `a` and `b` the same dims, dtype and bytes.
+inline void ExpectSameBits(const ir::Tensor& a, const ir::Tensor& b) {
+  ASSERT_EQ(a.dims(), b.dims());
+  ASSERT_EQ(a.dtype(), b.dtype());
+  EXPECT_EQ(std::memcmp(a.raw_data(), b.raw_data(), a.byte_size()), 0);
 }
 
 }  // namespace kiln::testing
