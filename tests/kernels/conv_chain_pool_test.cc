@@ -159,5 +159,43 @@ TEST(ConvChainPoolTest, NanOutputsPoolAsTheMaxPoolKernelPoolsThem) {
   EXPECT_EQ(std::memcmp(p.raw_data(), want.raw_data(), want.byte_size()), 0);
 }
 
+// Ties decide by cell order: in each window (0, 0) = -1 and (0, 1) = -2 lose to (1, 0) = -0 and
+// (1, 1) = +0, which compare equal; the MaxPool kernel keeps the first, -0. A depthwise 1x1
+// step of weight 1 and bias -0 hands X on exactly (x + -0 is x, signed zeros included), in full
+// vectors (16 channels) and a masked tail (20).
+TEST(ConvChainPoolTest, SignedZeroTiesKeepTheFirstCellAsTheMaxPoolKernel) {
+  if (!HasAvx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  for (int64_t c : {16, 20}) {
+    SCOPED_TRACE(::testing::Message() << c << " channels");
+    const Case cs = {"ties", 1, c, 4, 6, c, 1, 1, c, false, false, false};
+    const float cell[2][2] = {{-1.0f, -2.0f}, {-0.0f, 0.0f}};
+    std::vector<float> x(4 * 6 * c);
+    for (int64_t y = 0; y < 4; ++y) {
+      for (int64_t w = 0; w < 6; ++w) {
+        for (int64_t ch = 0; ch < c; ++ch) x[(y * 6 + w) * c + ch] = cell[y % 2][w % 2];
+      }
+    }
+    std::vector<ir::Tensor> in(5);
+    in[0] = MakeFloat({1, 4, 6, c}, x);
+    in[3] = MakeFloat({c, 1, 1, 1}, std::vector<float>(c, 1.0f));
+    in[4] = MakeFloat({c}, std::vector<float>(c, -0.0f));
+    NodeSpec plain = ChainSpec(cs, in, false), pooled = ChainSpec(cs, in, true);
+    for (NodeSpec* s : {&plain, &pooled}) {
+      for (auto& [name, value] : s->attrs) {
+        if (name == "depthwise_activation") value = StringAttr("");
+      }
+    }
+    const ir::Tensor y = RunNodeOk0(plain), p = RunNodeOk0(pooled);
+    ASSERT_TRUE(y.defined() && p.defined());
+    ASSERT_EQ(std::memcmp(y.raw_data(), x.data(), y.byte_size()), 0);  // X handed on exactly
+    const ir::Tensor want = ReferencePool(y);
+    ASSERT_EQ(want.dims(), p.dims());
+    EXPECT_EQ(std::memcmp(p.raw_data(), want.raw_data(), want.byte_size()), 0);
+    for (int64_t i = 0; i < p.num_elements(); ++i) {
+      ASSERT_TRUE(std::signbit(p.data<float>()[i]) && p.data<float>()[i] == 0.0f) << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kiln::testing

@@ -80,8 +80,8 @@ void PoolRows(const void* in, int64_t rows, int64_t ow, int64_t c, void* out) {
         __m512 best = _mm512_set1_ps(std::numeric_limits<float>::lowest());
         best = _mm512_max_ps(LoadFull16<T>(in, i + ch), best);
         best = _mm512_max_ps(LoadFull16<T>(in, i + c + ch), best);
-        best = _mm512_max_ps(LoadFull16<T>(in, i + rs + c + ch), best);
         best = _mm512_max_ps(LoadFull16<T>(in, i + rs + ch), best);
+        best = _mm512_max_ps(LoadFull16<T>(in, i + rs + c + ch), best);
         StoreFull16<T>(out, o + ch, best);
       }
       if (ch < c) {
