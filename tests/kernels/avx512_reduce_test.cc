@@ -1,11 +1,11 @@
 // The AVX-512 reduction kernels (kernels/cpu/avx512/reduce_ops.cc) against the reference kernels
 // on the same nodes: every Reduce* op on float, float16 and bfloat16 over inner (contiguous),
-// middle and outer axes, merged axis runs, size-1 dims, keepdims 0 / 1, axes as an input and as an
-// attribute, sizes that are not multiples of 16 and large enough for the threaded loops; Max and
-// Min exactly, the sums and products within the bound of a different summation order; NaN; the
-// cases the fast kernel hands to the reference (axes apart, noop_with_empty_axes, empty
-// reductions, bad axes) with the reference's numbers and errors. Skipped on CPUs without AVX-512
-// and AVX512_BF16.
+// middle and outer axes, merged axis runs, axes apart (reduced run by run), size-1 dims, keepdims
+// 0 / 1, axes as an input and as an attribute, sizes that are not multiples of 16 and large enough
+// for the threaded loops; Max and Min exactly, the sums and products within the bound of a
+// different summation order; NaN; the cases the fast kernel hands to the reference (LogSumExp
+// over axes apart, noop_with_empty_axes, empty reductions, bad axes) with the reference's numbers
+// and errors. Skipped on CPUs without AVX-512 and AVX512_BF16.
 #include <cmath>
 #include <limits>
 #include <random>
@@ -43,10 +43,23 @@ struct Case {
 // Inner, middle and outer axes; merged runs; size-1 dims between; odd sizes (masked tails of
 // one, two and three 16-lane vectors); inputs past the 65536 elements where both threads work.
 const Case kCases[] = {
-    {{3, 37}, {1}, true},           {{5, 130}, {-1}, false},       {{2, 7, 33}, {1}, true},
-    {{70, 3}, {0}, false},          {{2, 3, 5, 17}, {1, 2}, true}, {{1, 9, 1, 200}, {3}, false},
-    {{1, 9, 1, 200}, {1, 2}, true}, {{6, 100}, {}, true},          {{4, 1, 50}, {0, 1}, false},
-    {{8, 129, 65}, {2}, true},      {{3, 300, 150}, {1}, false},   {{2, 2, 2, 16}, {-2}, true},
+    {{3, 37}, {1}, true},
+    {{5, 130}, {-1}, false},
+    {{2, 7, 33}, {1}, true},
+    {{70, 3}, {0}, false},
+    {{2, 3, 5, 17}, {1, 2}, true},
+    {{1, 9, 1, 200}, {3}, false},
+    {{1, 9, 1, 200}, {1, 2}, true},
+    {{6, 100}, {}, true},
+    {{4, 1, 50}, {0, 1}, false},
+    {{8, 129, 65}, {2}, true},
+    {{3, 300, 150}, {1}, false},
+    {{2, 2, 2, 16}, {-2}, true},
+    // Reduced axes apart: run by run.
+    {{3, 4, 5}, {0, 2}, true},
+    {{2, 9, 3, 40}, {1, 3}, false},
+    {{5, 1, 6, 2, 33}, {0, 2, 4}, true},
+    {{40, 3, 300}, {0, 2}, false},
 };
 
 ir::Tensor Axes(const std::vector<int64_t>& axes) {
@@ -132,34 +145,30 @@ double Bound(OpType op, const std::vector<double>& terms_abs, double ref, DataTy
   return b + (dt == DataType::kF32 ? 0 : Ulp(ref, dt));
 }
 
-// |term| of each element of `x` feeding output `o`, for Bound: x is [outer, n, inner] once the
-// case's reduced axes are merged (the cases keep them one run).
+// |term| of each element of `x` feeding output `o`, for Bound: output o gathers the elements
+// whose kept coordinates are o's (the reduced axes need not be one run).
 std::vector<std::vector<double>> TermsByOutput(OpType op, const ir::Tensor& x, const Case& c) {
   const int rank = x.rank();
   std::vector<bool> reduced(rank, c.axes.empty());
   for (int64_t a : c.axes) reduced[a < 0 ? a + rank : a] = true;
-  int64_t outer = 1, n = 1, inner = 1;
-  bool seen = false;
-  for (int d = 0; d < rank; ++d) {
-    if (reduced[d]) {
-      n *= x.dim(d);
-      seen = true;
-    } else {
-      (seen ? inner : outer) *= x.dim(d);
-    }
-  }
+  int64_t outputs = 1;
+  for (int d = 0; d < rank; ++d) outputs *= reduced[d] ? 1 : x.dim(d);
   const std::vector<float> v = ToFloats(x);
-  std::vector<std::vector<double>> terms(outer * inner);
-  for (int64_t o = 0; o < outer; ++o) {
-    for (int64_t k = 0; k < n; ++k) {
-      for (int64_t i = 0; i < inner; ++i) {
-        const double e = v[(o * n + k) * inner + i];
-        const double t = op == OpType::kReduceSumSquare || op == OpType::kReduceL2 ? e * e
-                         : op == OpType::kReduceLogSumExp                          ? 1.0
-                                                                                   : std::fabs(e);
-        terms[o * inner + i].push_back(t);
+  std::vector<std::vector<double>> terms(outputs);
+  for (int64_t e = 0; e < x.num_elements(); ++e) {
+    int64_t rest = e, o = 0, stride = 1;
+    for (int d = rank - 1; d >= 0; --d) {
+      const int64_t coord = rest % x.dim(d);
+      rest /= x.dim(d);
+      if (!reduced[d]) {
+        o += coord * stride;
+        stride *= x.dim(d);
       }
     }
+    const double t = op == OpType::kReduceSumSquare || op == OpType::kReduceL2 ? double(v[e]) * v[e]
+                     : op == OpType::kReduceLogSumExp                          ? 1.0
+                                                                               : std::fabs(v[e]);
+    terms[o].push_back(t);
   }
   return terms;
 }
@@ -256,10 +265,10 @@ TEST(Avx512Reduce, HandsTheRestToTheReference) {
   SKIP_WITHOUT_AVX512();
   std::mt19937 rng(3);
   const ir::Tensor x = RandomNormal({3, 4, 5}, DataType::kF16, rng);
-  // Axes apart (0 and 2), noop_with_empty_axes without axes, an empty reduced dim: the
-  // reference's numbers, bit for bit.
+  // LogSumExp over axes apart (0 and 2), noop_with_empty_axes without axes, an empty reduced
+  // dim: the reference's numbers, bit for bit.
   std::vector<NodeSpec> specs;
-  specs.push_back(Spec(OpType::kReduceSum, x, Case{{3, 4, 5}, {0, 2}, true}, false));
+  specs.push_back(Spec(OpType::kReduceLogSumExp, x, Case{{3, 4, 5}, {0, 2}, true}, false));
   NodeSpec noop = Spec(OpType::kReduceSumSquare, x, Case{{3, 4, 5}, {}, true}, false);
   noop.attrs.push_back({"noop_with_empty_axes", ir::Attribute::Int(1)});
   specs.push_back(noop);

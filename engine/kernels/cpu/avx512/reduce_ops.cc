@@ -1,13 +1,16 @@
 // ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd, ReduceL1, ReduceL2, ReduceSumSquare,
 // ReduceLogSum and ReduceLogSumExp on float, float16 and bfloat16 (reduce.h), planned from the
-// run-time dims and axes (attribute or input, keepdims, noop_with_empty_axes as the reference):
-// the reduced axes must form one run once size-1 dims are dropped (the input is then
-// [outer, n, inner]: a reduced innermost axis, an outer or a middle one). fp32 accumulation as
-// the reference, one rounding to the output type; sums and products differ from the reference
-// only by summation order, Max and Min are exact. Anything else (other dtypes, reduced axes
+// run-time dims and axes (attribute or input, keepdims, noop_with_empty_axes as the reference).
+// Once size-1 dims are dropped, reduced axes that form one run make the input [outer, n, inner]
+// (a reduced innermost axis, an outer or a middle one); reduced axes apart (ReduceMean over axes
+// 1 and 3, say) are reduced run by run, the innermost first, each pass folding fp32 partial
+// results of the one before (sums of partial sums, maxima of maxima). fp32 accumulation as the
+// reference, one rounding to the output type; sums and products differ from the reference only
+// by summation order, Max and Min are exact. Anything else (other dtypes, LogSumExp over axes
 // apart, empty reductions, no reduced axis, bad axes) goes to the reference kernel, which also
 // reports the errors.
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -48,6 +51,18 @@ RedFn FoldOf(OpType op) {
   }
 }
 
+// The fold of a later pass over partial results of `first`: sums of squares and of absolute
+// values are summed, maxima, minima and products folded as they are.
+RedFn LaterFold(RedFn first) {
+  return first == RedFn::kSumSquare || first == RedFn::kAbsSum ? RedFn::kSum : first;
+}
+
+// A run of consecutive dims (size-1 ones left out), all reduced or all kept: their product.
+struct AxisRun {
+  int64_t extent;
+  bool reduced;
+};
+
 class ReduceKernel final : public Kernel {
  public:
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const ir::Node& node) {
@@ -85,24 +100,24 @@ class ReduceKernel final : public Kernel {
       if (a < -rank || a >= rank || reduced[a < 0 ? a + rank : a]) return reference_->Run(ctx);
       reduced[a < 0 ? a + rank : a] = true;
     }
-    // [outer, n, inner]: size-1 dims dropped, the reduced ones one run.
-    int64_t outer = 1, n = 1, inner = 1;
-    int stage = 0;  // 0: before the reduced run, 1: in it, 2: after it
+    // The dims, size-1 ones dropped, as runs of kept and of reduced axes.
+    std::vector<AxisRun> runs;
     for (int d = 0; d < rank; ++d) {
       const int64_t e = x->dim(d);
       if (e == 0) return reference_->Run(ctx);  // empty input or empty reduction
       if (e == 1) continue;
-      if (reduced[d]) {
-        if (stage == 2) return reference_->Run(ctx);  // a second run of reduced axes
-        stage = 1;
-        n *= e;
+      if (!runs.empty() && runs.back().reduced == reduced[d]) {
+        runs.back().extent *= e;
       } else {
-        if (stage == 1) stage = 2;
-        (stage == 0 ? outer : inner) *= e;
+        runs.push_back({e, static_cast<bool>(reduced[d])});
       }
     }
+    int reduced_runs = 0;
+    for (const AxisRun& r : runs) reduced_runs += r.reduced;
     // Nothing reduced (noop, or only size-1 axes): the reference's elementwise pass.
-    if (stage == 0) return reference_->Run(ctx);
+    if (reduced_runs == 0) return reference_->Run(ctx);
+    // LogSumExp's second pass reads x against the maxima of one run.
+    if (reduced_runs > 1 && node_.op == OpType::kReduceLogSumExp) return reference_->Run(ctx);
     std::vector<int64_t> out_dims;
     const bool keepdims = node_.GetInt("keepdims", 1) != 0;
     for (int d = 0; d < rank; ++d) {
@@ -114,11 +129,42 @@ class ReduceKernel final : public Kernel {
     }
     const DataType t = x->dtype();
     ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, t, out_dims));
-    const int64_t count = outer * inner;
+    int64_t count = 1, n = 1;
+    for (const AxisRun& r : runs) (r.reduced ? n : count) *= r.extent;
     // Locals, not members: sessions may run one kernel object at once.
-    std::vector<float> states(t == DataType::kF32 ? 0 : count);
+    std::vector<float> states(t == DataType::kF32 ? 0 : count), partial[2];
     float* acc = t == DataType::kF32 ? y->data<float>() : states.data();
-    ReduceAxis(FoldOf(node_.op), t, x->raw_data(), outer, n, inner, acc);
+    // Run by run from the innermost reduced one: x viewed as [outer, n, inner] around it, then
+    // the fp32 partial results with that run gone, until the last pass writes `acc`.
+    const void* src = x->raw_data();
+    DataType src_type = t;
+    RedFn fn = FoldOf(node_.op);
+    int64_t outer = 1, inner = 1;  // the last pass's layout (the only one's for LogSumExp)
+    for (int pass = 0; reduced_runs > 0; ++pass) {
+      size_t j = runs.size();
+      while (!runs[--j].reduced) {
+      }
+      outer = 1;
+      inner = 1;
+      for (size_t i = 0; i < runs.size(); ++i) {
+        if (i != j) (i < j ? outer : inner) *= runs[i].extent;
+      }
+      float* dst = acc;
+      if (--reduced_runs > 0) {
+        partial[pass % 2].resize(outer * inner);
+        dst = partial[pass % 2].data();
+      }
+      ReduceAxis(fn, src_type, src, outer, runs[j].extent, inner, dst);
+      // The run goes; kept runs on both sides of it merge.
+      runs.erase(runs.begin() + static_cast<std::ptrdiff_t>(j));
+      if (j > 0 && j < runs.size() && !runs[j - 1].reduced && !runs[j].reduced) {
+        runs[j - 1].extent *= runs[j].extent;
+        runs.erase(runs.begin() + static_cast<std::ptrdiff_t>(j));
+      }
+      src = dst;
+      src_type = DataType::kF32;
+      fn = LaterFold(fn);
+    }
     Finish(x->raw_data(), t, outer, n, inner, acc);
     if (t == DataType::kF16) FloatToHalf(acc, y->data<uint16_t>(), count);
     if (t == DataType::kBF16) FloatToBf16(acc, y->data<uint16_t>(), count);
