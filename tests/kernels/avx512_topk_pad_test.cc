@@ -191,6 +191,8 @@ TEST(Avx512LogSoftmax, WithinBoundOfReference) {
       {{2, 50, 6625}, -1, 13},  // a CTC head over its vocabulary (PP-OCR rec), threads
       {{4, 37}, -1, 13},        // a row not a multiple of 16
       {{3, 7, 5}, 1, 13},       // a middle axis (strided)
+      {{2, 9, 40}, 1, 13},      // 16 columns at a time: two full vectors and a tail
+      {{4, 30, 600}, 1, 13},    // tasks of 256 columns on the threads
       {{3, 7, 5}, 0, 13},       // the outer axis
       {{3, 7, 5}, 1, 11},       // opset 11: the dims from axis 1 on are one row
       {{1, 1}, -1, 13},         // one element: 0

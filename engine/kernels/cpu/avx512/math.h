@@ -92,6 +92,17 @@ void GeluTanhF32(const float* x, float* y, int64_t n);
 /// one division per element. The same numbers as that loop written out scalar. `y` may be `x`.
 void SoftmaxRowF32(const float* x, float* y, int64_t n);
 
+/// y[i] = (x[i] - max) - log(sum) for i < n (n >= 1), sum that of ExpF32(x[i] - max): the max as
+/// the reference finds it (the first value, then any greater one; a NaN makes every output NaN
+/// through the sum), the sum in 16 lanes as SoftmaxRowF32's, the log by logf. `y` may be `x`.
+void LogSoftmaxRowF32(const float* x, float* y, int64_t n);
+
+/// Softmax (or, with `log`, LogSoftmax) along an axis of n elements `stride` floats apart, for
+/// `cols` neighbouring columns (element k of column c at k * stride + c): 16 columns at a time in
+/// registers, the max as the reference finds it (the first value, then any greater one), the sum
+/// of ExpF32(x - max) in order of k, then exp / sum (or (x - max) - logf(sum)). `y` may be `x`.
+void SoftmaxColumnsF32(const float* x, float* y, int64_t n, int64_t stride, int64_t cols, bool log);
+
 /// The parameterless functions above, for MathHalf.
 enum class MathFn { kErf, kExp, kSigmoid, kTanh, kGelu, kGeluTanh, kLog, kSoftplus, kMish };
 

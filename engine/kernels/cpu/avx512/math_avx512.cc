@@ -1,6 +1,8 @@
 // Elementary functions of math.h. Compiled with AVX-512 flags (engine/CMakeLists.txt).
 #include <immintrin.h>
 
+#include <cmath>
+
 #include "engine/kernels/cpu/avx512/math.h"
 #include "engine/kernels/cpu/avx512/vec_convert_inl.h"
 
@@ -387,6 +389,94 @@ void SoftmaxRowF32(const float* x, float* y, int64_t n) {
   }
   if (tail != 0) {
     _mm512_mask_storeu_ps(y + full, tail, _mm512_div_ps(_mm512_maskz_loadu_ps(tail, y + full), s));
+  }
+}
+
+void SoftmaxColumnsF32(const float* x, float* y, int64_t n, int64_t stride, int64_t cols,
+                       bool log) {
+  for (int64_t c = 0; c < cols; c += 16) {
+    const __mmask16 m = LaneMask(cols - c);
+    const bool full = m == 0xFFFF;  // unmasked (a masked store of every lane costs more on Zen 5)
+    const float* xc = x + c;
+    float* yc = y + c;
+    auto load = [&](const float* p) {
+      return full ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(m, p);
+    };
+    auto store = [&](float* p, __m512 v) {
+      if (full) {
+        _mm512_storeu_ps(p, v);
+      } else {
+        _mm512_mask_storeu_ps(p, m, v);
+      }
+    };
+    __m512 mx = load(xc);
+    for (int64_t k = 1; k < n; ++k) {
+      const __m512 v = load(xc + k * stride);
+      mx = _mm512_mask_mov_ps(mx, _mm512_cmp_ps_mask(v, mx, _CMP_GT_OQ), v);
+    }
+    __m512 sum = _mm512_setzero_ps();
+    for (int64_t k = 0; k < n; ++k) {
+      const __m512 e = Exp16(_mm512_sub_ps(load(xc + k * stride), mx));
+      if (!log) store(yc + k * stride, e);
+      sum = _mm512_add_ps(sum, e);
+    }
+    if (log) {
+      alignas(64) float lanes[16];
+      _mm512_store_ps(lanes, sum);
+      for (float& l : lanes) l = std::log(l);
+      const __m512 log_sum = _mm512_load_ps(lanes);
+      for (int64_t k = 0; k < n; ++k) {
+        store(yc + k * stride, _mm512_sub_ps(_mm512_sub_ps(load(xc + k * stride), mx), log_sum));
+      }
+    } else {
+      for (int64_t k = 0; k < n; ++k)
+        store(yc + k * stride, _mm512_div_ps(load(yc + k * stride), sum));
+    }
+  }
+}
+
+void LogSoftmaxRowF32(const float* x, float* y, int64_t n) {
+  const int64_t full = n / 16 * 16;
+  const __mmask16 tail = static_cast<__mmask16>((1u << (n - full)) - 1u);
+  // Max in lanes as SoftmaxRowF32's; where it is a zero, the reference's first zero (-0 or +0:
+  // x - max keeps its sign into an output when the log of the sum is 0).
+  __m512 mx16 = _mm512_set1_ps(-__builtin_inff());
+  for (int64_t i = 0; i < full; i += 16) {
+    const __m512 v = _mm512_loadu_ps(x + i);
+    mx16 = _mm512_mask_mov_ps(mx16, _mm512_cmp_ps_mask(v, mx16, _CMP_GT_OQ), v);
+  }
+  if (tail != 0) {
+    const __m512 v = _mm512_maskz_loadu_ps(tail, x + full);
+    mx16 = _mm512_mask_mov_ps(mx16, _mm512_mask_cmp_ps_mask(tail, v, mx16, _CMP_GT_OQ), v);
+  }
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, mx16);
+  float top = lanes[0];
+  for (float l : lanes) top = l > top ? l : top;
+  if (top == 0.0f || n == 1) {
+    top = x[0];
+    for (int64_t k = 1; k < n; ++k) top = x[k] > top ? x[k] : top;
+  }
+  const __m512 mx = _mm512_set1_ps(top);
+  __m512 sum16 = _mm512_setzero_ps();
+  for (int64_t i = 0; i < full; i += 16) {
+    sum16 = _mm512_add_ps(sum16, Exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), mx)));
+  }
+  if (tail != 0) {
+    const __m512 e = Exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, x + full), mx));
+    sum16 = _mm512_mask_add_ps(sum16, tail, sum16, e);
+  }
+  _mm512_store_ps(lanes, sum16);
+  float sum = 0.0f;
+  for (float l : lanes) sum += l;
+  const __m512 log_sum = _mm512_set1_ps(std::log(sum));
+  for (int64_t i = 0; i < full; i += 16) {
+    _mm512_storeu_ps(y + i, _mm512_sub_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i), mx), log_sum));
+  }
+  if (tail != 0) {
+    _mm512_mask_storeu_ps(
+        y + full, tail,
+        _mm512_sub_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, x + full), mx), log_sum));
   }
 }
 

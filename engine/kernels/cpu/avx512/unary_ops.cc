@@ -3,11 +3,13 @@
 // Erf: the reference Erf's values (erf in fp32, one rounding to the output type) within the
 // bound of the vector erf (math.h: 2 ulp below |erf| 0.99999). Softmax along any axis: the
 // reference's arithmetic in fp32 (max, exp of the shifted values, their sum, one division each)
-// with the vector exp and the sum in 16 lanes, then one rounding to the output type. LogSoftmax
-// along any axis: the reference's steps in fp32 (max, the shifted values, log of the sum of their
-// exps, shifted - log sum) with ExpF32 (within 1 ulp) and the sum in 16 lanes: the only
-// difference from the reference is in log(sum), off by about the sum's relative error (1 ulp
-// per exp plus the summation order), i.e. an absolute error of a few 2^-24.
+// with the vector exp, then one rounding to the output type. LogSoftmax along any axis: the
+// reference's steps in fp32 (max, the shifted values, log of the sum of their exps, shifted - log
+// sum) with ExpF32 (within 1 ulp): the only difference from the reference is in log(sum), off by
+// about the sum's relative error (1 ulp per exp plus the summation order), i.e. an absolute error
+// of a few 2^-24. A contiguous row (the last axis) sums in 16 lanes (math.h SoftmaxRowF32 /
+// LogSoftmaxRowF32); an inner axis of fp32 goes 16 columns at a time (SoftmaxColumnsF32), other
+// strided rows are gathered.
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -45,27 +47,6 @@ absl::Status ErfRun(const ir::Node& node, KernelContext& ctx) {
   return absl::OkStatus();
 }
 
-// LogSoftmax of one row of n >= 1 fp32 values: max as the reference finds it (the first value,
-// then any greater one; a NaN anywhere makes the sum and so every output NaN, as there), e[k] =
-// ExpF32(x[k] - max), the sum of e in 16 lanes (element k to lane k % 16, then lanes 0..15 in
-// order), y[k] = (x[k] - max) - log(sum) with logf. `y` may be `x`; `e` holds n floats.
-void LogSoftmaxRowF32(const float* x, float* y, int64_t n, float* e) {
-  float mx = x[0];
-  for (int64_t k = 1; k < n; ++k) mx = x[k] > mx ? x[k] : mx;
-  for (int64_t k = 0; k < n; ++k) e[k] = x[k] - mx;
-  ExpF32(e, e, n);
-  float lanes[16] = {};
-  int64_t k = 0;
-  for (; k + 16 <= n; k += 16) {
-    for (int j = 0; j < 16; ++j) lanes[j] += e[k + j];
-  }
-  for (int j = 0; k < n; ++k, ++j) lanes[j] += e[k];
-  float sum = 0.0f;
-  for (float l : lanes) sum += l;
-  const float log_sum = std::log(sum);
-  for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - mx) - log_sum;
-}
-
 // Softmax along `axis`: opset < 13 folds every dim from `axis` on into one row; later opsets
 // reduce that axis alone. A row is contiguous when the axis is the last one (the common case);
 // otherwise its elements are `inner` apart and gathered into the row buffer.
@@ -82,17 +63,32 @@ absl::Status SoftmaxRun(const ir::Node& node, KernelContext& ctx) {
     (d < axis ? outer : d == axis || coerce_2d ? n : inner) *= x->dim(d);
   }
   ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, t, x->dims()));
+  if (t == DataType::kF32 && inner > 1) {
+    // An inner axis (Softmax over the channels of [N, C, H, W], say): 16 columns at a time in
+    // registers, in tasks of up to 256 columns of one outer index, instead of gathering each
+    // strided row (LogSoftmax over axis 1 of [8, 100, 500]: 0.66 -> 0.16 ms on one thread).
+    constexpr int64_t kCols = 256;
+    const int64_t blocks = (inner + kCols - 1) / kCols, tasks = outer * blocks;
+#pragma omp parallel for schedule(static) if (tasks > 1 && outer * n * inner >= (int64_t{1} << 15))
+    for (int64_t task = 0; task < tasks; ++task) {
+      const int64_t o = task / blocks, c0 = task % blocks * kCols;
+      const int64_t base = o * n * inner + c0;
+      SoftmaxColumnsF32(x->data<float>() + base, y->data<float>() + base, n, inner,
+                        std::min(kCols, inner - c0), kLog);
+    }
+    return absl::OkStatus();
+  }
   const int64_t rows = outer * inner;
   const bool parallel = rows > 1 && rows * n >= (int64_t{1} << 15);
 #pragma omp parallel if (parallel)
   {
-    std::vector<float> buf(n), exps(kLog ? n : 0);
+    std::vector<float> buf(n);
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       float* v = buf.data();
       const int64_t base = (r / inner) * n * inner + r % inner;  // element k at base + k * inner
       if (kLog && inner == 1 && t == DataType::kF32) {
-        LogSoftmaxRowF32(x->data<float>() + base, y->data<float>() + base, n, exps.data());
+        LogSoftmaxRowF32(x->data<float>() + base, y->data<float>() + base, n);
         continue;
       }
       if (!kLog && inner == 1 && t == DataType::kF32) {
@@ -110,7 +106,7 @@ absl::Status SoftmaxRun(const ir::Node& node, KernelContext& ctx) {
                                      : BFloat16BitsToFloat(x->data<uint16_t>()[e]);
       }
       if (kLog) {
-        LogSoftmaxRowF32(v, v, n, exps.data());
+        LogSoftmaxRowF32(v, v, n);
       } else {
         SoftmaxRowF32(v, v, n);
       }
