@@ -4,11 +4,11 @@
 // a strict total order, so any exact selection gives its k entries in its order. Here each
 // element becomes one 64-bit key, the value's order-preserving 32 bits above the index's (both
 // flipped as the order needs), so the order is the integers' and the selection is on plain
-// uint64 compares: a k-entry min-heap scan for small k, nth_element and a sort of the first k
-// otherwise. Values are copied from the input (bits kept, NaN payloads included), indices
-// written as int64. Lanes (every position of the axes around `axis`) run on the OpenMP threads
-// when there is enough work. Anything else (other dtypes, more than 2^32 - 1 elements along the
-// axis, arguments the reference reports as errors) runs the reference kernel.
+// uint64 compares: a k-entry min-heap scan for k small against the lane, nth_element and a sort
+// of the first k otherwise. Values are copied from the input (bits kept, NaN payloads included),
+// indices written as int64. Lanes (every position of the axes around `axis`) run on the OpenMP
+// threads when there is enough work. Anything else (other dtypes, more than 2^32 - 1 elements along
+// the axis, arguments the reference reports as errors) runs the reference kernel.
 #include <omp.h>
 
 #include <algorithm>
@@ -25,18 +25,27 @@
 namespace kiln::kernels::cpu::avx512 {
 namespace {
 
-// Below this k the selection is a scan keeping the k largest keys in a min-heap (most elements
-// fail the one compare against its top); from it on nth_element (linear) and a sort of k.
+// Up to this k, or while k is at most 1/kHeapRatio of the lane, the selection is a scan keeping
+// the k largest keys in a min-heap (most elements fail the one compare against its top, and the
+// keys are built as the scan goes, never stored); from it on nth_element (linear) over the keys
+// and a sort of k. A detector's 100 of 8400 candidates, 16 lanes, one thread: 1.12 ms with
+// nth_element, 0.82 with the heap, 0.40 with OrderBits free of branches (ONNX Runtime 0.43).
 constexpr int64_t kHeapMaxK = 64;
+constexpr int64_t kHeapRatio = 16;
+
+bool HeapSelects(int64_t n, int64_t k) { return k < n && (k <= kHeapMaxK || k * kHeapRatio <= n); }
 
 // 32 bits whose unsigned order is the reference's order of the fp32 value: -0 as +0, every NaN
 // above +Inf (the reference's NaNs tie with each other and go by index).
+// Branch-free (selects, no jumps): the signs of a detector's scores are random, and a branch on
+// them was mispredicted every other element.
 inline uint32_t OrderBits(float v) {
   uint32_t b;
   std::memcpy(&b, &v, 4);
-  if ((b & 0x7fffffffu) > 0x7f800000u) return 0xffffffffu;  // NaN
-  if (b == 0x80000000u) b = 0;                              // -0
-  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+  b = b == 0x80000000u ? 0u : b;  // -0 as +0
+  // Negative: all bits flipped; else the sign bit set.
+  const uint32_t key = b ^ (static_cast<uint32_t>(static_cast<int32_t>(b) >> 31) | 0x80000000u);
+  return (b & 0x7fffffffu) > 0x7f800000u ? 0xffffffffu : key;  // NaN above everything
 }
 
 inline float Widen(DataType t, const void* p, int64_t e) {
@@ -50,16 +59,20 @@ inline float Widen(DataType t, const void* p, int64_t e) {
   }
 }
 
-// The k greatest of keys[0, n), greatest first, into keys[0, k).
-void SelectTop(std::vector<uint64_t>& keys, int64_t n, int64_t k, std::vector<uint64_t>& heap) {
-  if (k <= 0) return;
-  if (k < n && k <= kHeapMaxK) {
-    heap.assign(keys.begin(), keys.begin() + k);
+// The k greatest of the n keys key(j), greatest first, into keys[0, k): a min-heap scan
+// (HeapSelects) or all keys then nth_element.
+template <typename Key>
+void SelectTop(const Key& key, int64_t n, int64_t k, std::vector<uint64_t>& keys,
+               std::vector<uint64_t>& heap) {
+  if (HeapSelects(n, k)) {
+    heap.resize(k);
+    for (int64_t j = 0; j < k; ++j) heap[j] = key(j);
     std::make_heap(heap.begin(), heap.end(), std::greater<uint64_t>());  // top: the least
     for (int64_t j = k; j < n; ++j) {
-      if (keys[j] > heap.front()) {
+      const uint64_t kj = key(j);
+      if (kj > heap.front()) {
         std::pop_heap(heap.begin(), heap.end(), std::greater<uint64_t>());
-        heap.back() = keys[j];
+        heap.back() = kj;
         std::push_heap(heap.begin(), heap.end(), std::greater<uint64_t>());
       }
     }
@@ -67,6 +80,7 @@ void SelectTop(std::vector<uint64_t>& keys, int64_t n, int64_t k, std::vector<ui
     std::copy(heap.begin(), heap.end(), keys.begin());
     return;
   }
+  for (int64_t j = 0; j < n; ++j) keys[j] = key(j);
   if (k < n) {
     std::nth_element(keys.begin(), keys.begin() + (k - 1), keys.begin() + n,
                      std::greater<uint64_t>());
@@ -114,19 +128,19 @@ absl::StatusOr<bool> FastTopK(const ir::Node& node, KernelContext& ctx) {
   const bool parallel = lanes > 1 && lanes * n >= (int64_t{1} << 16);
 #pragma omp parallel if (parallel)
   {
-    std::vector<uint64_t> keys(n), heap;
+    std::vector<uint64_t> keys(HeapSelects(n, k) ? k : n), heap;
 #pragma omp for schedule(static)
     for (int64_t l = 0; l < lanes; ++l) {
       const int64_t o = l / inner, i = l % inner;
       const int64_t base = o * n * inner + i;  // element j of the lane at base + j * inner
       // largest: greater value first, then lower index (index flipped); smallest: the whole
       // key of (value, index) flipped, so the greatest key is the least value, lowest index.
-      for (int64_t j = 0; j < n; ++j) {
+      auto key = [&](int64_t j) {
         const uint64_t hi = OrderBits(Widen(t, xd, base + j * inner));
-        keys[j] = largest ? (hi << 32) | (0xffffffffu - static_cast<uint64_t>(j))
-                          : ~((hi << 32) | static_cast<uint64_t>(j));
-      }
-      SelectTop(keys, n, k, heap);
+        return largest ? (hi << 32) | (0xffffffffu - static_cast<uint64_t>(j))
+                       : ~((hi << 32) | static_cast<uint64_t>(j));
+      };
+      SelectTop(key, n, k, keys, heap);
       const int64_t dst = o * k * inner + i;
       for (int64_t j = 0; j < k; ++j) {
         const uint64_t low = (largest ? keys[j] : ~keys[j]) & 0xffffffffu;
