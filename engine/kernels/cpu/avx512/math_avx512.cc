@@ -350,10 +350,13 @@ void SeluF32(const float* x, float* y, int64_t n, float alpha, float gamma) {
 
 void GeluTanhF32(const float* x, float* y, int64_t n) { Map16<GeluTanh16>(x, y, n); }
 
-void SoftmaxRowF32(const float* x, float* y, int64_t n) {
+namespace {
+
+// The max of a row of n >= 1 floats in 16 lanes: lanes start at -Inf; a NaN element never wins
+// the comparison (as `v > mx ? v : mx`).
+float RowMaxF32(const float* x, int64_t n) {
   const int64_t full = n / 16 * 16;
   const __mmask16 tail = static_cast<__mmask16>((1u << (n - full)) - 1u);
-  // Max: lanes start at -Inf; a NaN element never wins the comparison (as `v > mx ? v : mx`).
   __m512 mx16 = _mm512_set1_ps(-__builtin_inff());
   for (int64_t i = 0; i < full; i += 16) {
     const __m512 v = _mm512_loadu_ps(x + i);
@@ -367,7 +370,16 @@ void SoftmaxRowF32(const float* x, float* y, int64_t n) {
   _mm512_store_ps(lanes, mx16);
   float top = lanes[0];
   for (float l : lanes) top = l > top ? l : top;  // order-free: no NaN among the lanes
-  const __m512 mx = _mm512_set1_ps(top);
+  return top;
+}
+
+}  // namespace
+
+void SoftmaxRowF32(const float* x, float* y, int64_t n) {
+  const int64_t full = n / 16 * 16;
+  const __mmask16 tail = static_cast<__mmask16>((1u << (n - full)) - 1u);
+  alignas(64) float lanes[16];
+  const __m512 mx = _mm512_set1_ps(RowMaxF32(x, n));
   // exp(x - max), cannot overflow (cancels in the ratio); summed into lane i % 16 in order.
   __m512 sum16 = _mm512_setzero_ps();
   for (int64_t i = 0; i < full; i += 16) {
@@ -440,19 +452,8 @@ void LogSoftmaxRowF32(const float* x, float* y, int64_t n) {
   const __mmask16 tail = static_cast<__mmask16>((1u << (n - full)) - 1u);
   // Max in lanes as SoftmaxRowF32's; where it is a zero, the reference's first zero (-0 or +0:
   // x - max keeps its sign into an output when the log of the sum is 0).
-  __m512 mx16 = _mm512_set1_ps(-__builtin_inff());
-  for (int64_t i = 0; i < full; i += 16) {
-    const __m512 v = _mm512_loadu_ps(x + i);
-    mx16 = _mm512_mask_mov_ps(mx16, _mm512_cmp_ps_mask(v, mx16, _CMP_GT_OQ), v);
-  }
-  if (tail != 0) {
-    const __m512 v = _mm512_maskz_loadu_ps(tail, x + full);
-    mx16 = _mm512_mask_mov_ps(mx16, _mm512_mask_cmp_ps_mask(tail, v, mx16, _CMP_GT_OQ), v);
-  }
   alignas(64) float lanes[16];
-  _mm512_store_ps(lanes, mx16);
-  float top = lanes[0];
-  for (float l : lanes) top = l > top ? l : top;
+  float top = RowMaxF32(x, n);
   if (top == 0.0f || n == 1) {
     top = x[0];
     for (int64_t k = 1; k < n; ++k) top = x[k] > top ? x[k] : top;
