@@ -174,25 +174,27 @@ __m512i LoadQ16(const void* p, int64_t i, __mmask16 m) {
 // then to Y, as Store<Y>(double) does.
 template <DataType X, DataType Y, bool kPerElement>
 void DequantizeLoop(const void* x, int64_t n, const float* scale, const int32_t* zp, void* y) {
-  ScaledLoop<
-      kPerElement>(n, scale, zp, [x, y](int64_t i, __mmask16 m, __m512 s, __m512i z, auto full) {
-    constexpr bool kFull = decltype(full)::value;
-    const __m512i xi = LoadQ16<X, kFull>(x, i, m);
-    __m512 v;
-    if constexpr (X == DataType::kI32) {
-      const __m512d lo = _mm512_mul_pd(_mm512_sub_pd(_mm512_cvtepi32_pd(_mm512_castsi512_si256(xi)),
-                                                     _mm512_cvtepi32_pd(_mm512_castsi512_si256(z))),
-                                       _mm512_cvtps_pd(_mm512_castps512_ps256(s)));
-      const __m512d hi =
-          _mm512_mul_pd(_mm512_sub_pd(_mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(xi, 1)),
-                                      _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(z, 1))),
-                        _mm512_cvtps_pd(_mm512_extractf32x8_ps(s, 1)));
-      v = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo)), _mm512_cvtpd_ps(hi), 1);
-    } else {
-      v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(xi, z)), s);
-    }
-    StoreBlock<Y, kFull>(y, i, m, v);
-  });
+  ScaledLoop<kPerElement>(
+      n, scale, zp, [x, y](int64_t i, __mmask16 m, __m512 s, __m512i z, auto full) {
+        constexpr bool kFull = decltype(full)::value;
+        const __m512i xi = LoadQ16<X, kFull>(x, i, m);
+        __m512 v;
+        if constexpr (X == DataType::kI32) {
+          const __m512d lo =
+              _mm512_mul_pd(_mm512_sub_pd(_mm512_cvtepi32_pd(_mm512_castsi512_si256(xi)),
+                                          _mm512_cvtepi32_pd(_mm512_castsi512_si256(z))),
+                            _mm512_cvtps_pd(_mm512_castps512_ps256(s)));
+          const __m512d hi =
+              _mm512_mul_pd(_mm512_sub_pd(_mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(xi, 1)),
+                                          _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(z, 1))),
+                            _mm512_cvtps_pd(_mm512_extractf32x8_ps(s, 1)));
+          v = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo)), _mm512_cvtpd_ps(hi),
+                                 1);
+        } else {
+          v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(xi, z)), s);
+        }
+        StoreBlock<Y, kFull>(y, i, m, v);
+      });
 }
 
 // int32 x (the integer sums of a qdq-integer rewrite) in fp32: where |x|, |z| <= 2^23 in every
