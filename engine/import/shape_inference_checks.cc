@@ -15,12 +15,6 @@
 
 namespace kiln::import::shape_internal {
 
-using ir::Dim;
-using ir::Node;
-using ir::OpType;
-using ir::Shape;
-using ir::Value;
-
 // The largest tensor a static shape may describe: 2^40 bytes (1 TiB). Tensor::Allocate refuses
 // anything larger (ir/tensor.cc), so such a tensor could never run; refusing it here turns a
 // run-time failure (or a plan sized in terabytes) into a build error that names the node.

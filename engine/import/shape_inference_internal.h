@@ -18,6 +18,13 @@
 
 namespace kiln::import::shape_internal {
 
+// The IR names every file of the shape inference uses.
+using ir::Dim;
+using ir::Node;
+using ir::OpType;
+using ir::Shape;
+using ir::Value;
+
 // ---- Helpers (shape_inference_util.cc) ----
 
 /// Input `i` of `n` (nullptr when absent).

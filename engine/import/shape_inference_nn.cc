@@ -9,12 +9,6 @@
 
 namespace kiln::import::shape_internal {
 
-using ir::Dim;
-using ir::Node;
-using ir::OpType;
-using ir::Shape;
-using ir::Value;
-
 namespace {
 
 // Output shape of a convolution-like op along the spatial dims (NCHW...).

@@ -9,12 +9,6 @@
 
 namespace kiln::import::shape_internal {
 
-using ir::Dim;
-using ir::Node;
-using ir::OpType;
-using ir::Shape;
-using ir::Value;
-
 Shape SliceShape(const Node& n, int k) {
   const Value* x = In(n, 0);
   // Same rank as x; a sliced axis of static length with constant starts, ends (and steps)

@@ -10,12 +10,6 @@
 
 namespace kiln::import::shape_internal {
 
-using ir::Dim;
-using ir::Node;
-using ir::OpType;
-using ir::Shape;
-using ir::Value;
-
 const Value* In(const Node& n, int i) { return n.input(i); }
 
 DataType InType(const Node& n, int i) {
