@@ -16,7 +16,7 @@ ASAN_TESTS ?= import_test engine_blob_test precision_policy_test runtime_memory_
 	kernels_lstm_int8_r_test kernels_quant_integer_to_float_test kernels_avx512_reduce_test kernels_avx512_f16_parity_test \
 	passes_quant_lowering_test kernels_quant_mixed_io_test \
 	kernels_avx512_attention_test passes_fusion_test kernels_avx512_cast_test kernels_avx512_topk_pad_test \
-	kernels_conv_chain_pool_test passes_matmul_integer_to_float_test
+	kernels_conv_chain_pool_test passes_matmul_integer_to_float_test kernels_parallel_test
 
 # Fuzzing (not part of `test`): libFuzzer harnesses of tests/fuzz, built by clang-14 with ASan +
 # UBSan in FUZZ_DIR, each run FUZZ_SECONDS (FUZZ_PARALLEL at a time); fails when any harness

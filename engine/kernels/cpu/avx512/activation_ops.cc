@@ -15,6 +15,7 @@
 #include "engine/common/half.h"
 #include "engine/kernels/cpu/avx512/activation.h"
 #include "engine/kernels/cpu/avx512/register.h"
+#include "engine/kernels/cpu/parallel.h"
 #include "engine/kernels/cpu/ref/common.h"
 
 namespace kiln::kernels::cpu::avx512 {
@@ -132,15 +133,16 @@ class ActivationKernel final : public Kernel {
     constexpr int64_t kChunk = 4096;
     const int64_t chunks = (n + kChunk - 1) / kChunk;
     const ActFn fn = fn_;
-#pragma omp parallel for schedule(static) if (chunks >= 4)
-    for (int64_t c = 0; c < chunks; ++c) {
-      const int64_t i = c * kChunk, len = std::min(kChunk, n - i);
-      if (t == DataType::kF32) {
-        ActivationF32(fn, p, x->data<float>() + i, y->data<float>() + i, len);
-      } else {
-        ActivationHalf(fn, p, t, x->data<uint16_t>() + i, y->data<uint16_t>() + i, len);
+    ParallelFor(chunks, chunks >= 4, [&](int64_t c_begin, int64_t c_end) {
+      for (int64_t c = c_begin; c < c_end; ++c) {
+        const int64_t i = c * kChunk, len = std::min(kChunk, n - i);
+        if (t == DataType::kF32) {
+          ActivationF32(fn, p, x->data<float>() + i, y->data<float>() + i, len);
+        } else {
+          ActivationHalf(fn, p, t, x->data<uint16_t>() + i, y->data<uint16_t>() + i, len);
+        }
       }
-    }
+    });
     return absl::OkStatus();
   }
 

@@ -15,6 +15,7 @@
 #include "engine/kernels/cpu/avx512/attention.h"
 #include "engine/kernels/cpu/avx512/convert.h"
 #include "engine/kernels/cpu/avx512/math.h"
+#include "engine/kernels/cpu/parallel.h"
 
 namespace kiln::kernels::cpu::avx512 {
 namespace {
@@ -286,16 +287,15 @@ void Attention(const AttentionArgs& a) {
   if (tasks == 0) return;
   const int64_t macs = a.batch * a.q_heads * a.q_len * a.kv_len * (a.head + a.v_head);
   const bool parallel = macs >= kParallelMacs && tasks > 1 && omp_get_max_threads() > 1;
-#pragma omp parallel if (parallel)
-  {
-    Scratch w;
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < tasks; ++t) {
+  ParallelFor(tasks, parallel, [&](int64_t t_begin, int64_t t_end) {
+    // Each thread's, kept from one call to the next (its buffers grow to the largest task).
+    thread_local Scratch w;
+    for (int64_t t = t_begin; t < t_end; ++t) {
       const int64_t blk = t % blocks, bh = t / blocks;
       const int64_t i0 = blk * kBlock;
       Task(a, bh / a.q_heads, bh % a.q_heads, i0, std::min(a.q_len, i0 + kBlock), w);
     }
-  }
+  });
 }
 
 }  // namespace kiln::kernels::cpu::avx512

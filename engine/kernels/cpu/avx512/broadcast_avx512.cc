@@ -8,6 +8,7 @@
 #include "engine/kernels/cpu/avx512/broadcast.h"
 #include "engine/kernels/cpu/avx512/broadcast_walk_inl.h"
 #include "engine/kernels/cpu/avx512/vec_convert_inl.h"
+#include "engine/kernels/cpu/parallel.h"
 
 namespace kiln::kernels::cpu::avx512 {
 namespace {
@@ -300,15 +301,16 @@ void PowScalar(PowKind kind, float e, DataType dtype, const void* x, void* dst, 
   // powf per element: about 20x the work of an add, so smaller pieces.
   const int64_t piece = kind == PowKind::kSquare ? kBcPiece : kBcPiece / 8;
   const int64_t pieces = (n + piece - 1) / piece;
-#pragma omp parallel for schedule(static) if (pieces >= 4)
-  for (int64_t c = 0; c < pieces; ++c) {
-    const int64_t begin = c * piece, end = std::min(n, begin + piece);
-    if (kind == PowKind::kSquare) {
-      PowTyped<PowKind::kSquare>(dtype, e, x, dst, begin, end);
-    } else {
-      PowTyped<PowKind::kGeneral>(dtype, e, x, dst, begin, end);
+  ParallelFor(pieces, pieces >= 4, [&](int64_t c_begin, int64_t c_end) {
+    for (int64_t c = c_begin; c < c_end; ++c) {
+      const int64_t begin = c * piece, end = std::min(n, begin + piece);
+      if (kind == PowKind::kSquare) {
+        PowTyped<PowKind::kSquare>(dtype, e, x, dst, begin, end);
+      } else {
+        PowTyped<PowKind::kGeneral>(dtype, e, x, dst, begin, end);
+      }
     }
-  }
+  });
 }
 
 }  // namespace kiln::kernels::cpu::avx512

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "engine/kernels/cpu/avx512/broadcast.h"
+#include "engine/kernels/cpu/parallel.h"
 
 namespace kiln::kernels::cpu::avx512 {
 namespace {
@@ -53,10 +54,11 @@ template <typename Seg>
 static void BcWalk(const BcPlan& p, Seg&& seg) {
   if (p.n <= 0) return;
   const int64_t pieces = (p.n + kBcPiece - 1) / kBcPiece;
-#pragma omp parallel for schedule(static) if (pieces >= 4)
-  for (int64_t c = 0; c < pieces; ++c) {
-    BcWalkRange(p, c * kBcPiece, std::min(p.n, (c + 1) * kBcPiece), seg);
-  }
+  ParallelFor(pieces, pieces >= 4, [&](int64_t c_begin, int64_t c_end) {
+    for (int64_t c = c_begin; c < c_end; ++c) {
+      BcWalkRange(p, c * kBcPiece, std::min(p.n, (c + 1) * kBcPiece), seg);
+    }
+  });
 }
 
 }  // namespace

@@ -3,7 +3,6 @@
 // and conv_chain_depthwise_avx512.cc, the phased mode conv_chain_phased_avx512.cc). Compiled with
 // AVX-512 flags; runs only after the registry has checked the CPU.
 #include <immintrin.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -11,6 +10,7 @@
 
 #include "engine/kernels/cpu/avx512/conv_chain.h"
 #include "engine/kernels/cpu/avx512/conv_chain_inl.h"
+#include "engine/kernels/cpu/parallel.h"
 
 namespace kiln::kernels::cpu::avx512 {
 namespace conv_chain {
@@ -166,10 +166,9 @@ void RunBands(const ConvChainArgs& a, const Act& act0, const Act& act1, const Ac
   const Lines project_first = a.w2 ? FirstGroup(ProjectW(a), a.c2) : Lines{};
   const Lines expand_first = a.w0 ? FirstGroup(ExpandW(a), a.c1) : Lines{};  // the next band's
   const Out y{a.y, OutputStore(a)};
-#pragma omp parallel num_threads(a.threads)
-  {
-    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-    const int64_t q0 = units * t / nt * unit, q1 = units * (t + 1) / nt * unit;
+  // A share in one piece: its bands reuse the ring rows of the band before.
+  ParallelForTeam(units, a.threads, 1, [&](int64_t u0, int64_t u1, int t) {
+    const int64_t q0 = u0 * unit, q1 = u1 * unit;
     float* ring = a.scratch + t * per_thread;
     float* dband = ring + (ringed ? band.ring * a.w * cp : 0);
     float* xbuf = dband + (a.w2 != nullptr ? band.rows * a.ow * cp : 0);
@@ -218,7 +217,7 @@ void RunBands(const ConvChainArgs& a, const Act& act0, const Act& act1, const Ac
       }
       q += oy1 - oy0;
     }
-  }
+  });
 }
 
 // Image by image on all the threads: E of the image's pixels split evenly, then, after a barrier,
@@ -234,26 +233,25 @@ void RunWholeImages(const ConvChainArgs& a, const Act& act0, const Act& act1, co
   const Out y{a.y, OutputStore(a)};
   float* e = a.scratch;
   const int64_t parts = a.threads;  // the scratch holds `parts` D shares and X shares
-#pragma omp parallel num_threads(a.threads)
-  {
-    // Part k of `parts` of n items; a thread takes the parts t, t + nt, ... (one part each when
-    // OpenMP gives all the threads asked for).
-    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-    auto part = [parts](int64_t n, int64_t k) {
-      return std::pair<int64_t, int64_t>(n * k / parts, n * (k + 1) / parts);
-    };
-    float* xbuf = a.scratch + whole.e + parts * whole.d + t * whole.x;
-    for (int64_t b = 0; b < a.n; ++b) {
-      const float* xb = ImageF32(a, b);
-      if (ringed) {
-        for (int64_t k = t; k < parts; k += nt) {
+  auto part = [parts](int64_t n, int64_t k) {
+    return std::pair<int64_t, int64_t>(n * k / parts, n * (k + 1) / parts);
+  };
+  // Part k of `parts` of the pixels per piece; each step one ParallelForTeam (its return the
+  // barrier: the next image's E overwrites this one's, which the depthwise step reads).
+  for (int64_t b = 0; b < a.n; ++b) {
+    const float* xb = ImageF32(a, b);
+    if (ringed) {
+      ParallelForTeam(parts, a.threads, 1, [&](int64_t k0, int64_t k1, int t) {
+        float* xbuf = a.scratch + whole.e + parts * whole.d + t * whole.x;
+        for (int64_t k = k0; k < k1; ++k) {
           const auto [p0, p1] = part(in_pixels, k);
           FirstStep(a, xb, ImageF16(a, b), p0, p1 - p0, e + p0 * cp, xbuf, act0, project_first);
         }
-#pragma omp barrier
-      }
-      const DwSource src{ringed ? e : xb, ringed ? cp : a.c0, a.w, a.h, 0};
-      for (int64_t k = t; k < parts; k += nt) {
+      });
+    }
+    const DwSource src{ringed ? e : xb, ringed ? cp : a.c0, a.w, a.h, 0};
+    ParallelForTeam(parts, a.threads, 1, [&](int64_t k0, int64_t k1, int) {
+      for (int64_t k = k0; k < k1; ++k) {
         const auto [q0, q1] = part(out_pixels, k);
         const int64_t yo = (b * out_pixels + q0) * a.c2;
         if (a.w2 == nullptr) {
@@ -265,11 +263,7 @@ void RunWholeImages(const ConvChainArgs& a, const Act& act0, const Act& act1, co
                     act2, expand_first);
         }
       }
-      // The next image's E overwrites this one's, which the other threads may still be reading.
-      if (ringed && b + 1 < a.n) {
-#pragma omp barrier
-      }
-    }
+    });
   }
 }
 

@@ -2,7 +2,6 @@
 // on few rows, the images one by one in three phases (E, D, Y) of tasks split over all the
 // threads. Compiled with AVX-512 flags; runs only after the registry has checked the CPU.
 #include <immintrin.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -10,6 +9,7 @@
 #include <utility>
 
 #include "engine/kernels/cpu/avx512/conv_chain_inl.h"
+#include "engine/kernels/cpu/parallel.h"
 
 namespace kiln::kernels::cpu::avx512::conv_chain {
 namespace {
@@ -127,15 +127,15 @@ void RunPhased(const ConvChainArgs& a, const Act& act0, const Act& act1, const A
   const Out dout{d, DStore(a)};
   const PwWeights we = ExpandW(a), wp = ProjectW(a);
   const int64_t out_pixels = a.oh * a.ow;
-#pragma omp parallel num_threads(a.threads)
-  {
-    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-    float* xbuf = d + PhasedD(a) + t * xper;
-    for (int64_t b = 0; b < a.n; ++b) {
-      const float* xb = ImageF32(a, b);
-      const uint16_t* xh = ImageF16(a, b);
-      if (ringed) {
-        for (int64_t k = t; k < ph.e.Tasks(); k += nt) {
+  // Each phase one ParallelForTeam (its return the barrier between phases); X widened for the
+  // expansion into the participant's own buffer.
+  for (int64_t b = 0; b < a.n; ++b) {
+    const float* xb = ImageF32(a, b);
+    const uint16_t* xh = ImageF16(a, b);
+    if (ringed) {
+      ParallelForTeam(ph.e.Tasks(), a.threads, 4, [&](int64_t k0, int64_t k1, int t) {
+        float* xbuf = d + PhasedD(a) + t * xper;
+        for (int64_t k = k0; k < k1; ++k) {
           const auto [p0, p1] = ph.e.PixelsOf(k);
           if (p0 == p1) continue;
           if (a.w0 == nullptr) {
@@ -152,11 +152,12 @@ void RunPhased(const ConvChainArgs& a, const Act& act0, const Act& act1, const A
           Pointwise(rows, a.c0, p1 - p0, we.From(j0), SliceChannels(a.c1, j0, j1), a.b0 + j0 * 16,
                     nullptr, Out{e + p0 * cp + j0 * 16, interior}, cp, act0);
         }
-#pragma omp barrier
-      }
-      const DwSource src{ringed ? e : xb, ringed ? cp : a.c0, a.w, a.h, 0};
-      const int64_t yb = b * out_pixels * a.c2;
-      for (int64_t k = t; k < ph.d.Tasks(); k += nt) {
+      });
+    }
+    const DwSource src{ringed ? e : xb, ringed ? cp : a.c0, a.w, a.h, 0};
+    const int64_t yb = b * out_pixels * a.c2;
+    ParallelForTeam(ph.d.Tasks(), a.threads, 4, [&](int64_t k0, int64_t k1, int) {
+      for (int64_t k = k0; k < k1; ++k) {
         const auto [q0, q1] = ph.d.PixelsOf(k);
         const auto [c0, c1] = ph.d.UnitsOf(k);
         if (q0 == q1 || c0 == c1) continue;
@@ -166,9 +167,10 @@ void RunPhased(const ConvChainArgs& a, const Act& act0, const Act& act1, const A
           DepthwisePixels(src, dw, q0, q1, dout.At(q0 * cp), cp, act1, c0 * 32, c1 * 32);
         }
       }
-      if (a.w2 != nullptr) {
-#pragma omp barrier
-        for (int64_t k = t; k < ph.y.Tasks(); k += nt) {
+    });
+    if (a.w2 != nullptr) {
+      ParallelForTeam(ph.y.Tasks(), a.threads, 4, [&](int64_t k0, int64_t k1, int) {
+        for (int64_t k = k0; k < k1; ++k) {
           const auto [q0, q1] = ph.y.PixelsOf(k);
           const auto [j0, j1] = ph.y.UnitsOf(k);
           if (q0 == q1) continue;
@@ -176,14 +178,7 @@ void RunPhased(const ConvChainArgs& a, const Act& act0, const Act& act1, const A
           Pointwise(dout.At(q0 * cp).p, cp, q1 - q0, wp.From(j0), SliceChannels(a.c2, j0, j1),
                     a.b2 + j0 * 16, ZAt(a.z, y.st, yo), y.At(yo), a.c2, act2);
         }
-      }
-      // The next image's first writes against this image's reads still in flight: its E against
-      // this depthwise phase (over already, at the barrier before the projection, when there is
-      // one), or, without an E phase, its D against this projection. Its D after an E phase
-      // comes after the barrier that ends that phase; Y conflicts with nothing.
-      if (b + 1 < a.n && ringed != (a.w2 != nullptr)) {
-#pragma omp barrier
-      }
+      });
     }
   }
 }

@@ -5,6 +5,7 @@
 
 #include "engine/kernels/cpu/avx512/convert.h"
 #include "engine/kernels/cpu/avx512/vec_convert_inl.h"
+#include "engine/kernels/cpu/parallel.h"
 
 namespace kiln::kernels::cpu::avx512 {
 namespace {
@@ -146,11 +147,12 @@ void ConvertArray(DataType from, DataType to, const void* src, void* dst, int64_
   const int64_t in_size = DataTypeSize(from), out_size = DataTypeSize(to);
   const char* s = static_cast<const char*>(src);
   char* d = static_cast<char*>(dst);
-#pragma omp parallel for schedule(static) if (chunks >= 4)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t i = c * kChunk, len = n - i < kChunk ? n - i : kChunk;
-    ConvertChunk(from, to, s + i * in_size, d + i * out_size, len);
-  }
+  ParallelFor(chunks, chunks >= 4, [&](int64_t c_begin, int64_t c_end) {
+    for (int64_t c = c_begin; c < c_end; ++c) {
+      const int64_t i = c * kChunk, len = n - i < kChunk ? n - i : kChunk;
+      ConvertChunk(from, to, s + i * in_size, d + i * out_size, len);
+    }
+  });
 }
 
 }  // namespace kiln::kernels::cpu::avx512

@@ -13,6 +13,7 @@
 
 #include "engine/kernels/cpu/avx512/deconv_s2.h"
 #include "engine/kernels/cpu/avx512/vec_convert_inl.h"
+#include "engine/kernels/cpu/parallel.h"
 
 namespace kiln::kernels::cpu::avx512 {
 namespace {
@@ -53,53 +54,55 @@ void Run(const DeconvS2Args& a, const float* wp) {
   const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
   const __m512i hi =
       _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
-#pragma omp parallel for schedule(static) if (rows * ow * a.c * MB >= (int64_t{1} << 16))
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t tap = r % a.kh, mb = r / a.kh % blocks, i = r / (a.kh * blocks) % a.h;
-    const int64_t n = r / (a.kh * blocks * a.h);
-    const int64_t m0 = mb * MB;
-    const int64_t x_row = n * a.c * in_plane + i * a.wd;
-    const float* wb = wp + (mb * a.kh + tap) * a.c * MB * 2;
-    __m512 bias[MB];
-    for (int mi = 0; mi < MB; ++mi) {
-      bias[mi] = _mm512_set1_ps(a.bias != nullptr && m0 + mi < a.m ? a.bias[m0 + mi] : 0.0f);
-    }
-    for (int64_t j = 0; j < a.wd; j += 16 * JB) {
-      __mmask16 mask[JB];
-      for (int jb = 0; jb < JB; ++jb) mask[jb] = LaneMask(a.wd - j - 16 * jb);
-      __m512 acc[MB][JB][2];
-      for (int mi = 0; mi < MB; ++mi) {
-        for (int jb = 0; jb < JB; ++jb) acc[mi][jb][0] = acc[mi][jb][1] = bias[mi];
-      }
-      for (int64_t c = 0; c < a.c; ++c) {
-        __m512 v[JB];
-        for (int jb = 0; jb < JB; ++jb) {
-          v[jb] = Load16<T>(a.x, x_row + c * in_plane + j + 16 * jb, mask[jb]);
-        }
-        const float* wc = wb + c * MB * 2;
-        for (int mi = 0; mi < MB; ++mi) {
-          const __m512 w0 = _mm512_set1_ps(wc[mi * 2]), w1 = _mm512_set1_ps(wc[mi * 2 + 1]);
-          for (int jb = 0; jb < JB; ++jb) {
-            acc[mi][jb][0] = _mm512_fmadd_ps(w0, v[jb], acc[mi][jb][0]);
-            acc[mi][jb][1] = _mm512_fmadd_ps(w1, v[jb], acc[mi][jb][1]);
+  ParallelFor(
+      rows, rows * ow * a.c * MB >= (int64_t{1} << 16), [&](int64_t r_begin, int64_t r_end) {
+        for (int64_t r = r_begin; r < r_end; ++r) {
+          const int64_t tap = r % a.kh, mb = r / a.kh % blocks, i = r / (a.kh * blocks) % a.h;
+          const int64_t n = r / (a.kh * blocks * a.h);
+          const int64_t m0 = mb * MB;
+          const int64_t x_row = n * a.c * in_plane + i * a.wd;
+          const float* wb = wp + (mb * a.kh + tap) * a.c * MB * 2;
+          __m512 bias[MB];
+          for (int mi = 0; mi < MB; ++mi) {
+            bias[mi] = _mm512_set1_ps(a.bias != nullptr && m0 + mi < a.m ? a.bias[m0 + mi] : 0.0f);
+          }
+          for (int64_t j = 0; j < a.wd; j += 16 * JB) {
+            __mmask16 mask[JB];
+            for (int jb = 0; jb < JB; ++jb) mask[jb] = LaneMask(a.wd - j - 16 * jb);
+            __m512 acc[MB][JB][2];
+            for (int mi = 0; mi < MB; ++mi) {
+              for (int jb = 0; jb < JB; ++jb) acc[mi][jb][0] = acc[mi][jb][1] = bias[mi];
+            }
+            for (int64_t c = 0; c < a.c; ++c) {
+              __m512 v[JB];
+              for (int jb = 0; jb < JB; ++jb) {
+                v[jb] = Load16<T>(a.x, x_row + c * in_plane + j + 16 * jb, mask[jb]);
+              }
+              const float* wc = wb + c * MB * 2;
+              for (int mi = 0; mi < MB; ++mi) {
+                const __m512 w0 = _mm512_set1_ps(wc[mi * 2]), w1 = _mm512_set1_ps(wc[mi * 2 + 1]);
+                for (int jb = 0; jb < JB; ++jb) {
+                  acc[mi][jb][0] = _mm512_fmadd_ps(w0, v[jb], acc[mi][jb][0]);
+                  acc[mi][jb][1] = _mm512_fmadd_ps(w1, v[jb], acc[mi][jb][1]);
+                }
+              }
+            }
+            for (int mi = 0; mi < MB && m0 + mi < a.m; ++mi) {
+              const int64_t y_row = ((n * a.m + m0 + mi) * oh + i * a.kh + tap) * ow;
+              for (int jb = 0; jb < JB; ++jb) {
+                const int64_t col = j + 16 * jb;
+                if (col >= a.wd) break;
+                // Output columns 2 col + b: (acc0[0], acc1[0], acc0[1], acc1[1], ...).
+                const __m512 first = _mm512_permutex2var_ps(acc[mi][jb][0], lo, acc[mi][jb][1]);
+                const __m512 second = _mm512_permutex2var_ps(acc[mi][jb][0], hi, acc[mi][jb][1]);
+                const int64_t left = 2 * (a.wd - col);
+                Store16<T>(a.y, y_row + 2 * col, LaneMask(left), first);
+                Store16<T>(a.y, y_row + 2 * col + 16, LaneMask(left - 16), second);
+              }
+            }
           }
         }
-      }
-      for (int mi = 0; mi < MB && m0 + mi < a.m; ++mi) {
-        const int64_t y_row = ((n * a.m + m0 + mi) * oh + i * a.kh + tap) * ow;
-        for (int jb = 0; jb < JB; ++jb) {
-          const int64_t col = j + 16 * jb;
-          if (col >= a.wd) break;
-          // Output columns 2 col + b: (acc0[0], acc1[0], acc0[1], acc1[1], ...).
-          const __m512 first = _mm512_permutex2var_ps(acc[mi][jb][0], lo, acc[mi][jb][1]);
-          const __m512 second = _mm512_permutex2var_ps(acc[mi][jb][0], hi, acc[mi][jb][1]);
-          const int64_t left = 2 * (a.wd - col);
-          Store16<T>(a.y, y_row + 2 * col, LaneMask(left), first);
-          Store16<T>(a.y, y_row + 2 * col + 16, LaneMask(left - 16), second);
-        }
-      }
-    }
-  }
+      });
 }
 
 template <int MB, int JB>

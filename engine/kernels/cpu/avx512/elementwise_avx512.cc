@@ -5,6 +5,7 @@
 
 #include "engine/kernels/cpu/avx512/elementwise.h"
 #include "engine/kernels/cpu/avx512/vec_convert_inl.h"
+#include "engine/kernels/cpu/parallel.h"
 
 namespace kiln::kernels::cpu::avx512 {
 namespace {
@@ -79,12 +80,13 @@ constexpr int64_t kPiece = int64_t{1} << 14;
 
 void EwSameShape(EwOp op, DataType dtype, const void* const* ins, int nin, void* dst, int64_t n) {
   const int64_t pieces = (n + kPiece - 1) / kPiece;  // kPiece is a multiple of 16
-#pragma omp parallel for schedule(static) if (pieces >= 4)
-  for (int64_t c = 0; c < pieces; ++c) {
-    const int64_t begin = c * kPiece, end = std::min(n, begin + kPiece);
-    WithOpAndType(op, dtype,
-                  [&]<EwOp Op, DataType T>() { Loop<Op, T>(ins, nin, dst, begin, end); });
-  }
+  ParallelFor(pieces, pieces >= 4, [&](int64_t c_begin, int64_t c_end) {
+    for (int64_t c = c_begin; c < c_end; ++c) {
+      const int64_t begin = c * kPiece, end = std::min(n, begin + kPiece);
+      WithOpAndType(op, dtype,
+                    [&]<EwOp Op, DataType T>() { Loop<Op, T>(ins, nin, dst, begin, end); });
+    }
+  });
 }
 
 }  // namespace kiln::kernels::cpu::avx512

@@ -23,6 +23,7 @@
 #include "engine/kernels/cpu/avx512/gemm.h"
 #include "engine/kernels/cpu/avx512/math.h"
 #include "engine/kernels/cpu/avx512/vec_convert_inl.h"
+#include "engine/kernels/cpu/parallel.h"
 #include "engine/kernels/cpu/ref/thread_scratch.h"
 
 namespace kiln::kernels::cpu::avx512 {
@@ -700,15 +701,9 @@ static void GemmAmxBf16(const GemmArgs& g) {
 
   const int64_t blocks_per_group = split.units_per_group, tasks = split.tasks;
 
-#pragma omp parallel if (split.parallel)
-  {
+  ParallelFor(g.batch * mblocks, split.parallel, [&](int64_t begin, int64_t end) {
     const Scratch row(ref::kScratchGemmAmxRow, kb * kAmxK * 2 + 64);
-    const Scratch bpack(ref::kScratchGemmB, b_strip_bytes);
-    alignas(64) float acc[kAmxRows * kNr];
-    const Scratch crow(ref::kScratchGemmC, 2 * kNr * 4);
-
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < g.batch * mblocks; ++t) {
+    for (int64_t t = begin; t < end; ++t) {
       const int64_t bi = t / mblocks, blk = t % mblocks;
       const void* a = Elem(g.a, g.type, g.a_offsets ? g.a_offsets[bi] : 0);
       uint16_t* dst = apack.as<uint16_t>() + t * a_block;
@@ -723,16 +718,19 @@ static void GemmAmxBf16(const GemmArgs& g) {
         }
       }
     }
+  });
 
+  ParallelFor(tasks, split.parallel, [&](int64_t t_begin, int64_t t_end) {
+    const Scratch bpack(ref::kScratchGemmB, b_strip_bytes);
+    alignas(64) float acc[kAmxRows * kNr];
+    const Scratch crow(ref::kScratchGemmC, 2 * kNr * 4);
     TileConfig cfg;
     for (int t = 0; t < 8; ++t) {
       cfg.rows[t] = 16;
       cfg.colsb[t] = 64;
     }
     _tile_loadconfig(&cfg);
-
-#pragma omp for schedule(dynamic)
-    for (int64_t t = 0; t < tasks; ++t) {
+    for (int64_t t = t_begin; t < t_end; ++t) {
       const int64_t bi = t / (strips * mgroups);
       const int64_t s = (t / mgroups) % strips, grp = t % mgroups;
       const int64_t j0 = s * kNr, nc = Min(kNr, g.n - j0);
@@ -778,7 +776,7 @@ static void GemmAmxBf16(const GemmArgs& g) {
       }
     }
     _tile_release();
-  }
+  });
 }
 
 }  // namespace
@@ -920,18 +918,9 @@ void GemmAvx512(const GemmArgs& g) {
 
   const int64_t tiles_per_group = split.units_per_group, tasks = split.tasks;
 
-#pragma omp parallel if (split.parallel)
-  {
-    const Scratch bpack(ref::kScratchGemmB, b_strip_bytes);
-    alignas(64) float acc[kMrMax * kNr];
-    const Scratch crow(ref::kScratchGemmC, 2 * kNr * 4);
-    // The row tile of a_per_tile. The same slot as `apack`: that mode leaves `apack` unused, and
-    // the others ask for 64 bytes, which never moves a slot's buffer (it only grows).
-    const Scratch atile(ref::kScratchGemmA, a_per_tile ? kMrMax * g.k * 4 + 64 : 64);
-
-    if (!a_in_place && !a_per_tile) {
-#pragma omp for schedule(static)
-      for (int64_t t = 0; t < g.batch * g.m; ++t) {
+  if (!a_in_place && !a_per_tile) {
+    ParallelFor(g.batch * g.m, split.parallel, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
         const int64_t bi = t / g.m, i = t % g.m;
         const void* a = Elem(g.a, g.type, g.a_offsets ? g.a_offsets[bi] : 0);
         if (dot) {
@@ -942,12 +931,18 @@ void GemmAvx512(const GemmArgs& g) {
           LoadRowF32(g.type, Elem(a, g.type, i * g.a_rs), g.a_cs, g.k, apack.as<float>() + t * g.k);
         }
       }
-    }
+    });
+  }
 
-    // Each thread takes a contiguous run of tasks (they cost the same but for a tail strip),
-    // so it knows the strip it takes next and can fetch a packed one while it computes.
-    const int nth = omp_get_num_threads(), tid = omp_get_thread_num();
-    const int64_t t_begin = tasks * tid / nth, t_end = tasks * (tid + 1) / nth;
+  // Each piece is a contiguous run of tasks (they cost the same but for a tail strip), so it
+  // knows the strip it takes next and can fetch a packed one while it computes.
+  ParallelFor(tasks, split.parallel, [&](int64_t t_begin, int64_t t_end) {
+    const Scratch bpack(ref::kScratchGemmB, b_strip_bytes);
+    alignas(64) float acc[kMrMax * kNr];
+    const Scratch crow(ref::kScratchGemmC, 2 * kNr * 4);
+    // The row tile of a_per_tile. The same slot as `apack`: that mode leaves `apack` unused,
+    // and the others ask for 64 bytes, which never moves a slot's buffer (it only grows).
+    const Scratch atile(ref::kScratchGemmA, a_per_tile ? kMrMax * g.k * 4 + 64 : 64);
     for (int64_t t = t_begin; t < t_end; ++t) {
       const int64_t bi = t / (strips * mgroups);
       const int64_t s = (t / mgroups) % strips, grp = t % mgroups;
@@ -1046,7 +1041,7 @@ void GemmAvx512(const GemmArgs& g) {
         StoreTile(g, bi, i0, mr, j0, nc, acc, crow.as<float>());
       }
     }
-  }
+  });
 }
 
 }  // namespace kiln::kernels::cpu::avx512

@@ -2,6 +2,7 @@
 // rules and errors are the reference kernels' (cpu/ref/nn_gemm.cc); the numbers differ from the
 // reference only by the accumulation order that gemm.h defines.
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -13,6 +14,7 @@
 #include "engine/kernels/cpu/avx512/gemm.h"
 #include "engine/kernels/cpu/avx512/math.h"
 #include "engine/kernels/cpu/avx512/register.h"
+#include "engine/kernels/cpu/parallel.h"
 #include "engine/kernels/cpu/ref/common.h"
 #include "engine/kernels/cpu/ref/fused_activation.h"
 
@@ -42,15 +44,18 @@ bool DotPathAllowed(const uint16_t* v, int64_t n, const uint16_t* v2 = nullptr, 
   const int64_t chunks1 = (n + kChunk - 1) / kChunk;
   const int64_t chunks = chunks1 + (n2 + kChunk - 1) / kChunk;
   if (chunks < 4) return Bf16DotPathAllowed(v, n) && Bf16DotPathAllowed(v2, n2);
-  bool allowed = true;
-#pragma omp parallel for schedule(static) reduction(&& : allowed)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const bool first = c < chunks1;
-    const int64_t begin = (first ? c : c - chunks1) * kChunk;
-    allowed = allowed && Bf16DotPathAllowed((first ? v : v2) + begin,
-                                            std::min(kChunk, (first ? n : n2) - begin));
-  }
-  return allowed;
+  std::atomic<bool> allowed{true};
+  ParallelFor(chunks, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1 && allowed.load(std::memory_order_relaxed); ++c) {
+      const bool first = c < chunks1;
+      const int64_t begin = (first ? c : c - chunks1) * kChunk;
+      if (!Bf16DotPathAllowed((first ? v : v2) + begin,
+                              std::min(kChunk, (first ? n : n2) - begin))) {
+        allowed.store(false, std::memory_order_relaxed);
+      }
+    }
+  });
+  return allowed.load();
 }
 
 // Bf16DotPathAllowed of A and B, B's kept between runs when B is the node's constant (a
@@ -387,21 +392,23 @@ class FusedMatMulKernel final : public Kernel {
         // vector erf's bound of the scalar one.
         constexpr int64_t kChunk = 1024;
         const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static)
-        for (int64_t c = 0; c < chunks; ++c) {
-          const int64_t begin = c * kChunk, m = std::min(kChunk, n - begin);
-          alignas(64) float x[kChunk];
-          widen(p + begin, x, m);
-          GeluF32(x, x, m);
-          narrow(x, p + begin, m);
-        }
+        ParallelFor(chunks, [&](int64_t c_begin, int64_t c_end) {
+          for (int64_t c = c_begin; c < c_end; ++c) {
+            const int64_t begin = c * kChunk, m = std::min(kChunk, n - begin);
+            alignas(64) float x[kChunk];
+            widen(p + begin, x, m);
+            GeluF32(x, x, m);
+            narrow(x, p + begin, m);
+          }
+        });
         return absl::OkStatus();
       }
       ref::WithActivation<float>(act_, [&](auto op) {
-#pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < n; ++i) {
-          p[i] = ref::Store<T>(op(static_cast<float>(ref::Load(p[i]))));
-        }
+        ParallelFor(n, [&](int64_t i_begin, int64_t i_end) {
+          for (int64_t i = i_begin; i < i_end; ++i) {
+            p[i] = ref::Store<T>(op(static_cast<float>(ref::Load(p[i]))));
+          }
+        });
       });
       return absl::OkStatus();
     });

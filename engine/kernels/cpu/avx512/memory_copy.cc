@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/kernels/cpu/avx512/memory.h"
+#include "engine/kernels/cpu/parallel.h"
 
 namespace kiln::kernels::cpu::avx512 {
 namespace {
@@ -80,28 +81,29 @@ void CopyTiles(const U* in, U* out, const std::vector<int64_t>& dims,
   int64_t total = sizeof(U);
   for (int64_t d : dims) total *= d;
   const int64_t chunks = Chunks(tasks, total);
-#pragma omp parallel for schedule(static) if (chunks > 1)
-  for (int64_t c = 0; c < chunks; ++c) {
-    for (int64_t t = tasks * c / chunks; t < tasks * (c + 1) / chunks; ++t) {
-      int64_t rem = t / ta, in_off = 0, out_off = 0;
-      for (int k = static_cast<int>(outer.size()) - 1; k >= 0; --k) {
-        const int a = outer[k];
-        const int64_t i = rem % dims[a];
-        rem /= dims[a];
-        in_off += i * strides[a];
-        out_off += i * ostr[a];
-      }
-      const int64_t a0 = t % ta * kTile, a1 = std::min(na, a0 + kTile);
-      for (int64_t b0 = 0; b0 < nb; b0 += kTile) {
-        const int64_t b1 = std::min(nb, b0 + kTile);
-        for (int64_t a = a0; a < a1; ++a) {
-          U* dst = out + out_off + a * oa;
-          const U* src = in + in_off + a;
-          for (int64_t b = b0; b < b1; ++b) dst[b] = src[b * sb];
+  ParallelFor(chunks, chunks > 1, [&](int64_t c_begin, int64_t c_end) {
+    for (int64_t c = c_begin; c < c_end; ++c) {
+      for (int64_t t = tasks * c / chunks; t < tasks * (c + 1) / chunks; ++t) {
+        int64_t rem = t / ta, in_off = 0, out_off = 0;
+        for (int k = static_cast<int>(outer.size()) - 1; k >= 0; --k) {
+          const int a = outer[k];
+          const int64_t i = rem % dims[a];
+          rem /= dims[a];
+          in_off += i * strides[a];
+          out_off += i * ostr[a];
+        }
+        const int64_t a0 = t % ta * kTile, a1 = std::min(na, a0 + kTile);
+        for (int64_t b0 = 0; b0 < nb; b0 += kTile) {
+          const int64_t b1 = std::min(nb, b0 + kTile);
+          for (int64_t a = a0; a < a1; ++a) {
+            U* dst = out + out_off + a * oa;
+            const U* src = in + in_off + a;
+            for (int64_t b = b0; b < b1; ++b) dst[b] = src[b * sb];
+          }
         }
       }
     }
-  }
+  });
 }
 
 template <typename U>
@@ -125,10 +127,11 @@ void StridedCopyTyped(const U* in, U* out, const std::vector<int64_t>& dims,
   for (int a = 0; a + 1 < rank; ++a) rows *= dims[a];
   const int64_t bytes = rows * dims[rank - 1] * static_cast<int64_t>(sizeof(U));
   const int64_t chunks = Chunks(rows, bytes);
-#pragma omp parallel for schedule(static) if (chunks > 1)
-  for (int64_t c = 0; c < chunks; ++c) {
-    CopyRowsOf(in, out, dims, strides, rows * c / chunks, rows * (c + 1) / chunks);
-  }
+  ParallelFor(chunks, chunks > 1, [&](int64_t c_begin, int64_t c_end) {
+    for (int64_t c = c_begin; c < c_end; ++c) {
+      CopyRowsOf(in, out, dims, strides, rows * c / chunks, rows * (c + 1) / chunks);
+    }
+  });
 }
 
 template <typename F>
@@ -188,12 +191,13 @@ void CopyRows(const char* src, int64_t src_rs, char* dst, int64_t dst_rs, int64_
               int64_t bytes) {
   if (bytes <= 0 || rows <= 0) return;
   const int64_t chunks = Chunks(rows, rows * bytes);
-#pragma omp parallel for schedule(static) if (chunks > 1)
-  for (int64_t c = 0; c < chunks; ++c) {
-    for (int64_t r = rows * c / chunks; r < rows * (c + 1) / chunks; ++r) {
-      CopyChunk(dst + r * dst_rs, src + r * src_rs, bytes);
+  ParallelFor(chunks, chunks > 1, [&](int64_t c_begin, int64_t c_end) {
+    for (int64_t c = c_begin; c < c_end; ++c) {
+      for (int64_t r = rows * c / chunks; r < rows * (c + 1) / chunks; ++r) {
+        CopyChunk(dst + r * dst_rs, src + r * src_rs, bytes);
+      }
     }
-  }
+  });
 }
 
 }  // namespace kiln::kernels::cpu::avx512

@@ -13,6 +13,7 @@
 #include "engine/kernels/cpu/avx512/memory.h"
 #include "engine/kernels/cpu/avx512/memory_kernel.h"
 #include "engine/kernels/cpu/avx512/register.h"
+#include "engine/kernels/cpu/parallel.h"
 #include "engine/kernels/cpu/ref/layout_internal.h"
 
 namespace kiln::kernels::cpu::avx512 {
@@ -71,16 +72,17 @@ absl::StatusOr<bool> FastConcat(const ir::Node& node, KernelContext& ctx) {
     if (chunk > 0) parts.push_back({static_cast<const char*>(x->raw_data()), chunk});
   }
   const int64_t chunks = Chunks(outer, outer * row);
-#pragma omp parallel for schedule(static) if (chunks > 1)
-  for (int64_t c = 0; c < chunks; ++c) {
-    for (int64_t o = outer * c / chunks; o < outer * (c + 1) / chunks; ++o) {
-      char* d = dst + o * row;
-      for (const auto& [src, chunk] : parts) {
-        CopyChunk(d, src + o * chunk, chunk);
-        d += chunk;
+  ParallelFor(chunks, chunks > 1, [&](int64_t c_begin, int64_t c_end) {
+    for (int64_t c = c_begin; c < c_end; ++c) {
+      for (int64_t o = outer * c / chunks; o < outer * (c + 1) / chunks; ++o) {
+        char* d = dst + o * row;
+        for (const auto& [src, chunk] : parts) {
+          CopyChunk(d, src + o * chunk, chunk);
+          d += chunk;
+        }
       }
     }
-  }
+  });
   return true;
 }
 
@@ -132,20 +134,21 @@ void GatherBlocks(const U* data, U* out, const std::vector<int64_t>& idx, int64_
   const int64_t rows = outer * count;
   const int64_t bytes = rows * inner * static_cast<int64_t>(sizeof(U));
   const int64_t chunks = Chunks(rows, bytes);
-#pragma omp parallel for schedule(static) if (chunks > 1)
-  for (int64_t c = 0; c < chunks; ++c) {
-    for (int64_t r = rows * c / chunks; r < rows * (c + 1) / chunks; ++r) {
-      const U* src = data + (r / count * n + idx[r % count]) * inner;
-      U* dst = out + r * inner;
-      if (inner == 1) {
-        *dst = *src;
-      } else if (inner * static_cast<int64_t>(sizeof(U)) >= 64) {
-        std::memcpy(dst, src, inner * sizeof(U));
-      } else {
-        for (int64_t j = 0; j < inner; ++j) dst[j] = src[j];
+  ParallelFor(chunks, chunks > 1, [&](int64_t c_begin, int64_t c_end) {
+    for (int64_t c = c_begin; c < c_end; ++c) {
+      for (int64_t r = rows * c / chunks; r < rows * (c + 1) / chunks; ++r) {
+        const U* src = data + (r / count * n + idx[r % count]) * inner;
+        U* dst = out + r * inner;
+        if (inner == 1) {
+          *dst = *src;
+        } else if (inner * static_cast<int64_t>(sizeof(U)) >= 64) {
+          std::memcpy(dst, src, inner * sizeof(U));
+        } else {
+          for (int64_t j = 0; j < inner; ++j) dst[j] = src[j];
+        }
       }
     }
-  }
+  });
 }
 
 absl::StatusOr<bool> FastGather(const ir::Node& node, KernelContext& ctx) {

@@ -18,6 +18,7 @@
 #include "engine/kernels/cpu/avx512/memory.h"
 #include "engine/kernels/cpu/avx512/memory_kernel.h"
 #include "engine/kernels/cpu/avx512/register.h"
+#include "engine/kernels/cpu/parallel.h"
 #include "engine/kernels/cpu/ref/common.h"
 #include "engine/kernels/cpu/ref/layout_internal.h"
 
@@ -187,21 +188,22 @@ void PadIndexedRows(const U* in, U* out, const std::vector<int64_t>& out_dims,
   const int64_t bytes = rows * inner * static_cast<int64_t>(sizeof(U));
   const int64_t chunks =
       bytes >= (int64_t{1} << 17) ? std::min<int64_t>(rows, 4 * omp_get_max_threads()) : 1;
-#pragma omp parallel for schedule(static) if (chunks > 1)
-  for (int64_t c = 0; c < chunks; ++c) {
-    for (int64_t r = rows * c / chunks; r < rows * (c + 1) / chunks; ++r) {
-      int64_t rem = r, off = 0;
-      for (int a = rank - 2; a >= 0; --a) {
-        off += offsets[a][rem % out_dims[a]];
-        rem /= out_dims[a];
+  ParallelFor(chunks, chunks > 1, [&](int64_t c_begin, int64_t c_end) {
+    for (int64_t c = c_begin; c < c_end; ++c) {
+      for (int64_t r = rows * c / chunks; r < rows * (c + 1) / chunks; ++r) {
+        int64_t rem = r, off = 0;
+        for (int a = rank - 2; a >= 0; --a) {
+          off += offsets[a][rem % out_dims[a]];
+          rem /= out_dims[a];
+        }
+        const U* src = in + off;
+        U* dst = out + r * inner;
+        for (int64_t j = 0; j < left; ++j) dst[j] = src[last[j]];
+        if (mid > 0) std::memcpy(dst + left, src + mid_src, mid * sizeof(U));
+        for (int64_t j = left + mid; j < inner; ++j) dst[j] = src[last[j]];
       }
-      const U* src = in + off;
-      U* dst = out + r * inner;
-      for (int64_t j = 0; j < left; ++j) dst[j] = src[last[j]];
-      if (mid > 0) std::memcpy(dst + left, src + mid_src, mid * sizeof(U));
-      for (int64_t j = left + mid; j < inner; ++j) dst[j] = src[last[j]];
     }
-  }
+  });
 }
 
 absl::StatusOr<bool> FastPad(const ir::Node& node, KernelContext& ctx) {
@@ -295,27 +297,28 @@ absl::StatusOr<bool> FastPad(const ir::Node& node, KernelContext& ctx) {
   const int64_t mid = std::min(keep[rank - 1], inner - left);
   const int64_t chunks =
       total * esz >= (int64_t{1} << 17) ? std::min<int64_t>(rows, 4 * omp_get_max_threads()) : 1;
-#pragma omp parallel for schedule(static) if (chunks > 1)
-  for (int64_t c = 0; c < chunks; ++c) {
-    for (int64_t r = rows * c / chunks; r < rows * (c + 1) / chunks; ++r) {
-      char* dst = out + r * inner * esz;
-      int64_t rem = r, off = 0;
-      bool inside = true;
-      for (int a = rank - 2; a >= 0 && inside; --a) {
-        const int64_t i = rem % out_dims[a] - pb[a];
-        rem /= out_dims[a];
-        inside = i >= 0 && i < keep[a];
-        off += (lo[a] + i) * strides[a];
+  ParallelFor(chunks, chunks > 1, [&](int64_t c_begin, int64_t c_end) {
+    for (int64_t c = c_begin; c < c_end; ++c) {
+      for (int64_t r = rows * c / chunks; r < rows * (c + 1) / chunks; ++r) {
+        char* dst = out + r * inner * esz;
+        int64_t rem = r, off = 0;
+        bool inside = true;
+        for (int a = rank - 2; a >= 0 && inside; --a) {
+          const int64_t i = rem % out_dims[a] - pb[a];
+          rem /= out_dims[a];
+          inside = i >= 0 && i < keep[a];
+          off += (lo[a] + i) * strides[a];
+        }
+        if (!inside || mid <= 0) {
+          FillElements(dst, inner, esz, &fill);
+          continue;
+        }
+        FillElements(dst, left, esz, &fill);
+        std::memcpy(dst + left * esz, in + (off + lo[rank - 1]) * esz, mid * esz);
+        FillElements(dst + (left + mid) * esz, inner - left - mid, esz, &fill);
       }
-      if (!inside || mid <= 0) {
-        FillElements(dst, inner, esz, &fill);
-        continue;
-      }
-      FillElements(dst, left, esz, &fill);
-      std::memcpy(dst + left * esz, in + (off + lo[rank - 1]) * esz, mid * esz);
-      FillElements(dst + (left + mid) * esz, inner - left - mid, esz, &fill);
     }
-  }
+  });
   return true;
 }
 

@@ -7,6 +7,7 @@
 
 #include "engine/kernels/cpu/avx512/norm.h"
 #include "engine/kernels/cpu/avx512/vec_convert_inl.h"
+#include "engine/kernels/cpu/parallel.h"
 
 namespace kiln::kernels::cpu::avx512 {
 namespace {
@@ -64,11 +65,8 @@ void Rows(const LayerNormArgs& a, int64_t r0, int64_t r1) {
 template <DataType T>
 void RowsThreaded(const LayerNormArgs& a) {
   // Rows are independent: split over the threads once there is enough work (as the reference).
-#pragma omp parallel if (a.rows > 1 && a.rows * a.n >= (int64_t{1} << 15))
-  {
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < a.rows; ++r) Rows<T>(a, r, r + 1);
-  }
+  ParallelFor(a.rows, a.rows > 1 && a.rows * a.n >= (int64_t{1} << 15),
+              [&](int64_t begin, int64_t end) { Rows<T>(a, begin, end); });
 }
 
 }  // namespace
@@ -90,17 +88,18 @@ namespace {
 template <DataType T>
 void BatchNormPixels(const void* x, void* y, int64_t pixels, int64_t channels, const float* mean,
                      const float* stddev, const float* scale, const float* bias) {
-#pragma omp parallel for schedule(static) if (pixels * channels >= (1 << 15))
-  for (int64_t p = 0; p < pixels; ++p) {
-    for (int64_t c = 0; c < channels; c += 16) {
-      const __mmask16 m = LaneMask(channels - c);
-      const int64_t i = p * channels + c;
-      __m512 v = _mm512_sub_ps(Load16<T>(x, i, m), _mm512_maskz_loadu_ps(m, mean + c));
-      v = _mm512_div_ps(v, _mm512_mask_loadu_ps(_mm512_set1_ps(1.0f), m, stddev + c));
-      v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, scale + c));
-      Store16<T>(y, i, m, _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, bias + c)));
+  ParallelFor(pixels, pixels * channels >= (1 << 15), [&](int64_t p_begin, int64_t p_end) {
+    for (int64_t p = p_begin; p < p_end; ++p) {
+      for (int64_t c = 0; c < channels; c += 16) {
+        const __mmask16 m = LaneMask(channels - c);
+        const int64_t i = p * channels + c;
+        __m512 v = _mm512_sub_ps(Load16<T>(x, i, m), _mm512_maskz_loadu_ps(m, mean + c));
+        v = _mm512_div_ps(v, _mm512_mask_loadu_ps(_mm512_set1_ps(1.0f), m, stddev + c));
+        v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, scale + c));
+        Store16<T>(y, i, m, _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, bias + c)));
+      }
     }
-  }
+  });
 }
 
 template <DataType T>
@@ -108,29 +107,30 @@ void LrnPixels(const void* x, void* y, int64_t pixels, int64_t channels, int64_t
                float beta, float bias) {
   const int64_t lo = (size - 1) / 2, hi = size - 1 - lo;
   const float scale = alpha / static_cast<float>(size);
-#pragma omp parallel for schedule(static) if (pixels * channels >= (1 << 14))
-  for (int64_t p = 0; p < pixels; ++p) {
-    const int64_t row = p * channels;
-    for (int64_t c = 0; c < channels; c += 16) {
-      const __mmask16 m = LaneMask(channels - c);
-      // Lane j (channel c + j) adds x[c + j + k]^2 for k = -lo .. hi; a channel outside
-      // [0, channels) adds +0 (a masked lane), which leaves the non-negative sum as it is.
-      __m512 sq = _mm512_setzero_ps();
-      for (int64_t k = -lo; k <= hi; ++k) {
-        const int64_t first = std::max<int64_t>(0, -(c + k));           // lanes below channel 0
-        const int64_t end = std::min<int64_t>(16, channels - (c + k));  // lanes past the last
-        if (end <= first) continue;
-        const __mmask16 in = static_cast<__mmask16>(m & LaneMask(end) & ~LaneMask(first));
-        const __m512 v = Load16<T>(x, row + c + k, in);
-        sq = _mm512_add_ps(sq, _mm512_mul_ps(v, v));
+  ParallelFor(pixels, pixels * channels >= (1 << 14), [&](int64_t p_begin, int64_t p_end) {
+    for (int64_t p = p_begin; p < p_end; ++p) {
+      const int64_t row = p * channels;
+      for (int64_t c = 0; c < channels; c += 16) {
+        const __mmask16 m = LaneMask(channels - c);
+        // Lane j (channel c + j) adds x[c + j + k]^2 for k = -lo .. hi; a channel outside
+        // [0, channels) adds +0 (a masked lane), which leaves the non-negative sum as it is.
+        __m512 sq = _mm512_setzero_ps();
+        for (int64_t k = -lo; k <= hi; ++k) {
+          const int64_t first = std::max<int64_t>(0, -(c + k));           // lanes below channel 0
+          const int64_t end = std::min<int64_t>(16, channels - (c + k));  // lanes past the last
+          if (end <= first) continue;
+          const __mmask16 in = static_cast<__mmask16>(m & LaneMask(end) & ~LaneMask(first));
+          const __m512 v = Load16<T>(x, row + c + k, in);
+          sq = _mm512_add_ps(sq, _mm512_mul_ps(v, v));
+        }
+        alignas(64) float lanes[16];
+        _mm512_store_ps(lanes, sq);
+        for (int j = 0; j < 16; ++j) lanes[j] = std::pow(bias + scale * lanes[j], beta);
+        const __m512 denom = _mm512_mask_load_ps(_mm512_set1_ps(1.0f), m, lanes);
+        Store16<T>(y, row + c, m, _mm512_div_ps(Load16<T>(x, row + c, m), denom));
       }
-      alignas(64) float lanes[16];
-      _mm512_store_ps(lanes, sq);
-      for (int j = 0; j < 16; ++j) lanes[j] = std::pow(bias + scale * lanes[j], beta);
-      const __m512 denom = _mm512_mask_load_ps(_mm512_set1_ps(1.0f), m, lanes);
-      Store16<T>(y, row + c, m, _mm512_div_ps(Load16<T>(x, row + c, m), denom));
     }
-  }
+  });
 }
 
 }  // namespace

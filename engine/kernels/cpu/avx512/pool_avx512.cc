@@ -6,6 +6,7 @@
 
 #include "engine/kernels/cpu/avx512/pool.h"
 #include "engine/kernels/cpu/avx512/vec_convert_inl.h"
+#include "engine/kernels/cpu/parallel.h"
 
 namespace kiln::kernels::cpu::avx512 {
 namespace {
@@ -144,30 +145,31 @@ void MaxPool(const void* x, void* y, const PoolWindow2d& w) {
   if (w.dh == 1 && w.dw == 1 && w.kh == 3 && w.kw == 3) inside = MaxRowInside<T, 3, 3>;
   int64_t ox0 = 0, ox1 = 0;
   InsideColumns(w, &ox0, &ox1);
-#pragma omp parallel for schedule(static) if (rows * w.ow * w.c >= (1 << 14))
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t b = r / w.oh, oy = r % w.oh;
-    auto pixel = [&](int64_t ox, auto fold) {
-      const int64_t out = ((b * w.oh + oy) * w.ow + ox) * w.c;
-      for (int64_t c = 0; c < w.c; c += 16) {
-        const __mmask16 m = LaneMask(w.c - c);
-        // Cells in row-major order.
-        const __m512 best =
-            fold(c, m, _mm512_set1_ps(std::numeric_limits<float>::lowest()), MaxStep);
-        Store16<T>(y, out + c, m, best);
+  ParallelFor(rows, rows * w.ow * w.c >= (1 << 14), [&](int64_t r_begin, int64_t r_end) {
+    for (int64_t r = r_begin; r < r_end; ++r) {
+      const int64_t b = r / w.oh, oy = r % w.oh;
+      auto pixel = [&](int64_t ox, auto fold) {
+        const int64_t out = ((b * w.oh + oy) * w.ow + ox) * w.c;
+        for (int64_t c = 0; c < w.c; c += 16) {
+          const __mmask16 m = LaneMask(w.c - c);
+          // Cells in row-major order.
+          const __m512 best =
+              fold(c, m, _mm512_set1_ps(std::numeric_limits<float>::lowest()), MaxStep);
+          Store16<T>(y, out + c, m, best);
+        }
+      };
+      if (inside != nullptr && ox0 < ox1) {
+        const WindowRows window_rows(w, b, oy);
+        if (window_rows.count == w.kh) {
+          inside(x, y, w, window_rows, (b * w.oh + oy) * w.ow * w.c, ox0, ox1);
+          PoolRow<T>(x, w, b, oy, pixel, 0, ox0);
+          PoolRow<T>(x, w, b, oy, pixel, ox1, w.ow);
+          continue;
+        }
       }
-    };
-    if (inside != nullptr && ox0 < ox1) {
-      const WindowRows window_rows(w, b, oy);
-      if (window_rows.count == w.kh) {
-        inside(x, y, w, window_rows, (b * w.oh + oy) * w.ow * w.c, ox0, ox1);
-        PoolRow<T>(x, w, b, oy, pixel, 0, ox0);
-        PoolRow<T>(x, w, b, oy, pixel, ox1, w.ow);
-        continue;
-      }
+      PoolRow<T>(x, w, b, oy, pixel);
     }
-    PoolRow<T>(x, w, b, oy, pixel);
-  }
+  });
 }
 
 // Cells of one window along one axis: those inside the input [0, in) and those inside the
@@ -189,26 +191,27 @@ AxisCells Cells(int64_t o, int64_t stride, int64_t pad, int64_t pad_end, int64_t
 template <DataType T>
 void AveragePool(const void* x, void* y, const PoolWindow2d& w, bool count_include_pad) {
   const int64_t rows = w.n * w.oh;
-#pragma omp parallel for schedule(static) if (rows * w.ow * w.c >= (1 << 14))
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t b = r / w.oh, oy = r % w.oh;
-    const AxisCells cy = Cells(oy, w.sh, w.ph, w.ph_end, w.kh, w.dh, w.ih);
-    PoolRow<T>(x, w, b, oy, [&](int64_t ox, auto fold) {
-      const AxisCells cx = Cells(ox, w.sw, w.pw, w.pw_end, w.kw, w.dw, w.iw);
-      const int64_t count = count_include_pad ? cy.padded * cx.padded : cy.inside * cx.inside;
-      const __m512 divisor = _mm512_set1_ps(static_cast<float>(count));
-      const int64_t out = ((b * w.oh + oy) * w.ow + ox) * w.c;
-      for (int64_t c = 0; c < w.c; c += 16) {
-        const __mmask16 m = LaneMask(w.c - c);
-        // The cells inside the input in row-major order, summed from 0 as the reference.
-        const __m512 sum = fold(c, m, _mm512_setzero_ps(),
-                                [](__m512 acc, __m512 v) { return _mm512_add_ps(acc, v); });
-        // A window with nothing to count has nothing to average: 0 (one entirely in the padding
-        // that counts the padding divides a sum of nothing, 0, as the reference).
-        Store16<T>(y, out + c, m, count > 0 ? _mm512_div_ps(sum, divisor) : _mm512_setzero_ps());
-      }
-    });
-  }
+  ParallelFor(rows, rows * w.ow * w.c >= (1 << 14), [&](int64_t r_begin, int64_t r_end) {
+    for (int64_t r = r_begin; r < r_end; ++r) {
+      const int64_t b = r / w.oh, oy = r % w.oh;
+      const AxisCells cy = Cells(oy, w.sh, w.ph, w.ph_end, w.kh, w.dh, w.ih);
+      PoolRow<T>(x, w, b, oy, [&](int64_t ox, auto fold) {
+        const AxisCells cx = Cells(ox, w.sw, w.pw, w.pw_end, w.kw, w.dw, w.iw);
+        const int64_t count = count_include_pad ? cy.padded * cx.padded : cy.inside * cx.inside;
+        const __m512 divisor = _mm512_set1_ps(static_cast<float>(count));
+        const int64_t out = ((b * w.oh + oy) * w.ow + ox) * w.c;
+        for (int64_t c = 0; c < w.c; c += 16) {
+          const __mmask16 m = LaneMask(w.c - c);
+          // The cells inside the input in row-major order, summed from 0 as the reference.
+          const __m512 sum = fold(c, m, _mm512_setzero_ps(),
+                                  [](__m512 acc, __m512 v) { return _mm512_add_ps(acc, v); });
+          // A window with nothing to count has nothing to average: 0 (one entirely in the padding
+          // that counts the padding divides a sum of nothing, 0, as the reference).
+          Store16<T>(y, out + c, m, count > 0 ? _mm512_div_ps(sum, divisor) : _mm512_setzero_ps());
+        }
+      });
+    }
+  });
 }
 
 template <DataType T>

@@ -12,6 +12,7 @@
 
 #include "engine/kernels/cpu/avx512/pool_nchw.h"
 #include "engine/kernels/cpu/avx512/vec_convert_inl.h"
+#include "engine/kernels/cpu/parallel.h"
 
 namespace kiln::kernels::cpu::avx512 {
 namespace {
@@ -69,13 +70,11 @@ void Windowed(const PoolNchwArgs& a) {
   for (int d = nd - 2; d >= 0; --d) row_stride[d] = row_stride[d + 1] * a.in[d + 1];
   const __m512 lowest = _mm512_set1_ps(std::numeric_limits<float>::lowest());
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-#pragma omp parallel if (rows * out_last >= 4096)
-  {
+  ParallelFor(rows, rows * out_last >= 4096, [&](int64_t r_begin, int64_t r_end) {
     std::vector<int64_t> offs;
     std::vector<int64_t> o(std::max(nd - 1, 0)), kpos(std::max(nd - 1, 0));
     std::vector<float> divisor(out_last);
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t r = r_begin; r < r_end; ++r) {
       const int64_t plane = r / outer_rows;
       int64_t rest = r % outer_rows;
       for (int d = last - 1; d >= 0; --d) {
@@ -150,7 +149,7 @@ void Windowed(const PoolNchwArgs& a) {
         Store16<T>(a.y, y0 + x0, m, acc);
       }
     }
-  }
+  });
 }
 
 template <DataType T>
@@ -160,24 +159,25 @@ void Global(const void* x, void* y, int64_t planes, int64_t size, bool average) 
       _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                          _mm512_set1_epi32(static_cast<int>(size)));
   const __m512 count = _mm512_set1_ps(static_cast<float>(size));
-#pragma omp parallel for schedule(static) if (planes * size >= (1 << 16))
-  for (int64_t b = 0; b < blocks; ++b) {
-    const __mmask16 m = LaneMask(planes - b * 16);
-    const char* base = static_cast<const char*>(x) +
-                       b * 16 * size * static_cast<int64_t>(T == DataType::kF32 ? 4 : 2);
-    __m512 acc = average ? _mm512_setzero_ps() : Gather16<T>(base, lane, m);
-    for (int64_t i = average ? 0 : 1; i < size; ++i) {
-      const __m512i idx = _mm512_add_epi32(lane, _mm512_set1_epi32(static_cast<int>(i)));
-      const __m512 v = Gather16<T>(base, idx, m);
-      if (average) {
-        acc = _mm512_add_ps(acc, v);
-      } else {
-        acc = _mm512_mask_mov_ps(acc, _mm512_cmp_ps_mask(acc, v, _CMP_LT_OQ), v);  // std::max
+  ParallelFor(blocks, planes * size >= (1 << 16), [&](int64_t b_begin, int64_t b_end) {
+    for (int64_t b = b_begin; b < b_end; ++b) {
+      const __mmask16 m = LaneMask(planes - b * 16);
+      const char* base = static_cast<const char*>(x) +
+                         b * 16 * size * static_cast<int64_t>(T == DataType::kF32 ? 4 : 2);
+      __m512 acc = average ? _mm512_setzero_ps() : Gather16<T>(base, lane, m);
+      for (int64_t i = average ? 0 : 1; i < size; ++i) {
+        const __m512i idx = _mm512_add_epi32(lane, _mm512_set1_epi32(static_cast<int>(i)));
+        const __m512 v = Gather16<T>(base, idx, m);
+        if (average) {
+          acc = _mm512_add_ps(acc, v);
+        } else {
+          acc = _mm512_mask_mov_ps(acc, _mm512_cmp_ps_mask(acc, v, _CMP_LT_OQ), v);  // std::max
+        }
       }
+      if (average) acc = size > 0 ? _mm512_div_ps(acc, count) : _mm512_setzero_ps();
+      Store16<T>(y, b * 16, m, acc);
     }
-    if (average) acc = size > 0 ? _mm512_div_ps(acc, count) : _mm512_setzero_ps();
-    Store16<T>(y, b * 16, m, acc);
-  }
+  });
 }
 
 // GlobalMaxPool of planes of at least 16 elements, one plane at a time, 16 elements per step:
@@ -188,33 +188,34 @@ void Global(const void* x, void* y, int64_t planes, int64_t size, bool average) 
 // comparison).
 template <DataType T>
 void GlobalMaxLong(const void* x, void* y, int64_t planes, int64_t size) {
-#pragma omp parallel for schedule(static) if (planes * size >= (1 << 16))
-  for (int64_t p = 0; p < planes; ++p) {
-    const int64_t base = p * size;
-    const __m512 first = _mm512_broadcastss_ps(_mm512_castps512_ps128(Load16<T>(x, base, 1)));
-    __m512 acc = first;
-    for (int64_t i = 1; i < size; i += 16) {
-      const __mmask16 m = LaneMask(size - i);
-      const __m512 v = Load16<T>(x, base + i, m);
-      acc = _mm512_mask_mov_ps(acc, m & _mm512_cmp_ps_mask(acc, v, _CMP_LT_OQ), v);
-    }
-    alignas(64) float lanes[16];
-    _mm512_store_ps(lanes, acc);
-    float best = lanes[0];
-    for (int l = 1; l < 16; ++l) best = best < lanes[l] ? lanes[l] : best;
-    if (best == 0.0f) {  // the first zero of the plane, with its sign
-      for (int64_t i = 0; i < size; i += 16) {
+  ParallelFor(planes, planes * size >= (1 << 16), [&](int64_t p_begin, int64_t p_end) {
+    for (int64_t p = p_begin; p < p_end; ++p) {
+      const int64_t base = p * size;
+      const __m512 first = _mm512_broadcastss_ps(_mm512_castps512_ps128(Load16<T>(x, base, 1)));
+      __m512 acc = first;
+      for (int64_t i = 1; i < size; i += 16) {
         const __mmask16 m = LaneMask(size - i);
-        const __mmask16 zero =
-            _mm512_mask_cmp_ps_mask(m, Load16<T>(x, base + i, m), _mm512_setzero_ps(), _CMP_EQ_OQ);
-        if (zero != 0) {
-          best = _mm512_cvtss_f32(_mm512_maskz_compress_ps(zero, Load16<T>(x, base + i, m)));
-          break;
+        const __m512 v = Load16<T>(x, base + i, m);
+        acc = _mm512_mask_mov_ps(acc, m & _mm512_cmp_ps_mask(acc, v, _CMP_LT_OQ), v);
+      }
+      alignas(64) float lanes[16];
+      _mm512_store_ps(lanes, acc);
+      float best = lanes[0];
+      for (int l = 1; l < 16; ++l) best = best < lanes[l] ? lanes[l] : best;
+      if (best == 0.0f) {  // the first zero of the plane, with its sign
+        for (int64_t i = 0; i < size; i += 16) {
+          const __mmask16 m = LaneMask(size - i);
+          const __mmask16 zero = _mm512_mask_cmp_ps_mask(m, Load16<T>(x, base + i, m),
+                                                         _mm512_setzero_ps(), _CMP_EQ_OQ);
+          if (zero != 0) {
+            best = _mm512_cvtss_f32(_mm512_maskz_compress_ps(zero, Load16<T>(x, base + i, m)));
+            break;
+          }
         }
       }
+      Store16<T>(y, p, 1, _mm512_set1_ps(best));
     }
-    Store16<T>(y, p, 1, _mm512_set1_ps(best));
-  }
+  });
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 
 #include "engine/kernels/cpu/avx512/quant.h"
 #include "engine/kernels/cpu/avx512/vec_convert_inl.h"
+#include "engine/kernels/cpu/parallel.h"
 
 namespace kiln::kernels::cpu::avx512 {
 namespace {
@@ -32,8 +33,9 @@ void Pieces(int64_t n, F&& body) {
     for (int64_t p = 0; p < pieces; ++p) body(p * kPiece, std::min(n, (p + 1) * kPiece));
     return;
   }
-#pragma omp parallel for schedule(static)
-  for (int64_t p = 0; p < pieces; ++p) body(p * kPiece, std::min(n, (p + 1) * kPiece));
+  ParallelFor(pieces, [&](int64_t p_begin, int64_t p_end) {
+    for (int64_t p = p_begin; p < p_end; ++p) body(p * kPiece, std::min(n, (p + 1) * kPiece));
+  });
 }
 
 // The loop of QuantizeLinear and DequantizeLinear: body(i, m, s, z, full) for every 16 elements
@@ -258,18 +260,19 @@ inline __m512i Interleave4x16(const uint8_t* r0, const uint8_t* r1, const uint8_
 void PackRows(const uint8_t* rows, int64_t kp, int64_t np, int64_t n, uint8_t* packed,
               int32_t* col_sums) {
   const int64_t kb_count = kp / 4, panels = np / 16;
-#pragma omp parallel for schedule(static) if (kp * np >= (int64_t{1} << 18))
-  for (int64_t p = 0; p < panels; ++p) {
-    uint8_t* dst = packed + p * kb_count * 64;
-    __m512i sum = _mm512_setzero_si512();
-    const __m512i ones = _mm512_set1_epi8(1);
-    for (int64_t kb = 0; kb < kb_count; ++kb) {
-      const uint8_t* r0 = rows + 4 * kb * np + p * 16;
-      sum = _mm512_dpbusd_epi32(
-          sum, ones, Interleave4x16(r0, r0 + np, r0 + 2 * np, r0 + 3 * np, dst + kb * 64));
+  ParallelFor(panels, kp * np >= (int64_t{1} << 18), [&](int64_t p_begin, int64_t p_end) {
+    for (int64_t p = p_begin; p < p_end; ++p) {
+      uint8_t* dst = packed + p * kb_count * 64;
+      __m512i sum = _mm512_setzero_si512();
+      const __m512i ones = _mm512_set1_epi8(1);
+      for (int64_t kb = 0; kb < kb_count; ++kb) {
+        const uint8_t* r0 = rows + 4 * kb * np + p * 16;
+        sum = _mm512_dpbusd_epi32(
+            sum, ones, Interleave4x16(r0, r0 + np, r0 + 2 * np, r0 + 3 * np, dst + kb * 64));
+      }
+      _mm512_mask_storeu_epi32(col_sums + p * 16, LaneMask(n - p * 16), sum);
     }
-    _mm512_mask_storeu_epi32(col_sums + p * 16, LaneMask(n - p * 16), sum);
-  }
+  });
 }
 
 // acc += the 4-byte dot products of unsigned `u` and signed `s` (vpdpbusd) in place. Inline asm:
@@ -638,27 +641,28 @@ void Im2ColPackInt8(const void* x, bool x_signed, const Int8ConvGeometry& g, int
       parallel ? std::clamp<int64_t>((panels + 2 * threads - 1) / (2 * threads), 1, kChunk)
                : kChunk;
   const int64_t chunks = (panels + per - 1) / per;
-#pragma omp parallel for schedule(static) if (parallel && chunks > 1)
-  for (int64_t ch = 0; ch < chunks; ++ch) {
-    const int64_t p0 = ch * per, p1 = std::min(panels, p0 + per);
-    const int64_t c0 = p0 * 16, c1 = p1 * 16;
-    alignas(64) uint8_t rows[4][kChunk * 16];
-    __m512i sums[kChunk];
-    for (int64_t q = 0; q < p1 - p0; ++q) sums[q] = _mm512_setzero_si512();
-    const __m512i ones = _mm512_set1_epi8(1);
-    for (int64_t kb = 0; kb < kb_count; ++kb) {
-      for (int r = 0; r < 4; ++r) Im2ColRowRange(src, g, 4 * kb + r, c0, c1, flip, pad, rows[r]);
+  ParallelFor(chunks, parallel && chunks > 1, [&](int64_t ch_begin, int64_t ch_end) {
+    for (int64_t ch = ch_begin; ch < ch_end; ++ch) {
+      const int64_t p0 = ch * per, p1 = std::min(panels, p0 + per);
+      const int64_t c0 = p0 * 16, c1 = p1 * 16;
+      alignas(64) uint8_t rows[4][kChunk * 16];
+      __m512i sums[kChunk];
+      for (int64_t q = 0; q < p1 - p0; ++q) sums[q] = _mm512_setzero_si512();
+      const __m512i ones = _mm512_set1_epi8(1);
+      for (int64_t kb = 0; kb < kb_count; ++kb) {
+        for (int r = 0; r < 4; ++r) Im2ColRowRange(src, g, 4 * kb + r, c0, c1, flip, pad, rows[r]);
+        for (int64_t q = 0; q < p1 - p0; ++q) {
+          uint8_t* dst = packed + (p0 + q) * kb_count * 64 + kb * 64;
+          sums[q] = _mm512_dpbusd_epi32(sums[q], ones,
+                                        Interleave4x16(rows[0] + q * 16, rows[1] + q * 16,
+                                                       rows[2] + q * 16, rows[3] + q * 16, dst));
+        }
+      }
       for (int64_t q = 0; q < p1 - p0; ++q) {
-        uint8_t* dst = packed + (p0 + q) * kb_count * 64 + kb * 64;
-        sums[q] = _mm512_dpbusd_epi32(sums[q], ones,
-                                      Interleave4x16(rows[0] + q * 16, rows[1] + q * 16,
-                                                     rows[2] + q * 16, rows[3] + q * 16, dst));
+        _mm512_mask_storeu_epi32(col_sums + (p0 + q) * 16, LaneMask(p - (p0 + q) * 16), sums[q]);
       }
     }
-    for (int64_t q = 0; q < p1 - p0; ++q) {
-      _mm512_mask_storeu_epi32(col_sums + (p0 + q) * 16, LaneMask(p - (p0 + q) * 16), sums[q]);
-    }
-  }
+  });
 }
 
 void GemmInt8(const GemmInt8Args& g) {
@@ -668,13 +672,14 @@ void GemmInt8(const GemmInt8Args& g) {
   const int64_t tiles = groups * mtiles;
   const bool parallel = g.m * g.n * std::max<int64_t>(g.k, 1) >= (int64_t{1} << 21) && tiles > 1;
   // Consecutive tiles share a B panel group (kept in L2 while the row tiles pass over it).
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t t = 0; t < tiles; ++t) {
-    const int64_t gi = t / mtiles, i0 = t % mtiles * kMr, p0 = gi * kNr;
-    const int mr = static_cast<int>(std::min<int64_t>(kMr, g.m - i0));
-    const int nr = static_cast<int>(std::min<int64_t>(kNr, panels - p0));
-    TileFor(mr, nr)(g, i0, p0);
-  }
+  ParallelFor(tiles, parallel, [&](int64_t t_begin, int64_t t_end) {
+    for (int64_t t = t_begin; t < t_end; ++t) {
+      const int64_t gi = t / mtiles, i0 = t % mtiles * kMr, p0 = gi * kNr;
+      const int mr = static_cast<int>(std::min<int64_t>(kMr, g.m - i0));
+      const int nr = static_cast<int>(std::min<int64_t>(kNr, panels - p0));
+      TileFor(mr, nr)(g, i0, p0);
+    }
+  });
 }
 
 }  // namespace kiln::kernels::cpu::avx512

@@ -18,6 +18,7 @@
 #include "engine/common/cpu_features.h"
 #include "engine/kernels/cpu/avx512/quant.h"
 #include "engine/kernels/cpu/avx512/register.h"
+#include "engine/kernels/cpu/parallel.h"
 #include "engine/kernels/cpu/ref/common.h"
 #include "engine/kernels/cpu/ref/dynamic_quantize.h"
 
@@ -109,18 +110,20 @@ void RunPlan(ElementFn fn, const QuantPlan& p, DataType xt, const void* x, const
   const int64_t len = rows ? p.axis_dim : p.inner;
   const int64_t per_block = std::max<int64_t>(1, kRunBlock / std::max<int64_t>(len, 1));
   const int64_t blocks = (runs + per_block - 1) / per_block;
-#pragma omp parallel for schedule(static) if (runs * len >= kParallelRuns && blocks > 1)
-  for (int64_t b = 0; b < blocks; ++b) {
-    for (int64_t r = b * per_block; r < std::min(runs, (b + 1) * per_block); ++r) {
-      const int64_t e = r * len;
-      if (rows) {
-        fn(xt, xb + e * xs, len, s, z, true, yt, yb + e * ys);
-      } else {
-        const int64_t a = r % p.axis_dim;
-        fn(xt, xb + e * xs, len, s + a, z + a, false, yt, yb + e * ys);
-      }
-    }
-  }
+  ParallelFor(blocks, runs * len >= kParallelRuns && blocks > 1,
+              [&](int64_t b_begin, int64_t b_end) {
+                for (int64_t b = b_begin; b < b_end; ++b) {
+                  for (int64_t r = b * per_block; r < std::min(runs, (b + 1) * per_block); ++r) {
+                    const int64_t e = r * len;
+                    if (rows) {
+                      fn(xt, xb + e * xs, len, s, z, true, yt, yb + e * ys);
+                    } else {
+                      const int64_t a = r % p.axis_dim;
+                      fn(xt, xb + e * xs, len, s + a, z + a, false, yt, yb + e * ys);
+                    }
+                  }
+                }
+              });
 }
 
 bool AttrUnset(const ir::Node& node, const char* name) {

@@ -10,6 +10,7 @@
 #include "engine/kernels/cpu/avx512/math.h"
 #include "engine/kernels/cpu/avx512/reduce.h"
 #include "engine/kernels/cpu/avx512/vec_convert_inl.h"
+#include "engine/kernels/cpu/parallel.h"
 
 namespace kiln::kernels::cpu::avx512 {
 namespace {
@@ -114,32 +115,34 @@ template <RedFn F, DataType T>
 void Reduce(const void* x, int64_t outer, int64_t n, int64_t inner, float* acc) {
   const bool parallel = outer * n * inner >= kParallelMin;
   if (inner == 1) {
-#pragma omp parallel for schedule(static) if (parallel && outer > 1)
-    for (int64_t o = 0; o < outer; ++o) acc[o] = Row<F, T>(x, o * n, n);
+    ParallelFor(outer, parallel && outer > 1, [&](int64_t o_begin, int64_t o_end) {
+      for (int64_t o = o_begin; o < o_end; ++o) acc[o] = Row<F, T>(x, o * n, n);
+    });
     return;
   }
   const int64_t blocks = (inner + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (parallel && outer * blocks > 1)
-  for (int64_t t = 0; t < outer * blocks; ++t) {
-    const int64_t o = t / blocks, i0 = (t % blocks) * kBlock;
-    const int64_t len = std::min(kBlock, inner - i0);
-    const int64_t base = o * n * inner + i0;
-    float* a = acc + o * inner + i0;
-    switch ((len + 15) / 16) {
-      case 1:
-        Block<F, T, 1>(x, base, n, inner, len, a);
-        break;
-      case 2:
-        Block<F, T, 2>(x, base, n, inner, len, a);
-        break;
-      case 3:
-        Block<F, T, 3>(x, base, n, inner, len, a);
-        break;
-      default:
-        Block<F, T, 4>(x, base, n, inner, len, a);
-        break;
+  ParallelFor(outer * blocks, parallel && outer * blocks > 1, [&](int64_t t_begin, int64_t t_end) {
+    for (int64_t t = t_begin; t < t_end; ++t) {
+      const int64_t o = t / blocks, i0 = (t % blocks) * kBlock;
+      const int64_t len = std::min(kBlock, inner - i0);
+      const int64_t base = o * n * inner + i0;
+      float* a = acc + o * inner + i0;
+      switch ((len + 15) / 16) {
+        case 1:
+          Block<F, T, 1>(x, base, n, inner, len, a);
+          break;
+        case 2:
+          Block<F, T, 2>(x, base, n, inner, len, a);
+          break;
+        case 3:
+          Block<F, T, 3>(x, base, n, inner, len, a);
+          break;
+        default:
+          Block<F, T, 4>(x, base, n, inner, len, a);
+          break;
+      }
     }
-  }
+  });
 }
 
 template <RedFn F>
@@ -174,36 +177,38 @@ template <DataType T>
 void SumExp(const void* x, int64_t outer, int64_t n, int64_t inner, const float* mx, float* acc) {
   const bool parallel = outer * n * inner >= kParallelMin / 4;  // exp: compute bound
   if (inner == 1) {
-#pragma omp parallel for schedule(static) if (parallel && outer > 1)
-    for (int64_t o = 0; o < outer; ++o) {
-      alignas(64) float tmp[kExpChunk];
-      __m512 sum = _mm512_setzero_ps();
-      for (int64_t k = 0; k < n; k += kExpChunk) {
-        const int64_t len = std::min(kExpChunk, n - k);
-        ShiftedExp<T>(x, o * n + k, len, _mm512_set1_ps(mx[o]), nullptr, tmp);
-        for (int64_t j = 0; j < len; j += 16) {
-          const __mmask16 m = LaneMask(len - j);
-          sum = _mm512_mask_add_ps(sum, m, sum, _mm512_maskz_loadu_ps(m, tmp + j));
+    ParallelFor(outer, parallel && outer > 1, [&](int64_t o_begin, int64_t o_end) {
+      for (int64_t o = o_begin; o < o_end; ++o) {
+        alignas(64) float tmp[kExpChunk];
+        __m512 sum = _mm512_setzero_ps();
+        for (int64_t k = 0; k < n; k += kExpChunk) {
+          const int64_t len = std::min(kExpChunk, n - k);
+          ShiftedExp<T>(x, o * n + k, len, _mm512_set1_ps(mx[o]), nullptr, tmp);
+          for (int64_t j = 0; j < len; j += 16) {
+            const __mmask16 m = LaneMask(len - j);
+            sum = _mm512_mask_add_ps(sum, m, sum, _mm512_maskz_loadu_ps(m, tmp + j));
+          }
         }
+        acc[o] = Lanes<RedFn::kSum>(sum);
       }
-      acc[o] = Lanes<RedFn::kSum>(sum);
-    }
+    });
     return;
   }
   const int64_t blocks = (inner + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (parallel && outer * blocks > 1)
-  for (int64_t t = 0; t < outer * blocks; ++t) {
-    const int64_t o = t / blocks, i0 = (t % blocks) * kBlock;
-    const int64_t len = std::min(kBlock, inner - i0);
-    alignas(64) float tmp[kBlock];
-    alignas(64) float sum[kBlock] = {};
-    const float* shifts = mx + o * inner + i0;
-    for (int64_t k = 0; k < n; ++k) {
-      ShiftedExp<T>(x, (o * n + k) * inner + i0, len, _mm512_setzero_ps(), shifts, tmp);
-      for (int64_t j = 0; j < len; ++j) sum[j] += tmp[j];
+  ParallelFor(outer * blocks, parallel && outer * blocks > 1, [&](int64_t t_begin, int64_t t_end) {
+    for (int64_t t = t_begin; t < t_end; ++t) {
+      const int64_t o = t / blocks, i0 = (t % blocks) * kBlock;
+      const int64_t len = std::min(kBlock, inner - i0);
+      alignas(64) float tmp[kBlock];
+      alignas(64) float sum[kBlock] = {};
+      const float* shifts = mx + o * inner + i0;
+      for (int64_t k = 0; k < n; ++k) {
+        ShiftedExp<T>(x, (o * n + k) * inner + i0, len, _mm512_setzero_ps(), shifts, tmp);
+        for (int64_t j = 0; j < len; ++j) sum[j] += tmp[j];
+      }
+      std::copy(sum, sum + len, acc + o * inner + i0);
     }
-    std::copy(sum, sum + len, acc + o * inner + i0);
-  }
+  });
 }
 
 }  // namespace

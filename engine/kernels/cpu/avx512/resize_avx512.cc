@@ -10,6 +10,7 @@
 
 #include "engine/kernels/cpu/avx512/resize.h"
 #include "engine/kernels/cpu/avx512/vec_convert_inl.h"
+#include "engine/kernels/cpu/parallel.h"
 
 namespace kiln::kernels::cpu::avx512 {
 namespace {
@@ -111,16 +112,14 @@ void Run(const ResizeSeparableArgs& a) {
   const int64_t out_row = a.w.out * a.inner;
   const int64_t plane = a.h.in * in_row;
   const bool parallel = rows > 1 && rows * out_row >= (int64_t{1} << 15);
-#pragma omp parallel if (parallel)
-  {
+  ParallelFor(rows, parallel, [&](int64_t r_begin, int64_t r_end) {
     std::vector<float> tmp(static_cast<size_t>(in_row));
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t r = r_begin; r < r_end; ++r) {
       const int64_t o = r / a.h.out, oy = r % a.h.out;
       HPass<T>(a, o * plane, oy, in_row, tmp.data());
       WPass<T>(a, tmp.data(), r * out_row);
     }
-  }
+  });
 }
 
 }  // namespace

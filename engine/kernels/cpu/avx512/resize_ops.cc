@@ -15,7 +15,6 @@
 //  - linear / cubic of one axis or two adjacent ones: resize_avx512.cc, the reference's passes
 //    fused per output row. Anything else (three resized axes, antialias, a table too large for
 //    32-bit indices) runs the reference kernel.
-#include <omp.h>
 
 #include <algorithm>
 #include <cstring>
@@ -26,6 +25,7 @@
 #include "engine/common/cpu_features.h"
 #include "engine/kernels/cpu/avx512/register.h"
 #include "engine/kernels/cpu/avx512/resize.h"
+#include "engine/kernels/cpu/parallel.h"
 #include "engine/kernels/cpu/ref/common.h"
 #include "engine/kernels/cpu/ref/resize_sampling.h"
 
@@ -226,11 +226,7 @@ class ResizeKernel final : public Kernel {
     const int64_t rows = ref::Product(t.out_dims, 0, last);
     const AxisPlan& lp = t.plans[last];
     const int64_t in_len = t.in_dims[last];
-    const int threads = total_out >= (int64_t{1} << 16) ? 0 : 1;  // 0: OpenMP's count
-#pragma omp parallel num_threads(threads == 0 ? omp_get_max_threads() : 1)
-    {
-      const int nt = omp_get_num_threads(), tid = omp_get_thread_num();
-      const int64_t r0 = rows * tid / nt, r1 = rows * (tid + 1) / nt;
+    ParallelFor(rows, total_out >= (int64_t{1} << 16), [&](int64_t r0, int64_t r1) {
       int64_t prev_from = -1;
       bool prev_fill = false;
       for (int64_t r = r0; r < r1; ++r) {
@@ -282,7 +278,7 @@ class ResizeKernel final : public Kernel {
           }
         }
       }
-    }
+    });
   }
 
   // The extrapolation value as the bytes of an element of X's dtype.

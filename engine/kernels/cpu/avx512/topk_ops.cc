@@ -9,7 +9,6 @@
 // indices written as int64. Lanes (every position of the axes around `axis`) run on the OpenMP
 // threads when there is enough work. Anything else (other dtypes, more than 2^32 - 1 elements along
 // the axis, arguments the reference reports as errors) runs the reference kernel.
-#include <omp.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -20,6 +19,7 @@
 #include "engine/common/half.h"
 #include "engine/kernels/cpu/avx512/memory_kernel.h"
 #include "engine/kernels/cpu/avx512/register.h"
+#include "engine/kernels/cpu/parallel.h"
 #include "engine/kernels/cpu/ref/common.h"
 
 namespace kiln::kernels::cpu::avx512 {
@@ -126,11 +126,9 @@ absl::StatusOr<bool> FastTopK(const ir::Node& node, KernelContext& ctx) {
   int64_t* id = indices ? indices->data<int64_t>() : nullptr;
   // A lane costs about n key builds and compares: threads from ~64K elements on.
   const bool parallel = lanes > 1 && lanes * n >= (int64_t{1} << 16);
-#pragma omp parallel if (parallel)
-  {
+  ParallelFor(lanes, parallel, [&](int64_t l_begin, int64_t l_end) {
     std::vector<uint64_t> keys(HeapSelects(n, k) ? k : n), heap;
-#pragma omp for schedule(static)
-    for (int64_t l = 0; l < lanes; ++l) {
+    for (int64_t l = l_begin; l < l_end; ++l) {
       const int64_t o = l / inner, i = l % inner;
       const int64_t base = o * n * inner + i;  // element j of the lane at base + j * inner
       // largest: greater value first, then lower index (index flipped); smallest: the whole
@@ -152,7 +150,7 @@ absl::StatusOr<bool> FastTopK(const ir::Node& node, KernelContext& ctx) {
         if (id) id[dst + j * inner] = src;
       }
     }
-  }
+  });
   return true;
 }
 

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "engine/kernels/cpu/avx512/transpose.h"
+#include "engine/kernels/cpu/parallel.h"
 
 namespace kiln::kernels::cpu::avx512 {
 
@@ -34,9 +35,9 @@ void FewRows(const void* in, void* out, int64_t batch, int64_t rows, int64_t col
   }
   const int64_t groups = cols / kLanes;
   const int64_t bytes = batch * rows * cols * static_cast<int64_t>(sizeof(T));
-#pragma omp parallel for collapse(2) schedule(static) if (bytes >= (int64_t{1} << 18))
-  for (int64_t b = 0; b < batch; ++b) {
-    for (int64_t g = 0; g < groups; ++g) {
+  ParallelFor(batch * groups, bytes >= (int64_t{1} << 18), [&](int64_t begin, int64_t end) {
+    for (int64_t bg = begin; bg < end; ++bg) {
+      const int64_t b = bg / groups, g = bg % groups;
       const T* s = src + b * rows * cols + g * kLanes;
       T* d = dst + b * rows * cols + g * kLanes * rows;
       __m512i x[kMaxFewRows];
@@ -55,7 +56,7 @@ void FewRows(const void* in, void* out, int64_t batch, int64_t rows, int64_t col
         _mm512_storeu_si512(d + kLanes * v, acc);
       }
     }
-  }
+  });
   // The last cols % kLanes columns of each image.
   for (int64_t b = 0; b < batch; ++b) {
     const T* s = src + b * rows * cols;
@@ -114,9 +115,10 @@ void Tiles(const void* in, void* out, int64_t batch, int64_t rows, int64_t cols)
   T* dst = static_cast<T*>(out);
   const int64_t row_tiles = (rows + 15) / 16, col_tiles = (cols + 15) / 16;
   const int64_t bytes = batch * rows * cols * static_cast<int64_t>(sizeof(T));
-#pragma omp parallel for collapse(2) schedule(static) if (bytes >= (int64_t{1} << 18))
-  for (int64_t b = 0; b < batch; ++b) {
-    for (int64_t t = 0; t < row_tiles * col_tiles; ++t) {
+  const int64_t tiles = row_tiles * col_tiles;
+  ParallelFor(batch * tiles, bytes >= (int64_t{1} << 18), [&](int64_t begin, int64_t end) {
+    for (int64_t bt = begin; bt < end; ++bt) {
+      const int64_t b = bt / tiles, t = bt % tiles;
       // Column tiles inner: consecutive tiles read the next line of the same 16 rows.
       const int64_t r0 = t / col_tiles * 16, c0 = t % col_tiles * 16;
       const int64_t rr = std::min<int64_t>(16, rows - r0), cc = std::min<int64_t>(16, cols - c0);
@@ -153,7 +155,7 @@ void Tiles(const void* in, void* out, int64_t batch, int64_t rows, int64_t cols)
         }
       }
     }
-  }
+  });
 }
 
 }  // namespace

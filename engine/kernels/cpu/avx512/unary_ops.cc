@@ -19,6 +19,7 @@
 #include "engine/common/half.h"
 #include "engine/kernels/cpu/avx512/math.h"
 #include "engine/kernels/cpu/avx512/register.h"
+#include "engine/kernels/cpu/parallel.h"
 #include "engine/kernels/cpu/ref/common.h"
 
 namespace kiln::kernels::cpu::avx512 {
@@ -35,15 +36,16 @@ absl::Status ErfRun(const ir::Node& node, KernelContext& ctx) {
   // Compute bound (~20 instructions per 16 elements): both cores from a few chunks on.
   constexpr int64_t kChunk = 4096;
   const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (chunks >= 4)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t i = c * kChunk, len = std::min(kChunk, n - i);
-    if (t == DataType::kF32) {
-      ErfF32(x->data<float>() + i, y->data<float>() + i, len);
-      continue;
+  ParallelFor(chunks, chunks >= 4, [&](int64_t c_begin, int64_t c_end) {
+    for (int64_t c = c_begin; c < c_end; ++c) {
+      const int64_t i = c * kChunk, len = std::min(kChunk, n - i);
+      if (t == DataType::kF32) {
+        ErfF32(x->data<float>() + i, y->data<float>() + i, len);
+        continue;
+      }
+      MathHalf(MathFn::kErf, t, x->data<uint16_t>() + i, y->data<uint16_t>() + i, len);
     }
-    MathHalf(MathFn::kErf, t, x->data<uint16_t>() + i, y->data<uint16_t>() + i, len);
-  }
+  });
   return absl::OkStatus();
 }
 
@@ -69,22 +71,22 @@ absl::Status SoftmaxRun(const ir::Node& node, KernelContext& ctx) {
     // strided row (LogSoftmax over axis 1 of [8, 100, 500]: 0.66 -> 0.16 ms on one thread).
     constexpr int64_t kCols = 256;
     const int64_t blocks = (inner + kCols - 1) / kCols, tasks = outer * blocks;
-#pragma omp parallel for schedule(static) if (tasks > 1 && outer * n * inner >= (int64_t{1} << 15))
-    for (int64_t task = 0; task < tasks; ++task) {
-      const int64_t o = task / blocks, c0 = task % blocks * kCols;
-      const int64_t base = o * n * inner + c0;
-      SoftmaxColumnsF32(x->data<float>() + base, y->data<float>() + base, n, inner,
-                        std::min(kCols, inner - c0), kLog);
-    }
+    ParallelFor(tasks, tasks > 1 && outer * n * inner >= (int64_t{1} << 15),
+                [&](int64_t task_begin, int64_t task_end) {
+                  for (int64_t task = task_begin; task < task_end; ++task) {
+                    const int64_t o = task / blocks, c0 = task % blocks * kCols;
+                    const int64_t base = o * n * inner + c0;
+                    SoftmaxColumnsF32(x->data<float>() + base, y->data<float>() + base, n, inner,
+                                      std::min(kCols, inner - c0), kLog);
+                  }
+                });
     return absl::OkStatus();
   }
   const int64_t rows = outer * inner;
   const bool parallel = rows > 1 && rows * n >= (int64_t{1} << 15);
-#pragma omp parallel if (parallel)
-  {
+  ParallelFor(rows, parallel, [&](int64_t r_begin, int64_t r_end) {
     std::vector<float> buf(n);
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t r = r_begin; r < r_end; ++r) {
       float* v = buf.data();
       const int64_t base = (r / inner) * n * inner + r % inner;  // element k at base + k * inner
       if (kLog && inner == 1 && t == DataType::kF32) {
@@ -120,7 +122,7 @@ absl::Status SoftmaxRun(const ir::Node& node, KernelContext& ctx) {
         }
       }
     }
-  }
+  });
   return absl::OkStatus();
 }
 

@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "engine/kernels/cpu/parallel.h"
+
 namespace kiln::kernels::cpu::ref {
 
 absl::StatusOr<int> NormalizeAxis(const ir::Node& node, int64_t axis, int rank) {
@@ -59,12 +61,13 @@ DataType OutputDtype(const ir::Node& node, int k, DataType fallback) {
 void ParallelCopy(void* dst, const void* src, int64_t bytes) {
   constexpr int64_t kChunk = int64_t{1} << 16;
   const int64_t chunks = (bytes + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (chunks >= 8)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t at = c * kChunk;
-    std::memcpy(static_cast<char*>(dst) + at, static_cast<const char*>(src) + at,
-                std::min(kChunk, bytes - at));
-  }
+  ParallelFor(chunks, chunks >= 8, [&](int64_t c_begin, int64_t c_end) {
+    for (int64_t c = c_begin; c < c_end; ++c) {
+      const int64_t at = c * kChunk;
+      std::memcpy(static_cast<char*>(dst) + at, static_cast<const char*>(src) + at,
+                  std::min(kChunk, bytes - at));
+    }
+  });
 }
 
 float* ThreadScratch(ThreadScratchSlot slot, int64_t floats) {

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/kernels/cpu/parallel.h"
 #include "engine/kernels/cpu/ref/common.h"
 #include "engine/kernels/cpu/ref/register.h"
 
@@ -160,66 +161,68 @@ class RoiAlignKernel final : public Kernel {
       using T = typename decltype(tag)::type;
       const T* src = x->data<T>();
       T* dst = y->data<T>();
-#pragma omp parallel for schedule(dynamic) if (num_rois > 1 && channels * oh * ow >= 64)
-      for (int64_t r = 0; r < num_rois; ++r) {
-        const Roi& g = geo[r];
-        // Taps per output row / column and grid point; an empty image samples nothing.
-        std::vector<Tap> ty(oh * g.grid_h), tx(ow * g.grid_w);
-        if (height > 0 && width > 0) {
-          for (int64_t ph = 0; ph < oh; ++ph) {
-            for (int64_t iy = 0; iy < g.grid_h; ++iy) {
-              const double v =
-                  g.y0 + static_cast<double>(ph) * g.bin_h +
-                  (static_cast<double>(iy) + 0.5) * g.bin_h / static_cast<double>(g.grid_h);
-              ty[ph * g.grid_h + iy] = MakeTap(v, height);
-            }
-          }
-          for (int64_t pw = 0; pw < ow; ++pw) {
-            for (int64_t ix = 0; ix < g.grid_w; ++ix) {
-              const double v =
-                  g.x0 + static_cast<double>(pw) * g.bin_w +
-                  (static_cast<double>(ix) + 0.5) * g.bin_w / static_cast<double>(g.grid_w);
-              tx[pw * g.grid_w + ix] = MakeTap(v, width);
-            }
-          }
-        }
-        const double count = static_cast<double>(std::max<int64_t>(g.grid_h * g.grid_w, 1));
-        for (int64_t c = 0; c < channels; ++c) {
-          const T* plane = src + (batch_index[r] * channels + c) * height * width;
-          T* out = dst + ((r * channels + c) * oh) * ow;
-          for (int64_t ph = 0; ph < oh; ++ph) {
-            for (int64_t pw = 0; pw < ow; ++pw) {
-              double acc = 0;
-              bool first = true;
-              for (int64_t iy = 0; iy < g.grid_h; ++iy) {
-                const Tap& a = ty[ph * g.grid_h + iy];
-                for (int64_t ix = 0; ix < g.grid_w; ++ix) {
-                  const Tap& b = tx[pw * g.grid_w + ix];
-                  double v1 = 0, v2 = 0, v3 = 0, v4 = 0;  // weighted corners; 0 outside
-                  if (a.valid && b.valid) {
-                    v1 =
-                        a.w_low * b.w_low * static_cast<double>(Load(plane[a.low * width + b.low]));
-                    v2 = a.w_low * b.w_high *
-                         static_cast<double>(Load(plane[a.low * width + b.high]));
-                    v3 = a.w_high * b.w_low *
-                         static_cast<double>(Load(plane[a.high * width + b.low]));
-                    v4 = a.w_high * b.w_high *
-                         static_cast<double>(Load(plane[a.high * width + b.high]));
+      ParallelFor(
+          num_rois, num_rois > 1 && channels * oh * ow >= 64, [&](int64_t r_begin, int64_t r_end) {
+            for (int64_t r = r_begin; r < r_end; ++r) {
+              const Roi& g = geo[r];
+              // Taps per output row / column and grid point; an empty image samples nothing.
+              std::vector<Tap> ty(oh * g.grid_h), tx(ow * g.grid_w);
+              if (height > 0 && width > 0) {
+                for (int64_t ph = 0; ph < oh; ++ph) {
+                  for (int64_t iy = 0; iy < g.grid_h; ++iy) {
+                    const double v =
+                        g.y0 + static_cast<double>(ph) * g.bin_h +
+                        (static_cast<double>(iy) + 0.5) * g.bin_h / static_cast<double>(g.grid_h);
+                    ty[ph * g.grid_h + iy] = MakeTap(v, height);
                   }
-                  if (!p_.max) {
-                    acc += v1 + v2 + v3 + v4;
-                  } else {
-                    const double v = std::max(std::max(v1, v2), std::max(v3, v4));
-                    acc = first ? v : std::max(acc, v);
-                    first = false;
+                }
+                for (int64_t pw = 0; pw < ow; ++pw) {
+                  for (int64_t ix = 0; ix < g.grid_w; ++ix) {
+                    const double v =
+                        g.x0 + static_cast<double>(pw) * g.bin_w +
+                        (static_cast<double>(ix) + 0.5) * g.bin_w / static_cast<double>(g.grid_w);
+                    tx[pw * g.grid_w + ix] = MakeTap(v, width);
                   }
                 }
               }
-              out[ph * ow + pw] = Store<T>(p_.max ? acc : acc / count);
+              const double count = static_cast<double>(std::max<int64_t>(g.grid_h * g.grid_w, 1));
+              for (int64_t c = 0; c < channels; ++c) {
+                const T* plane = src + (batch_index[r] * channels + c) * height * width;
+                T* out = dst + ((r * channels + c) * oh) * ow;
+                for (int64_t ph = 0; ph < oh; ++ph) {
+                  for (int64_t pw = 0; pw < ow; ++pw) {
+                    double acc = 0;
+                    bool first = true;
+                    for (int64_t iy = 0; iy < g.grid_h; ++iy) {
+                      const Tap& a = ty[ph * g.grid_h + iy];
+                      for (int64_t ix = 0; ix < g.grid_w; ++ix) {
+                        const Tap& b = tx[pw * g.grid_w + ix];
+                        double v1 = 0, v2 = 0, v3 = 0, v4 = 0;  // weighted corners; 0 outside
+                        if (a.valid && b.valid) {
+                          v1 = a.w_low * b.w_low *
+                               static_cast<double>(Load(plane[a.low * width + b.low]));
+                          v2 = a.w_low * b.w_high *
+                               static_cast<double>(Load(plane[a.low * width + b.high]));
+                          v3 = a.w_high * b.w_low *
+                               static_cast<double>(Load(plane[a.high * width + b.low]));
+                          v4 = a.w_high * b.w_high *
+                               static_cast<double>(Load(plane[a.high * width + b.high]));
+                        }
+                        if (!p_.max) {
+                          acc += v1 + v2 + v3 + v4;
+                        } else {
+                          const double v = std::max(std::max(v1, v2), std::max(v3, v4));
+                          acc = first ? v : std::max(acc, v);
+                          first = false;
+                        }
+                      }
+                    }
+                    out[ph * ow + pw] = Store<T>(p_.max ? acc : acc / count);
+                  }
+                }
+              }
             }
-          }
-        }
-      }
+          });
       return absl::OkStatus();
     });
   }

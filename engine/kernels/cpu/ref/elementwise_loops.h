@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/kernels/cpu/parallel.h"
 #include "engine/kernels/cpu/ref/common.h"
 #include "engine/kernels/registry.h"
 
@@ -219,8 +220,9 @@ void UnaryLoop(const ir::Tensor& x, ir::Tensor& y, const F& f) {
   const Stor<TI>* px = x.data<Stor<TI>>();
   Stor<TO>* py = y.data<Stor<TO>>();
   const int64_t n = x.num_elements();
-#pragma omp parallel for schedule(static) if (n >= kParallelRun)
-  for (int64_t i = 0; i < n; ++i) py[i] = StoreV<TO>(f(LoadV<TI>(px[i])));
+  ParallelFor(n, n >= kParallelRun, [&](int64_t i_begin, int64_t i_end) {
+    for (int64_t i = i_begin; i < i_end; ++i) py[i] = StoreV<TO>(f(LoadV<TI>(px[i])));
+  });
 }
 
 template <typename TA, typename TB, typename TO, typename F>
@@ -234,10 +236,11 @@ void BinaryLoop(const BroadcastPlan& plan, const ir::Tensor& a, const ir::Tensor
     const Stor<TB>* rb = pb + off[1];
     Stor<TO>* ro = po + o;
     const int64_t sa = st[0], sb = st[1];
-#pragma omp parallel for schedule(static) if (n >= kParallelRun)
-    for (int64_t i = 0; i < n; ++i) {
-      ro[i] = StoreV<TO>(f(LoadV<TA>(ra[i * sa]), LoadV<TB>(rb[i * sb])));
-    }
+    ParallelFor(n, n >= kParallelRun, [&](int64_t i_begin, int64_t i_end) {
+      for (int64_t i = i_begin; i < i_end; ++i) {
+        ro[i] = StoreV<TO>(f(LoadV<TA>(ra[i * sa]), LoadV<TB>(rb[i * sb])));
+      }
+    });
   });
 }
 

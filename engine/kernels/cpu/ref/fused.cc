@@ -17,6 +17,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "engine/kernels/cpu/parallel.h"
 #include "engine/kernels/cpu/ref/common.h"
 #include "engine/kernels/cpu/ref/elementwise_activation.h"
 #include "engine/kernels/cpu/ref/elementwise_loops.h"
@@ -274,25 +275,27 @@ class AddLayerNormKernel final : public Kernel {
       const bool parallel = rows > 1 && rows * inner >= (int64_t{1} << 15);
       auto normalize = [&](auto* yp) {
         using T = std::remove_pointer_t<decltype(yp)>;
-#pragma omp parallel for schedule(static) if (parallel)
-        for (int64_t r = 0; r < rows; ++r) {
-          thread_local std::vector<C> xs;
-          xs.assign(sum.begin() + r * inner, sum.begin() + (r + 1) * inner);
-          const int64_t* so = smap.offsets.data() + (r * inner) % smap.period;
-          const int64_t* bo = bias ? bmap.offsets.data() + (r * inner) % bmap.period : nullptr;
-          T* yr = yp + r * inner;
-          // Statistics in C with stash C: no rounding inside (Stash<C>::R is the identity).
-          LayerNormRow<C>(xs.data(), inner, static_cast<C>(eps_), sc.data(), so, bi.data(), bo,
-                          [yr](int64_t j, C v) { yr[j] = Store<T>(v); });
-        }
+        ParallelFor(rows, parallel, [&](int64_t r_begin, int64_t r_end) {
+          for (int64_t r = r_begin; r < r_end; ++r) {
+            thread_local std::vector<C> xs;
+            xs.assign(sum.begin() + r * inner, sum.begin() + (r + 1) * inner);
+            const int64_t* so = smap.offsets.data() + (r * inner) % smap.period;
+            const int64_t* bo = bias ? bmap.offsets.data() + (r * inner) % bmap.period : nullptr;
+            T* yr = yp + r * inner;
+            // Statistics in C with stash C: no rounding inside (Stash<C>::R is the identity).
+            LayerNormRow<C>(xs.data(), inner, static_cast<C>(eps_), sc.data(), so, bi.data(), bo,
+                            [yr](int64_t j, C v) { yr[j] = Store<T>(v); });
+          }
+        });
       };
       RETURN_IF_ERROR(WithOutput(*y, normalize));
       if (sum_out == nullptr) return absl::OkStatus();
       return WithOutput(*sum_out, [&](auto* sp) {
         using T = std::remove_pointer_t<decltype(sp)>;
         const int64_t n = static_cast<int64_t>(sum.size());
-#pragma omp parallel for schedule(static) if (parallel)
-        for (int64_t i = 0; i < n; ++i) sp[i] = Store<T>(sum[i]);
+        ParallelFor(n, parallel, [&](int64_t i_begin, int64_t i_end) {
+          for (int64_t i = i_begin; i < i_end; ++i) sp[i] = Store<T>(sum[i]);
+        });
       });
     });
   }
@@ -310,8 +313,9 @@ class AddLayerNormKernel final : public Kernel {
     const C* bp = ReadAs<C>(b, bbuf);
     const int64_t n = plan.num_elements();
     if (a.num_elements() == n && b.num_elements() == n) {  // no broadcast: one flat loop
-#pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 15))
-      for (int64_t i = 0; i < n; ++i) sum[i] = ap[i] + bp[i];
+      ParallelFor(n, n >= (int64_t{1} << 15), [&](int64_t i_begin, int64_t i_end) {
+        for (int64_t i = i_begin; i < i_end; ++i) sum[i] = ap[i] + bp[i];
+      });
       return sum;
     }
     plan.ForEachRun([&](int64_t o, const int64_t* off, int64_t n, const int64_t* st) {

@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "engine/ir/slice.h"
+#include "engine/kernels/cpu/parallel.h"
 #include "engine/kernels/cpu/ref/common.h"
 #include "engine/kernels/cpu/ref/layout_internal.h"
 #include "engine/kernels/cpu/ref/register.h"
@@ -129,8 +130,9 @@ void GatherRows(const U* in, U* out, const std::vector<int64_t>& iter_dims, cons
   // Memory bound: worth a second thread from about a hundred KB on.
   const int64_t bytes = total * static_cast<int64_t>(sizeof(U));
   const int64_t chunks = bytes >= (int64_t{1} << 17) ? std::min<int64_t>(rows, 16) : 1;
-#pragma omp parallel for schedule(static) if (chunks > 1)
-  for (int64_t c = 0; c < chunks; ++c) run(rows * c / chunks, rows * (c + 1) / chunks);
+  ParallelFor(chunks, chunks > 1, [&](int64_t c_begin, int64_t c_end) {
+    for (int64_t c = c_begin; c < c_end; ++c) run(rows * c / chunks, rows * (c + 1) / chunks);
+  });
 }
 
 // Runs GatherRows over `in`'s bytes into `out` (already allocated with the right element
@@ -166,16 +168,17 @@ void TransposeTiles(const U* in, U* out, int64_t batch, int64_t rows, int64_t co
   const int64_t rt = (rows + kTile - 1) / kTile, ct = (cols + kTile - 1) / kTile;
   const int64_t bytes = batch * rows * cols * static_cast<int64_t>(sizeof(U));
   const int64_t tiles = batch * rt * ct;
-#pragma omp parallel for schedule(static) if (bytes >= (int64_t{1} << 17) && tiles > 1)
-  for (int64_t t = 0; t < tiles; ++t) {
-    const int64_t b = t / (rt * ct), r0 = t / ct % rt * kTile, c0 = t % ct * kTile;
-    const int64_t r1 = std::min(rows, r0 + kTile), c1 = std::min(cols, c0 + kTile);
-    const U* src = in + b * rows * cols;
-    U* dst = out + b * rows * cols;
-    for (int64_t c = c0; c < c1; ++c) {
-      for (int64_t r = r0; r < r1; ++r) dst[c * rows + r] = src[r * cols + c];
+  ParallelFor(tiles, bytes >= (int64_t{1} << 17) && tiles > 1, [&](int64_t t_begin, int64_t t_end) {
+    for (int64_t t = t_begin; t < t_end; ++t) {
+      const int64_t b = t / (rt * ct), r0 = t / ct % rt * kTile, c0 = t % ct * kTile;
+      const int64_t r1 = std::min(rows, r0 + kTile), c1 = std::min(cols, c0 + kTile);
+      const U* src = in + b * rows * cols;
+      U* dst = out + b * rows * cols;
+      for (int64_t c = c0; c < c1; ++c) {
+        for (int64_t r = r0; r < r1; ++r) dst[c * rows + r] = src[r * cols + c];
+      }
     }
-  }
+  });
 }
 
 // Output = `in` viewed with `view_dims`, transposed by `perm`, stored with `out_dims`.

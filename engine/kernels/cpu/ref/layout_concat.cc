@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "engine/kernels/cpu/parallel.h"
 #include "engine/kernels/cpu/ref/common.h"
 #include "engine/kernels/cpu/ref/layout_internal.h"
 #include "engine/kernels/cpu/ref/register.h"
@@ -88,16 +89,18 @@ absl::Status RunConcat(const ir::Node& node, KernelContext& ctx) {
   const size_t row = out_dims[axis] * inner_bytes;  // one output row: every input's chunk
   char* dst = static_cast<char*>(out->raw_data());
   // Rows on the threads when there are many (a channels-last join: one row per pixel).
-#pragma omp parallel for schedule(static) if (outer >= 64 && outer * row >= (size_t{1} << 16))
-  for (int64_t o = 0; o < outer; ++o) {
-    char* d = dst + o * row;
-    for (const ir::Tensor* x : xs) {
-      const size_t chunk = x->dim(axis) * inner_bytes;
-      if (chunk == 0) continue;
-      std::memcpy(d, static_cast<const char*>(x->raw_data()) + o * chunk, chunk);
-      d += chunk;
-    }
-  }
+  ParallelFor(outer, outer >= 64 && outer * row >= (size_t{1} << 16),
+              [&](int64_t o_begin, int64_t o_end) {
+                for (int64_t o = o_begin; o < o_end; ++o) {
+                  char* d = dst + o * row;
+                  for (const ir::Tensor* x : xs) {
+                    const size_t chunk = x->dim(axis) * inner_bytes;
+                    if (chunk == 0) continue;
+                    std::memcpy(d, static_cast<const char*>(x->raw_data()) + o * chunk, chunk);
+                    d += chunk;
+                  }
+                }
+              });
   return absl::OkStatus();
 }
 

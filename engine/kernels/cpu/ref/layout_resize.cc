@@ -19,6 +19,7 @@
 #include <cstring>
 #include <limits>
 
+#include "engine/kernels/cpu/parallel.h"
 #include "engine/kernels/cpu/ref/common.h"
 #include "engine/kernels/cpu/ref/register.h"
 #include "engine/kernels/cpu/ref/resize_sampling.h"
@@ -97,27 +98,28 @@ void NearestGather(const U* src, U* dst, const std::vector<int64_t>& in_dims,
   const std::vector<int64_t> in_strides = Strides(in_dims);
   int64_t outer = 1;
   for (int a = 0; a <= last; ++a) outer *= out_dims[a];
-#pragma omp parallel for schedule(static) if (outer * block >= (int64_t{1} << 16))
-  for (int64_t o = 0; o < outer; ++o) {
-    int64_t rest = o, from = 0;
-    bool fill = false;
-    for (int a = last; a >= 0; --a) {
-      const int64_t i = rest % out_dims[a];
-      rest /= out_dims[a];
-      if (active[a]) {
-        fill |= plans[a].extrapolate[i] != 0;
-        from += plans[a].index[i] * in_strides[a];
+  ParallelFor(outer, outer * block >= (int64_t{1} << 16), [&](int64_t o_begin, int64_t o_end) {
+    for (int64_t o = o_begin; o < o_end; ++o) {
+      int64_t rest = o, from = 0;
+      bool fill = false;
+      for (int a = last; a >= 0; --a) {
+        const int64_t i = rest % out_dims[a];
+        rest /= out_dims[a];
+        if (active[a]) {
+          fill |= plans[a].extrapolate[i] != 0;
+          from += plans[a].index[i] * in_strides[a];
+        } else {
+          from += i * in_strides[a];
+        }
+      }
+      U* d = dst + o * block;
+      if (fill) {
+        std::fill(d, d + block, extrapolation);
       } else {
-        from += i * in_strides[a];
+        std::copy(src + from, src + from + block, d);
       }
     }
-    U* d = dst + o * block;
-    if (fill) {
-      std::fill(d, d + block, extrapolation);
-    } else {
-      std::copy(src + from, src + from + block, d);
-    }
-  }
+  });
 }
 
 // Compute type of linear/cubic for storage type T (see the file comment).

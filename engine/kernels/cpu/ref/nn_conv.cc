@@ -3,6 +3,7 @@
 // (input) positions so that their size stays bounded on large images.
 #include <algorithm>
 
+#include "engine/kernels/cpu/parallel.h"
 #include "engine/kernels/cpu/ref/common.h"
 #include "engine/kernels/cpu/ref/nn_internal.h"
 
@@ -233,19 +234,20 @@ class ConvTransposeKernel final : public ConvKernelBase<ConvTransposeKernel> {
           GemmAccumulate(rows, cn, cg, wt_view, MatView<A>{xg + p0, in_sp, 1}, col.data(), cn);
           Origins(p0, cn, win.in, win.strides, win.pad_begin, origin);
           // col2im: each output channel is scattered by one thread, so writes never race.
-#pragma omp parallel for schedule(static) if (rows * cn >= (int64_t{1} << 16))
-          for (int64_t oc = 0; oc < mg; ++oc) {
-            A* yc = yg + oc * out_sp;
-            for (int64_t kk = 0; kk < ksp; ++kk) {
-              int64_t off[kMaxSpatial];
-              KernelOffsets(kk, win.kernel, win.dilations, off);
-              const A* src = col.data() + (oc * ksp + kk) * cn;
-              for (int64_t q = 0; q < cn; ++q) {
-                const int64_t idx = Locate(&origin[q * nd], off, win.out);
-                if (idx >= 0) yc[idx] += src[q];
+          ParallelFor(mg, rows * cn >= (int64_t{1} << 16), [&](int64_t oc_begin, int64_t oc_end) {
+            for (int64_t oc = oc_begin; oc < oc_end; ++oc) {
+              A* yc = yg + oc * out_sp;
+              for (int64_t kk = 0; kk < ksp; ++kk) {
+                int64_t off[kMaxSpatial];
+                KernelOffsets(kk, win.kernel, win.dilations, off);
+                const A* src = col.data() + (oc * ksp + kk) * cn;
+                for (int64_t q = 0; q < cn; ++q) {
+                  const int64_t idx = Locate(&origin[q * nd], off, win.out);
+                  if (idx >= 0) yc[idx] += src[q];
+                }
               }
             }
-          }
+          });
         }
       }
     }
@@ -398,29 +400,30 @@ void ConvForward(const std::vector<int64_t>& x_dims, const std::vector<int64_t>&
         const int64_t un = std::min(rows_per_chunk, n_outer - u0);
         const int64_t cn = un * out_last;
         Origins(u0, un, outer_out, outer_strides, outer_pads, origin);
-#pragma omp parallel for schedule(static) if (kdim * cn >= (int64_t{1} << 16))
-        for (int64_t r = 0; r < kdim; ++r) {
-          int64_t off[kMaxSpatial];
-          KernelOffsets(r % ksp, win.kernel, win.dilations, off);
-          const int64_t koff = off[nd - 1];
-          // Output columns [lo, hi) read inside the input row; the rest is padding.
-          const int64_t lo = std::clamp<int64_t>(-FloorDiv(koff - p_last, s_last), 0, out_last);
-          const int64_t hi =
-              std::clamp<int64_t>(FloorDiv(in_last - 1 + p_last - koff, s_last) + 1, lo, out_last);
-          const A* xc = xg + (r / ksp) * in_sp;
-          for (int64_t u = 0; u < un; ++u) {
-            A* dst = col.data() + r * cn + u * out_last;
-            const int64_t outer = Locate(origin.data() + u * (nd - 1), off, outer_in);
-            if (outer < 0) {
-              std::fill(dst, dst + out_last, A(0));
-              continue;
+        ParallelFor(kdim, kdim * cn >= (int64_t{1} << 16), [&](int64_t r_begin, int64_t r_end) {
+          for (int64_t r = r_begin; r < r_end; ++r) {
+            int64_t off[kMaxSpatial];
+            KernelOffsets(r % ksp, win.kernel, win.dilations, off);
+            const int64_t koff = off[nd - 1];
+            // Output columns [lo, hi) read inside the input row; the rest is padding.
+            const int64_t lo = std::clamp<int64_t>(-FloorDiv(koff - p_last, s_last), 0, out_last);
+            const int64_t hi = std::clamp<int64_t>(
+                FloorDiv(in_last - 1 + p_last - koff, s_last) + 1, lo, out_last);
+            const A* xc = xg + (r / ksp) * in_sp;
+            for (int64_t u = 0; u < un; ++u) {
+              A* dst = col.data() + r * cn + u * out_last;
+              const int64_t outer = Locate(origin.data() + u * (nd - 1), off, outer_in);
+              if (outer < 0) {
+                std::fill(dst, dst + out_last, A(0));
+                continue;
+              }
+              const A* src = xc + outer * in_last + koff - p_last;
+              std::fill(dst, dst + lo, A(0));
+              for (int64_t ow = lo; ow < hi; ++ow) dst[ow] = src[ow * s_last];
+              std::fill(dst + hi, dst + out_last, A(0));
             }
-            const A* src = xc + outer * in_last + koff - p_last;
-            std::fill(dst, dst + lo, A(0));
-            for (int64_t ow = lo; ow < hi; ++ow) dst[ow] = src[ow * s_last];
-            std::fill(dst + hi, dst + out_last, A(0));
           }
-        }
+        });
         GemmAccumulate(mg, cn, kdim, wv, MatView<A>{col.data(), cn, 1}, yg + u0 * out_last, out_sp);
       }
     }

@@ -14,6 +14,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/kernels/cpu/parallel.h"
 #include "engine/kernels/cpu/ref/common.h"
 #include "engine/kernels/cpu/ref/nn_internal.h"
 #include "engine/kernels/cpu/ref/register.h"
@@ -153,36 +154,39 @@ class DeformConvKernel final : public Kernel {
       for (int64_t g = 0; g < group_; ++g) {
         for (int64_t p0 = 0; p0 < positions; p0 += chunk) {
           const int64_t pn = std::min(chunk, positions - p0);
-#pragma omp parallel for schedule(static) if (rows * pn >= (int64_t{1} << 12))
-          for (int64_t row = 0; row < rows; ++row) {
-            const int64_t ch = g * cg + row / taps, k = row % taps;
-            const int64_t og = ch / c_per_og;
-            const T* xp = x + (b * c + ch) * plane;
-            // offset[b, og, k, d, p] and mask[b, og, k, p].
-            const T* off = offset + ((b * offset_group_ + og) * taps + k) * nd * positions;
-            const T* mk = mask ? mask + ((b * offset_group_ + og) * taps + k) * positions : nullptr;
-            int64_t kidx[8], pidx[8];
-            for (int64_t d = nd - 1, rem = k; d >= 0; --d) {
-              kidx[d] = rem % win.kernel[d];
-              rem /= win.kernel[d];
-            }
-            double pos[8];
-            for (int64_t j = 0; j < pn; ++j) {
-              const int64_t p = p0 + j;
-              for (int64_t d = nd - 1, rem = p; d >= 0; --d) {
-                pidx[d] = rem % win.out[d];
-                rem /= win.out[d];
-              }
-              for (int d = 0; d < nd; ++d) {
-                pos[d] = static_cast<double>(pidx[d] * win.strides[d] - win.pad_begin[d] +
-                                             kidx[d] * win.dilations[d]) +
-                         static_cast<double>(Load(off[d * positions + p]));
-              }
-              double v = Sample(xp, win.in, in_strides, pos);
-              if (mk) v *= static_cast<double>(Load(mk[p]));
-              cols[row * pn + j] = static_cast<A>(v);
-            }
-          }
+          ParallelFor(
+              rows, rows * pn >= (int64_t{1} << 12), [&](int64_t row_begin, int64_t row_end) {
+                for (int64_t row = row_begin; row < row_end; ++row) {
+                  const int64_t ch = g * cg + row / taps, k = row % taps;
+                  const int64_t og = ch / c_per_og;
+                  const T* xp = x + (b * c + ch) * plane;
+                  // offset[b, og, k, d, p] and mask[b, og, k, p].
+                  const T* off = offset + ((b * offset_group_ + og) * taps + k) * nd * positions;
+                  const T* mk =
+                      mask ? mask + ((b * offset_group_ + og) * taps + k) * positions : nullptr;
+                  int64_t kidx[8], pidx[8];
+                  for (int64_t d = nd - 1, rem = k; d >= 0; --d) {
+                    kidx[d] = rem % win.kernel[d];
+                    rem /= win.kernel[d];
+                  }
+                  double pos[8];
+                  for (int64_t j = 0; j < pn; ++j) {
+                    const int64_t p = p0 + j;
+                    for (int64_t d = nd - 1, rem = p; d >= 0; --d) {
+                      pidx[d] = rem % win.out[d];
+                      rem /= win.out[d];
+                    }
+                    for (int d = 0; d < nd; ++d) {
+                      pos[d] = static_cast<double>(pidx[d] * win.strides[d] - win.pad_begin[d] +
+                                                   kidx[d] * win.dilations[d]) +
+                               static_cast<double>(Load(off[d * positions + p]));
+                    }
+                    double v = Sample(xp, win.in, in_strides, pos);
+                    if (mk) v *= static_cast<double>(Load(mk[p]));
+                    cols[row * pn + j] = static_cast<A>(v);
+                  }
+                }
+              });
           nn::GemmAccumulate<A>(ocg, pn, rows, nn::MatView<A>{wa + g * ocg * rows, rows, 1},
                                 nn::MatView<A>{cols.data(), pn, 1},
                                 acc.data() + g * ocg * positions + p0, positions);

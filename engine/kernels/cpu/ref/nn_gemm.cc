@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "engine/kernels/cpu/parallel.h"
 #include "engine/kernels/cpu/ref/common.h"
 #include "engine/kernels/cpu/ref/nn_internal.h"
 
@@ -21,43 +22,44 @@ void GemmAccumulate(int64_t m, int64_t n, int64_t k, MatView<A> a, MatView<A> b,
     // independent (each owns its C block), so they run in parallel.
     constexpr int64_t kMc = 32, kNc = 512, kKc = 256;
     const int64_t mb = (m + kMc - 1) / kMc, nb = (n + kNc - 1) / kNc;
-#pragma omp parallel for schedule(dynamic) if (parallel)
-    for (int64_t t = 0; t < mb * nb; ++t) {
-      const int64_t i0 = (t / nb) * kMc, i1 = std::min(m, i0 + kMc);
-      const int64_t j0 = (t % nb) * kNc, jn = std::min(n, j0 + kNc) - j0;
-      for (int64_t k0 = 0; k0 < k; k0 += kKc) {
-        const int64_t k1 = std::min(k, k0 + kKc);
-        for (int64_t i = i0; i < i1; ++i) {
-          A* __restrict crow = c + i * ldc + j0;
-          const A* arow = a.p + i * a.rs;
-          int64_t kk = k0;
-          // Four B rows per pass halve the loads and stores of the C row.
-          for (; kk + 4 <= k1; kk += 4) {
-            const A a0 = arow[kk * a.cs], a1 = arow[(kk + 1) * a.cs];
-            const A a2 = arow[(kk + 2) * a.cs], a3 = arow[(kk + 3) * a.cs];
-            const A* __restrict b0 = b.p + kk * b.rs + j0;
-            const A* __restrict b1 = b0 + b.rs;
-            const A* __restrict b2 = b1 + b.rs;
-            const A* __restrict b3 = b2 + b.rs;
-            for (int64_t j = 0; j < jn; ++j) {
-              crow[j] += a0 * b0[j] + a1 * b1[j] + a2 * b2[j] + a3 * b3[j];
+    ParallelFor(mb * nb, parallel, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t i0 = (t / nb) * kMc, i1 = std::min(m, i0 + kMc);
+        const int64_t j0 = (t % nb) * kNc, jn = std::min(n, j0 + kNc) - j0;
+        for (int64_t k0 = 0; k0 < k; k0 += kKc) {
+          const int64_t k1 = std::min(k, k0 + kKc);
+          for (int64_t i = i0; i < i1; ++i) {
+            A* __restrict crow = c + i * ldc + j0;
+            const A* arow = a.p + i * a.rs;
+            int64_t kk = k0;
+            // Four B rows per pass halve the loads and stores of the C row.
+            for (; kk + 4 <= k1; kk += 4) {
+              const A a0 = arow[kk * a.cs], a1 = arow[(kk + 1) * a.cs];
+              const A a2 = arow[(kk + 2) * a.cs], a3 = arow[(kk + 3) * a.cs];
+              const A* __restrict b0 = b.p + kk * b.rs + j0;
+              const A* __restrict b1 = b0 + b.rs;
+              const A* __restrict b2 = b1 + b.rs;
+              const A* __restrict b3 = b2 + b.rs;
+              for (int64_t j = 0; j < jn; ++j) {
+                crow[j] += a0 * b0[j] + a1 * b1[j] + a2 * b2[j] + a3 * b3[j];
+              }
             }
-          }
-          for (; kk < k1; ++kk) {
-            const A av = arow[kk * a.cs];
-            const A* __restrict brow = b.p + kk * b.rs + j0;
-            for (int64_t j = 0; j < jn; ++j) crow[j] += av * brow[j];
+            for (; kk < k1; ++kk) {
+              const A av = arow[kk * a.cs];
+              const A* __restrict brow = b.p + kk * b.rs + j0;
+              for (int64_t j = 0; j < jn; ++j) crow[j] += av * brow[j];
+            }
           }
         }
       }
-    }
+    });
   } else {
     // B is transposed in memory (or a single column): dot products along k.
     constexpr int64_t kNb = 64;
     const int64_t nb = (n + kNb - 1) / kNb;
-#pragma omp parallel for collapse(2) schedule(static) if (parallel)
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t jb = 0; jb < nb; ++jb) {
+    ParallelFor(m * nb, parallel, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t i = t / nb, jb = t % nb;
         const A* arow = a.p + i * a.rs;
         const int64_t j1 = std::min(n, (jb + 1) * kNb);
         for (int64_t j = jb * kNb; j < j1; ++j) {
@@ -67,7 +69,7 @@ void GemmAccumulate(int64_t m, int64_t n, int64_t k, MatView<A> a, MatView<A> b,
           c[i * ldc + j] += sum;
         }
       }
-    }
+    });
   }
 }
 

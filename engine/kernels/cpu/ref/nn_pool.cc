@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "engine/kernels/cpu/parallel.h"
 #include "engine/kernels/cpu/ref/common.h"
 #include "engine/kernels/cpu/ref/nn_internal.h"
 
@@ -159,36 +160,37 @@ class PoolKernel final : public Kernel {
     const int64_t in_sp = ir::NumElementsOf(win.in), out_sp = ir::NumElementsOf(win.out);
     const T* x = xt.data<T>();
     const std::vector<int64_t>& idx_offs = column_major_ ? wl.col_offs : wl.offs;
-#pragma omp parallel for schedule(static) if (planes * out_sp >= 4096)
-    for (int64_t pl = 0; pl < planes; ++pl) {
-      const T* xp = x + pl * in_sp;
-      T* yp = y + pl * out_sp;
-      for (int64_t p = 0; p < out_sp; ++p) {
-        const int64_t b = wl.begin[p], e = wl.begin[p + 1];
-        if (kind_ == PoolKind::kAverage) {
-          C sum = 0;
-          for (int64_t j = b; j < e; ++j) sum += Load(xp[wl.offs[j]]);
-          const int64_t count = count_include_pad_ ? wl.padded[p] : e - b;
-          // A window entirely in the padding has nothing to average: 0 rather than NaN.
-          yp[p] = Store<T>(count > 0 ? sum / static_cast<C>(count) : C(0));
-          continue;
-        }
-        // First maximum wins (ties keep the earliest cell) and NaN cells are skipped, as in
-        // ONNX Runtime and the ONNX reference.
-        C best = std::numeric_limits<C>::lowest();
-        int64_t arg = -1;
-        for (int64_t j = b; j < e; ++j) {
-          const C v = Load(xp[wl.offs[j]]);
-          if (v > best || (arg < 0 && v == best)) {
-            best = v;
-            arg = j;
+    ParallelFor(planes, planes * out_sp >= 4096, [&](int64_t pl_begin, int64_t pl_end) {
+      for (int64_t pl = pl_begin; pl < pl_end; ++pl) {
+        const T* xp = x + pl * in_sp;
+        T* yp = y + pl * out_sp;
+        for (int64_t p = 0; p < out_sp; ++p) {
+          const int64_t b = wl.begin[p], e = wl.begin[p + 1];
+          if (kind_ == PoolKind::kAverage) {
+            C sum = 0;
+            for (int64_t j = b; j < e; ++j) sum += Load(xp[wl.offs[j]]);
+            const int64_t count = count_include_pad_ ? wl.padded[p] : e - b;
+            // A window entirely in the padding has nothing to average: 0 rather than NaN.
+            yp[p] = Store<T>(count > 0 ? sum / static_cast<C>(count) : C(0));
+            continue;
           }
+          // First maximum wins (ties keep the earliest cell) and NaN cells are skipped, as in
+          // ONNX Runtime and the ONNX reference.
+          C best = std::numeric_limits<C>::lowest();
+          int64_t arg = -1;
+          for (int64_t j = b; j < e; ++j) {
+            const C v = Load(xp[wl.offs[j]]);
+            if (v > best || (arg < 0 && v == best)) {
+              best = v;
+              arg = j;
+            }
+          }
+          if (arg < 0 && e > b) arg = b;  // all-NaN window: still report a cell
+          yp[p] = Store<T>(best);
+          if (indices) indices[pl * out_sp + p] = arg < 0 ? -1 : pl * in_sp + idx_offs[arg];
         }
-        if (arg < 0 && e > b) arg = b;  // all-NaN window: still report a cell
-        yp[p] = Store<T>(best);
-        if (indices) indices[pl * out_sp + p] = arg < 0 ? -1 : pl * in_sp + idx_offs[arg];
       }
-    }
+    });
   }
 
   const ir::Node& node_;
@@ -210,19 +212,20 @@ absl::Status GlobalPoolRun(const ir::Node& node, KernelContext& ctx) {
     using C = Compute<T>;
     const T* xd = x->data<T>();
     T* yd = y->data<T>();
-#pragma omp parallel for schedule(static) if (planes * sp >= (1 << 16))
-    for (int64_t pl = 0; pl < planes; ++pl) {
-      const T* xp = xd + pl * sp;
-      if constexpr (kKind == PoolKind::kAverage) {
-        C sum = 0;
-        for (int64_t i = 0; i < sp; ++i) sum += Load(xp[i]);
-        yd[pl] = Store<T>(sp > 0 ? sum / static_cast<C>(sp) : C(0));
-      } else {
-        C best = sp > 0 ? Load(xp[0]) : C(0);
-        for (int64_t i = 1; i < sp; ++i) best = std::max(best, Load(xp[i]));
-        yd[pl] = Store<T>(best);
+    ParallelFor(planes, planes * sp >= (1 << 16), [&](int64_t pl_begin, int64_t pl_end) {
+      for (int64_t pl = pl_begin; pl < pl_end; ++pl) {
+        const T* xp = xd + pl * sp;
+        if constexpr (kKind == PoolKind::kAverage) {
+          C sum = 0;
+          for (int64_t i = 0; i < sp; ++i) sum += Load(xp[i]);
+          yd[pl] = Store<T>(sp > 0 ? sum / static_cast<C>(sp) : C(0));
+        } else {
+          C best = sp > 0 ? Load(xp[0]) : C(0);
+          for (int64_t i = 1; i < sp; ++i) best = std::max(best, Load(xp[i]));
+          yd[pl] = Store<T>(best);
+        }
       }
-    }
+    });
     return absl::OkStatus();
   });
 }

@@ -15,6 +15,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "engine/kernels/cpu/parallel.h"
 #include "engine/kernels/cpu/ref/common.h"
 #include "engine/kernels/cpu/ref/normalization_internal.h"
 #include "engine/kernels/cpu/ref/register.h"
@@ -113,32 +114,34 @@ class RowNormKernel final : public Kernel {
       return;
     }
     // Rows are independent: split over the threads once there is enough work.
-#pragma omp parallel for schedule(static) if (rows > 1 && rows * inner >= (int64_t{1} << 15))
-    for (int64_t r = 0; r < rows; ++r) {
-      thread_local std::vector<C> xs;  // the row cast to the stash type
-      xs.resize(inner);
-      const T* xr = x + r * inner;
-      T* yr = y + r * inner;
-      const int64_t* so = smap.offsets.data() + (r * inner) % smap.period;
-      const int64_t* bo = bias_t ? bmap.offsets.data() + (r * inner) % bmap.period : nullptr;
-      for (int64_t j = 0; j < inner; ++j) xs[j] = St::R(static_cast<C>(Load(xr[j])));
-      if constexpr (kRms) {
-        C sum = 0;
-        for (int64_t j = 0; j < inner; ++j) sum += St::R(xs[j] * xs[j]);
-        const C mean_sq = St::R(sum / count);
-        const C rms = St::R(std::sqrt(St::R(mean_sq + eps)));
-        for (int64_t j = 0; j < inner; ++j) {
-          const CT normalized = static_cast<CT>(St::R(xs[j] / rms));
-          yr[j] = Store<T>(normalized * scale[so[j]]);
-        }
-      } else {
-        const auto [mean, inv_std] =
-            LayerNormRow<S>(xs.data(), inner, eps, scale.data(), so, bias.data(), bo,
-                            [yr](int64_t j, CT v) { yr[j] = Store<T>(v); });
-        if (mean_out) mean_out->data<S>()[r] = Store<S>(mean);
-        if (inv_out) inv_out->data<S>()[r] = Store<S>(inv_std);
-      }
-    }
+    ParallelFor(
+        rows, rows > 1 && rows * inner >= (int64_t{1} << 15), [&](int64_t r_begin, int64_t r_end) {
+          for (int64_t r = r_begin; r < r_end; ++r) {
+            thread_local std::vector<C> xs;  // the row cast to the stash type
+            xs.resize(inner);
+            const T* xr = x + r * inner;
+            T* yr = y + r * inner;
+            const int64_t* so = smap.offsets.data() + (r * inner) % smap.period;
+            const int64_t* bo = bias_t ? bmap.offsets.data() + (r * inner) % bmap.period : nullptr;
+            for (int64_t j = 0; j < inner; ++j) xs[j] = St::R(static_cast<C>(Load(xr[j])));
+            if constexpr (kRms) {
+              C sum = 0;
+              for (int64_t j = 0; j < inner; ++j) sum += St::R(xs[j] * xs[j]);
+              const C mean_sq = St::R(sum / count);
+              const C rms = St::R(std::sqrt(St::R(mean_sq + eps)));
+              for (int64_t j = 0; j < inner; ++j) {
+                const CT normalized = static_cast<CT>(St::R(xs[j] / rms));
+                yr[j] = Store<T>(normalized * scale[so[j]]);
+              }
+            } else {
+              const auto [mean, inv_std] =
+                  LayerNormRow<S>(xs.data(), inner, eps, scale.data(), so, bias.data(), bo,
+                                  [yr](int64_t j, CT v) { yr[j] = Store<T>(v); });
+              if (mean_out) mean_out->data<S>()[r] = Store<S>(mean);
+              if (inv_out) inv_out->data<S>()[r] = Store<S>(inv_std);
+            }
+          }
+        });
   }
 
   const ir::Node& node_;

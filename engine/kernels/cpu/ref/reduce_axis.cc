@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/kernels/cpu/parallel.h"
 #include "engine/kernels/cpu/ref/common.h"
 #include "engine/kernels/cpu/ref/register.h"
 
@@ -81,16 +82,15 @@ class AxisKernel final : public Kernel {
   void Loop(const T* x, T* y, const Lanes& l) const {
     using C = Compute<T>;
     const int64_t block = l.n * l.inner;
-#pragma omp parallel if (l.outer > 1 && l.outer * block >= (int64_t{1} << 15))
-    {
-      std::vector<C> stat(l.inner);  // max, norm
-      std::vector<C> sum(l.inner);   // softmax denominators
-      std::vector<int64_t> arg(l.inner);
-#pragma omp for schedule(static)
-      for (int64_t o = 0; o < l.outer; ++o) {
-        Block<T>(x + o * block, y + o * block, l, stat, sum, arg);
-      }
-    }
+    ParallelFor(l.outer, l.outer > 1 && l.outer * block >= (int64_t{1} << 15),
+                [&](int64_t o_begin, int64_t o_end) {
+                  std::vector<C> stat(l.inner);  // max, norm
+                  std::vector<C> sum(l.inner);   // softmax denominators
+                  std::vector<int64_t> arg(l.inner);
+                  for (int64_t o = o_begin; o < o_end; ++o) {
+                    Block<T>(x + o * block, y + o * block, l, stat, sum, arg);
+                  }
+                });
   }
 
   // One outer block: its lanes' statistics, then every element rewritten.

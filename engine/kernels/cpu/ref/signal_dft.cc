@@ -16,6 +16,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/kernels/cpu/parallel.h"
 #include "engine/kernels/cpu/ref/common.h"
 #include "engine/kernels/cpu/ref/register.h"
 #include "engine/kernels/cpu/ref/scalar_inputs.h"
@@ -114,31 +115,33 @@ class DftKernel final : public Kernel {
       const FftPlan plan(n);
       const int64_t lines = outer * inner;
       const double scale = inverse_ ? 1.0 / static_cast<double>(n) : 1.0;
-#pragma omp parallel if (lines > 1 && lines * n >= (int64_t{1} << 14))
-      {
-        std::vector<Complex> buf(n), scratch(plan.scratch_size());
-#pragma omp for schedule(static)
-        for (int64_t line = 0; line < lines; ++line) {
-          const int64_t o = line / inner, i = line % inner;
-          const T* in = src + (o * n_in * inner + i) * comps;
-          const int64_t in_step = inner * comps;
-          T* out = dst + (o * out_len * inner + i) * out_comps;
-          const int64_t out_step = inner * out_comps;
-          auto load = [&](int64_t j) {
-            const T* p = in + j * in_step;
-            return Complex(Load(p[0]), comps == 2 ? static_cast<double>(Load(p[1])) : 0.0);
-          };
-          // IRFFT reads the one-sided half and mirrors the rest; the other forms read n points.
-          const int64_t read = irfft ? n / 2 + 1 : n;
-          for (int64_t j = 0; j < read; ++j) buf[j] = j < n_in ? load(j) : Complex(0, 0);
-          for (int64_t j = read; j < n; ++j) buf[j] = std::conj(buf[n - j]);
-          plan.Transform(buf.data(), inverse_, scratch.data());
-          for (int64_t k = 0; k < out_len; ++k) {
-            out[k * out_step] = Store<T>(buf[k].real() * scale);
-            if (out_comps == 2) out[k * out_step + 1] = Store<T>(buf[k].imag() * scale);
-          }
-        }
-      }
+      ParallelFor(lines, lines > 1 && lines * n >= (int64_t{1} << 14),
+                  [&](int64_t line_begin, int64_t line_end) {
+                    std::vector<Complex> buf(n), scratch(plan.scratch_size());
+                    for (int64_t line = line_begin; line < line_end; ++line) {
+                      const int64_t o = line / inner, i = line % inner;
+                      const T* in = src + (o * n_in * inner + i) * comps;
+                      const int64_t in_step = inner * comps;
+                      T* out = dst + (o * out_len * inner + i) * out_comps;
+                      const int64_t out_step = inner * out_comps;
+                      auto load = [&](int64_t j) {
+                        const T* p = in + j * in_step;
+                        return Complex(Load(p[0]),
+                                       comps == 2 ? static_cast<double>(Load(p[1])) : 0.0);
+                      };
+                      // IRFFT reads the one-sided half and mirrors the rest; the other forms read n
+                      // points.
+                      const int64_t read = irfft ? n / 2 + 1 : n;
+                      for (int64_t j = 0; j < read; ++j)
+                        buf[j] = j < n_in ? load(j) : Complex(0, 0);
+                      for (int64_t j = read; j < n; ++j) buf[j] = std::conj(buf[n - j]);
+                      plan.Transform(buf.data(), inverse_, scratch.data());
+                      for (int64_t k = 0; k < out_len; ++k) {
+                        out[k * out_step] = Store<T>(buf[k].real() * scale);
+                        if (out_comps == 2) out[k * out_step + 1] = Store<T>(buf[k].imag() * scale);
+                      }
+                    }
+                  });
       return absl::OkStatus();
     });
   }
@@ -212,25 +215,25 @@ class StftKernel final : public Kernel {
       T* dst = y->data<T>();
       const FftPlan plan(frame);
       const int64_t total = batch * frames;
-#pragma omp parallel if (total > 1 && total * frame >= (int64_t{1} << 14))
-      {
-        std::vector<Complex> buf(frame), scratch(plan.scratch_size());
-#pragma omp for schedule(static)
-        for (int64_t bf = 0; bf < total; ++bf) {
-          const int64_t b = bf / frames, f = bf % frames;
-          const T* in = src + (b * len + f * step) * comps;
-          for (int64_t j = 0; j < frame; ++j) {
-            const double im = comps == 2 ? static_cast<double>(Load(in[j * 2 + 1])) : 0.0;
-            buf[j] = Complex(Load(in[j * comps]), im) * w[j];
-          }
-          plan.Transform(buf.data(), false, scratch.data());
-          T* out = dst + bf * bins * 2;
-          for (int64_t k = 0; k < bins; ++k) {
-            out[2 * k] = Store<T>(buf[k].real());
-            out[2 * k + 1] = Store<T>(buf[k].imag());
-          }
-        }
-      }
+      ParallelFor(total, total > 1 && total * frame >= (int64_t{1} << 14),
+                  [&](int64_t bf_begin, int64_t bf_end) {
+                    std::vector<Complex> buf(frame), scratch(plan.scratch_size());
+                    for (int64_t bf = bf_begin; bf < bf_end; ++bf) {
+                      const int64_t b = bf / frames, f = bf % frames;
+                      const T* in = src + (b * len + f * step) * comps;
+                      for (int64_t j = 0; j < frame; ++j) {
+                        const double im =
+                            comps == 2 ? static_cast<double>(Load(in[j * 2 + 1])) : 0.0;
+                        buf[j] = Complex(Load(in[j * comps]), im) * w[j];
+                      }
+                      plan.Transform(buf.data(), false, scratch.data());
+                      T* out = dst + bf * bins * 2;
+                      for (int64_t k = 0; k < bins; ++k) {
+                        out[2 * k] = Store<T>(buf[k].real());
+                        out[2 * k + 1] = Store<T>(buf[k].imag());
+                      }
+                    }
+                  });
       return absl::OkStatus();
     });
   }
