@@ -71,7 +71,6 @@
 #include "engine/kernels/cpu/dnnl/conv_thin_gemm.h"
 #include "engine/kernels/cpu/dnnl/dnnl_common.h"
 #include "engine/kernels/cpu/dnnl/register.h"
-#include "engine/kernels/cpu/parallel.h"
 #include "engine/kernels/cpu/ref/common.h"
 #include "engine/kernels/cpu/ref/fused_activation.h"
 #include "engine/kernels/cpu/ref/nn_internal.h"
@@ -414,19 +413,18 @@ class ConvKernel final : public Kernel {
       const float* a = x.data<float>();
       if (!in_place) {
         const int64_t ti = t / kw, tj = t % kw;
-        ParallelFor(pixels, pixels * c >= (int64_t{1} << 15), [&](int64_t p_begin, int64_t p_end) {
-          for (int64_t p = p_begin; p < p_end; ++p) {
-            const int64_t n = p / (oh * ow), i = p / ow % oh, j = p % ow;
-            const int64_t ii = i * win.strides[0] - win.pad_begin[0] + ti * win.dilations[0];
-            const int64_t jj = j * win.strides[1] - win.pad_begin[1] + tj * win.dilations[1];
-            float* row = gathered_.data() + p * c;
-            if (ii < 0 || ii >= h || jj < 0 || jj >= wd) {
-              std::memset(row, 0, c * sizeof(float));
-            } else {
-              std::memcpy(row, a + ((n * h + ii) * wd + jj) * c, c * sizeof(float));
-            }
+#pragma omp parallel for schedule(static) if (pixels * c >= (int64_t{1} << 15))
+        for (int64_t p = 0; p < pixels; ++p) {
+          const int64_t n = p / (oh * ow), i = p / ow % oh, j = p % ow;
+          const int64_t ii = i * win.strides[0] - win.pad_begin[0] + ti * win.dilations[0];
+          const int64_t jj = j * win.strides[1] - win.pad_begin[1] + tj * win.dilations[1];
+          float* row = gathered_.data() + p * c;
+          if (ii < 0 || ii >= h || jj < 0 || jj >= wd) {
+            std::memset(row, 0, c * sizeof(float));
+          } else {
+            std::memcpy(row, a + ((n * h + ii) * wd + jj) * c, c * sizeof(float));
           }
-        });
+        }
         a = gathered_.data();
       }
       avx512::GemmArgs g;
@@ -485,9 +483,8 @@ class ConvKernel final : public Kernel {
     if (zp != nullptr) {
       float* yp = y.data<float>();
       const int64_t n = y.num_elements();
-      ParallelFor(n, n >= (int64_t{1} << 15), [&](int64_t i_begin, int64_t i_end) {
-        for (int64_t i = i_begin; i < i_end; ++i) yp[i] += zp[i];
-      });
+#pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 15))
+      for (int64_t i = 0; i < n; ++i) yp[i] += zp[i];
     }
     if (act_.kind != ActKind::kNone) ApplyActivation(y.data<float>(), y);
   }
@@ -655,37 +652,33 @@ class ConvKernel final : public Kernel {
       constexpr int64_t kChunk = 4096;
       const int64_t chunks = (n + kChunk - 1) / kChunk;
       float* sums_rw = const_cast<float*>(sums);  // the kernel's own sums (scratch or Y)
-      ParallelFor(chunks, chunks >= 4, [&](int64_t c_begin, int64_t c_end) {
-        for (int64_t c = c_begin; c < c_end; ++c) {
-          const int64_t at = c * kChunk, len = std::min(kChunk, n - at);
-          if (y.dtype() == DataType::kF32) {
-            avx512::ActivationF32(fn, p, sums + at, y.data<float>() + at, len);
-          } else {
-            avx512::ActivationF32(fn, p, sums + at, sums_rw + at, len);
-            avx512::ConvertArray(DataType::kF32, y.dtype(), sums_rw + at,
-                                 static_cast<char*>(y.raw_data()) + at * DataTypeSize(y.dtype()),
-                                 len);
-          }
+#pragma omp parallel for schedule(static) if (chunks >= 4)
+      for (int64_t c = 0; c < chunks; ++c) {
+        const int64_t at = c * kChunk, len = std::min(kChunk, n - at);
+        if (y.dtype() == DataType::kF32) {
+          avx512::ActivationF32(fn, p, sums + at, y.data<float>() + at, len);
+        } else {
+          avx512::ActivationF32(fn, p, sums + at, sums_rw + at, len);
+          avx512::ConvertArray(DataType::kF32, y.dtype(), sums_rw + at,
+                               static_cast<char*>(y.raw_data()) + at * DataTypeSize(y.dtype()),
+                               len);
         }
-      });
+      }
       return;
     }
     ref::WithActivation<float>(act_, [&](const auto& f) {
       if (y.dtype() == DataType::kF32) {
         float* yp = y.data<float>();
-        ParallelFor(n, [&](int64_t i_begin, int64_t i_end) {
-          for (int64_t i = i_begin; i < i_end; ++i) yp[i] = f(sums[i]);
-        });
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; ++i) yp[i] = f(sums[i]);
       } else if (y.dtype() == DataType::kF16) {
         Float16* yp = y.data<Float16>();
-        ParallelFor(n, [&](int64_t i_begin, int64_t i_end) {
-          for (int64_t i = i_begin; i < i_end; ++i) yp[i] = ref::Store<Float16>(f(sums[i]));
-        });
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; ++i) yp[i] = ref::Store<Float16>(f(sums[i]));
       } else {
         BFloat16* yp = y.data<BFloat16>();
-        ParallelFor(n, [&](int64_t i_begin, int64_t i_end) {
-          for (int64_t i = i_begin; i < i_end; ++i) yp[i] = ref::Store<BFloat16>(f(sums[i]));
-        });
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; ++i) yp[i] = ref::Store<BFloat16>(f(sums[i]));
       }
     });
   }
