@@ -49,7 +49,10 @@ bool CpuHasIsa(Isa isa) {
   return (DetectCpuFeatures() & need) == need;
 }
 
-void Registry::Add(KernelDef def) { defs_.push_back(std::move(def)); }
+void Registry::Add(KernelDef def) {
+  if (def.isa == Isa::kDnnl) def.openmp_regions = true;
+  defs_.push_back(std::move(def));
+}
 
 void Registry::AddRef(ir::OpType op, std::vector<DataType> dtypes, KernelFactory factory,
                       int type_source) {

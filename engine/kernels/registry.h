@@ -48,6 +48,10 @@ struct KernelDef {
   /// A specialised kernel chosen, for the nodes it supports, over kernels of a higher Isa (a
   /// depthwise convolution of its own, faster than oneDNN's general convolution).
   bool preferred = false;
+  /// The kernel runs OpenMP parallel regions (set for every kDnnl kernel by Registry::Add:
+  /// oneDNN's primitives; and for the recurrent kernels' teams, which synchronise every time
+  /// step), where the other kernels' loops run on kernels/cpu/parallel.h's pool.
+  bool openmp_regions = false;
 };
 
 /// The registry; `Default()` holds every kernel of the build.

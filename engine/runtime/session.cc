@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "engine/common/status.h"
+#include "engine/kernels/cpu/parallel.h"
 #include "engine/kernels/registry.h"
 
 namespace kiln::runtime {
@@ -258,6 +259,7 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Create(std::shared_ptr<const p
   const kernels::Registry& reg = kernels::Registry::Default();
   for (const ir::Node* n : e.order) {
     ASSIGN_OR_RETURN(const kernels::KernelDef* def, reg.Find(*n));
+    s->openmp_loops_ |= def->openmp_regions;
     ASSIGN_OR_RETURN(auto k, def->factory(*n));
     s->kernels_.push_back(std::move(k));
     auto& runners = s->subgraphs_.emplace_back();
@@ -281,6 +283,7 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Create(std::shared_ptr<const p
       runners.emplace_back(name, std::make_unique<SessionRunner>(*std::move(session)));
     }
   }
+  s->openmp_loops_ = s->openmp_loops_ && kernels::cpu::OpenMpThreadsSpin();
   size_t nv = e.graph->values().size();
   s->last_use_.assign(nv, -1);
   for (int i = 0; i < static_cast<int>(e.order.size()); ++i) {
@@ -401,6 +404,7 @@ absl::Status Execution::Step(const NodeObserver& observer, const InteriorTap& ta
   // Kernels return statuses, but their scratch (std::vector) reports running out of memory by
   // throwing: an address-space limit or a huge output becomes this node's error, not an abort.
   try {
+    const kernels::cpu::ScopedOpenMpLoops loops(s.openmp_loops_);
     st = s.kernels_[i]->Run(ctx);
   } catch (const std::bad_alloc&) {
     st = absl::ResourceExhaustedError("out of memory running the kernel");

@@ -169,6 +169,9 @@ class Session {
   uint64_t arena_bytes_ = 0;
   std::shared_ptr<void> arena_;
   BufferPool pool_;
+  /// Whether the kernels' loops run on OpenMP teams (kernels::cpu::ScopedOpenMpLoops): some
+  /// kernel opens OpenMP regions, and waiting OpenMP threads spin.
+  bool openmp_loops_ = false;
 };
 
 }  // namespace kiln::runtime

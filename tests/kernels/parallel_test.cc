@@ -119,6 +119,31 @@ TEST(ParallelFor, CallerTakesPiecesNoWorkerStarted) {
   omp_set_num_threads(saved);
 }
 
+// ScopedOpenMpLoops: the shares on an OpenMP team, every index once; off again after the scope.
+TEST(ParallelFor, ScopedOpenMpLoopsRunOnAnOpenMpTeam) {
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(2);
+  std::vector<std::atomic<int>> hits(100);
+  std::atomic<int> outside_omp{0};
+  {
+    const ScopedOpenMpLoops loops(true);
+    const ScopedOpenMpLoops nested(false);  // an inner scope without `on` keeps it on
+    ParallelFor(100, [&](int64_t begin, int64_t end) {
+      if (!omp_in_parallel()) outside_omp.fetch_add(1);
+      for (int64_t i = begin; i < end; ++i) hits[i].fetch_add(1);
+    });
+  }
+  EXPECT_EQ(outside_omp.load(), 0);
+  for (auto& h : hits) ASSERT_EQ(h.load(), 1);
+  bool in_omp = false;
+  ParallelFor(100, [&](int64_t, int64_t) {
+    if (omp_in_parallel()) in_omp = true;
+  });
+  const char* env = getenv("KILN_THREAD_POOL");
+  EXPECT_EQ(in_omp, env != nullptr && std::string(env) == "openmp");
+  omp_set_num_threads(saved);
+}
+
 // Many short loops back to back, from two threads at once (each with a pool of its own).
 TEST(ParallelFor, ManyLoopsFromTwoCallers) {
   auto caller = [](int64_t* sum) {

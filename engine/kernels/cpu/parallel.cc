@@ -65,6 +65,9 @@ int64_t SpinCount() {
 // Set on a pool's workers and on a caller while its loop runs: nested loops run serially.
 thread_local bool t_in_loop = false;
 
+// ScopedOpenMpLoops of this thread.
+thread_local bool t_openmp_loops = false;
+
 struct alignas(64) Share {
   std::atomic<int64_t> next{0};  // the next piece of the share to take
 };
@@ -213,7 +216,7 @@ bool UseOpenMp() {
 }
 
 void Run(int64_t n, int team, int pieces, const PieceBody& body) {
-  if (UseOpenMp()) {
+  if (t_openmp_loops || UseOpenMp()) {
 #pragma omp parallel num_threads(team)
     {
       const int t = omp_get_thread_num(), nt = omp_get_num_threads();
@@ -242,6 +245,17 @@ void ParallelFor(int64_t n, bool parallel, absl::FunctionRef<void(int64_t, int64
 }
 
 int ParallelTeamOf(int64_t n, int max_team) { return TeamOf(n, max_team); }
+
+ScopedOpenMpLoops::ScopedOpenMpLoops(bool on) : saved_(t_openmp_loops) {
+  t_openmp_loops = saved_ || on;
+}
+
+ScopedOpenMpLoops::~ScopedOpenMpLoops() { t_openmp_loops = saved_; }
+
+bool OpenMpThreadsSpin() {
+  static const bool spin = SpinCount() > 0;
+  return spin;
+}
 
 void ParallelForTeam(int64_t n, int max_team, int pieces_per_share, const PieceBody& body) {
   if (n <= 0) return;

@@ -517,6 +517,7 @@ void RegisterRecurrent(Registry& r) {
     KernelDef def{op,           {DataType::kF32, DataType::kF16}, 0, Backend::kCpu,
                   Isa::kAvx512, &RecurrentKernel::Create};
     def.supports = &RecurrentKernel::Supports;
+    def.openmp_regions = true;
     r.Add(def);
     def.dtypes = {DataType::kBF16};
     def.cpu_features = kCpuAvx512Bf16;  // vcvtneps2bf16 for the bf16 outputs

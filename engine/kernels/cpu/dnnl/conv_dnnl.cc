@@ -22,6 +22,11 @@
 // cost about half the convolution time and the blocked convolutions are several times faster than
 // oneDNN's im2col + GEMM convolution, what it runs on NCHW X and Y for most shapes.
 //
+// Threads: this kernel's own loops (X widened, the residual added, the epilogue) are OpenMP
+// regions, not kernels/cpu/parallel.h's pool: they run between oneDNN's primitives, whose
+// threads are OpenMP's, and on the pool's threads each loop would wake one set of threads while
+// the other still spins.
+//
 // Channels-last (kChannelsLastAttr, set by passes/layout.h): X and Y are NHWC tensors and the
 // primitive reads and writes them as they are, with no reorder; the reference kernel, when it
 // runs instead, gets NCHW copies.
