@@ -180,14 +180,14 @@ absl::Status Bench(int argc, char** argv) {
   };
   const double mean = std::accumulate(ms.begin(), ms.end(), 0.0) / ms.size();
   std::cout << absl::StrFormat(
-      "engine %s (policy %s)\n  inputs: %s\n  threads %d (OpenMP wait %s), %d run(s) after %d "
-      "warm-up\n"
+      "engine %s (policy %s)\n  inputs: %s\n  threads %d (OpenMP wait %s; kernel loops on %s), "
+      "%d run(s) after %d warm-up\n"
       "  latency ms: min %.3f  median %.3f  p90 %.3f  mean %.3f  max %.3f\n"
       "  load (open, verify, ready): %.1f ms\n"
       "  first run (with the kernels' one-time setup): %.3f ms\n",
       args.positional[0], engine->metadata.policy().empty() ? "-" : engine->metadata.policy(),
-      source, runtime::Threads(), runtime::WaitPolicy(), runs, warmup, ms.front(), at(0.5), at(0.9),
-      mean, ms.back(), load_ms, first_ms);
+      source, runtime::Threads(), runtime::WaitPolicy(), session->LoopThreads(), runs, warmup,
+      ms.front(), at(0.5), at(0.9), mean, ms.back(), load_ms, first_ms);
   if (args.flags.count("--profile")) RETURN_IF_ERROR(Profile(*session, *engine, inputs, runs));
   return absl::OkStatus();
 }

@@ -251,6 +251,12 @@ kernels::SubgraphRunner* Session::subgraph_runner(size_t index, const std::strin
   return nullptr;
 }
 
+std::string Session::LoopThreads() const {
+  if (kernels::cpu::ThreadPoolDisabled()) return "OpenMP's threads (KILN_THREAD_POOL=openmp)";
+  if (openmp_loops_) return "OpenMP's threads (oneDNN or recurrent kernels, spinning waits)";
+  return "the thread pool";
+}
+
 absl::StatusOr<std::unique_ptr<Session>> Session::Create(std::shared_ptr<const plan::Engine> engine,
                                                          bool use_arena, int depth) {
   auto s = std::unique_ptr<Session>(new Session());

@@ -153,6 +153,8 @@ class Session {
   kernels::SubgraphRunner* subgraph_runner(size_t index, const std::string& attr);
   /// The buffers kept for tensors outside the arena.
   const BufferPool& pool() const { return pool_; }
+  /// Where the kernels' own loops run: "the thread pool", or OpenMP's threads and why.
+  std::string LoopThreads() const;
 
  private:
   friend class Execution;

@@ -255,6 +255,8 @@ ScopedOpenMpLoops::ScopedOpenMpLoops(bool on) : saved_(t_openmp_loops) {
 
 ScopedOpenMpLoops::~ScopedOpenMpLoops() { t_openmp_loops = saved_; }
 
+bool ThreadPoolDisabled() { return UseOpenMp(); }
+
 bool OpenMpThreadsSpin() {
   static const bool spin = SpinCount() > 0;
   return spin;

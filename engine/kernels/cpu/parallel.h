@@ -67,6 +67,9 @@ class ScopedOpenMpLoops {
   bool saved_;
 };
 
+/// Whether KILN_THREAD_POOL=openmp runs every loop on OpenMP teams in this process.
+bool ThreadPoolDisabled();
+
 /// Whether waiting OpenMP threads of this process spin before they sleep (OMP_WAIT_POLICY and
 /// GOMP_SPINCOUNT as libgomp reads them): false when they sleep at once (a passive wait, as
 /// Kiln's executables choose on a busy machine and kiln-server always).
