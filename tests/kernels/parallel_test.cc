@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <new>
 #include <string>
 #include <thread>
 #include <vector>
@@ -141,6 +142,28 @@ TEST(ParallelFor, ScopedOpenMpLoopsRunOnAnOpenMpTeam) {
   });
   const char* env = getenv("KILN_THREAD_POOL");
   EXPECT_EQ(in_omp, env != nullptr && std::string(env) == "openmp");
+  omp_set_num_threads(saved);
+}
+
+// A body's exception (a kernel's scratch out of memory) reaches the caller once every running
+// piece has ended, whichever thread ran the piece, and the pool runs loops as before afterwards.
+TEST(ParallelFor, ABodysExceptionReachesTheCaller) {
+  const int saved = omp_get_max_threads();
+  for (int round = 0; round < 20; ++round) {
+    omp_set_num_threads(3);
+    const int64_t bad = round % 2 == 0 ? 0 : 50;  // in the caller's share, or a worker's
+    std::atomic<int> pieces{0};
+    EXPECT_THROW(ParallelFor(64,
+                             [&](int64_t begin, int64_t end) {
+                               pieces.fetch_add(1);
+                               if (begin <= bad && bad < end) throw std::bad_alloc();
+                             }),
+                 std::bad_alloc)
+        << "round " << round;
+    // The thread that threw runs no more pieces; nobody waits on a piece that never starts.
+    EXPECT_LE(pieces.load(), 12) << "round " << round;
+    ExpectCoveredOnce(3, 1000);
+  }
   omp_set_num_threads(saved);
 }
 

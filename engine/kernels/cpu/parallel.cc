@@ -7,8 +7,11 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <memory>
+#include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -68,6 +71,24 @@ thread_local bool t_in_loop = false;
 // ScopedOpenMpLoops of this thread.
 thread_local bool t_openmp_loops = false;
 
+// The first exception a piece threw (std::bad_alloc from a kernel's scratch), rethrown on the
+// calling thread once every piece has ended: the kernel's error (the session turns it into the
+// run's), never std::terminate from a worker.
+class FirstError {
+ public:
+  void Catch() {
+    const std::lock_guard<std::mutex> lock(mu_);
+    if (!error_) error_ = std::current_exception();
+  }
+  void RethrowIfAny() {
+    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+  }
+
+ private:
+  std::mutex mu_;
+  std::exception_ptr error_;
+};
+
 struct alignas(64) Share {
   std::atomic<int64_t> next{0};  // the next piece of the share to take
 };
@@ -105,7 +126,11 @@ class Pool {
     state_.store((uint64_t{epoch} << 32) | (uint64_t(team) << 24), std::memory_order_seq_cst);
     wake_.store(epoch, std::memory_order_seq_cst);
     if (sleepers_.load(std::memory_order_seq_cst) > 0) wake_.notify_all();
-    Work(0);
+    try {
+      Work(0);
+    } catch (...) {
+      error_.Catch();
+    }
     // No worker joins from now on; those that did may still be running a piece.
     uint64_t s = state_.fetch_or(kClosed, std::memory_order_acq_rel) | kClosed;
     for (int64_t i = 0; (s & kJoinedMask) != 0; ++i) {
@@ -116,6 +141,7 @@ class Pool {
       }
       s = state_.load(std::memory_order_acquire);
     }
+    error_.RethrowIfAny();
   }
 
  private:
@@ -160,7 +186,11 @@ class Pool {
         }
       }
       if (!joined) continue;
-      Work(id);
+      try {
+        Work(id);
+      } catch (...) {
+        error_.Catch();
+      }
       state_.fetch_sub(1, std::memory_order_release);
     }
   }
@@ -195,6 +225,7 @@ class Pool {
   int64_t n_ = 0;
   int team_ = 0;
   int pieces_ = 1;
+  FirstError error_;
 };
 
 thread_local std::unique_ptr<Pool> t_pool;
@@ -220,17 +251,25 @@ void Run(int64_t n, int team, int pieces, const PieceBody& body) {
     // The whole team, as oneDNN's regions take it, the threads past `team` idle: a region of
     // another size makes libgomp dock and release its threads (fp16 ResNet-50 at 16 threads,
     // teams of 7 between oneDNN's of 16: 20-32 ms against 11).
+    FirstError error;
 #pragma omp parallel
     {
       const int t = omp_get_thread_num(), nt = std::min(omp_get_num_threads(), team);
-      if (t < nt) body(n * t / nt, n * (t + 1) / nt, t);
+      try {
+        if (t < nt) body(n * t / nt, n * (t + 1) / nt, t);
+      } catch (...) {
+        error.Catch();
+      }
     }
+    error.RethrowIfAny();
     return;
   }
   if (t_pool == nullptr) t_pool = std::make_unique<Pool>();
-  t_in_loop = true;
+  struct InLoop {
+    InLoop() { t_in_loop = true; }
+    ~InLoop() { t_in_loop = false; }
+  } in_loop;
   t_pool->Run(team, n, pieces, body);
-  t_in_loop = false;
 }
 
 }  // namespace

@@ -23,8 +23,10 @@ namespace kiln::kernels::cpu {
 /// before), then pieces of the other shares that nobody has started.
 ///
 /// Runs body(0, n) on the calling thread when `parallel` is false, n < 2, one thread is allowed,
-/// or the call is nested (from a body, or inside an OpenMP region). Bodies must not throw, and
-/// must give the same numbers whatever the split (each element computed by one piece).
+/// or the call is nested (from a body, or inside an OpenMP region). Bodies must give the same
+/// numbers whatever the split (each element computed by one piece). An exception from a body (a
+/// kernel's scratch out of memory) is rethrown here once the pieces running have ended (the
+/// thread that threw takes no more; the kernel's output is then incomplete, its run failed).
 ///
 /// Waiting workers spin and then sleep like the process's OpenMP threads: OMP_WAIT_POLICY and
 /// GOMP_SPINCOUNT (runtime/threads.h sets the latter for Kiln's executables) are read when a pool
