@@ -286,8 +286,6 @@ void ParallelFor(int64_t n, bool parallel, absl::FunctionRef<void(int64_t, int64
   Run(n, team, kPiecesPerShare, [&](int64_t begin, int64_t end, int) { body(begin, end); });
 }
 
-int ParallelTeamOf(int64_t n, int max_team) { return TeamOf(n, max_team); }
-
 ScopedOpenMpLoops::ScopedOpenMpLoops(bool on) : saved_(t_openmp_loops) {
   t_openmp_loops = saved_ || on;
 }

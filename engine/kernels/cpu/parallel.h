@@ -49,9 +49,6 @@ using PieceBody = absl::FunctionRef<void(int64_t begin, int64_t end, int partici
 /// Serially: body(0, n, 0).
 void ParallelForTeam(int64_t n, int max_team, int pieces_per_share, const PieceBody& body);
 
-/// The team ParallelForTeam(n, max_team, ...) would use from this thread now.
-int ParallelTeamOf(int64_t n, int max_team);
-
 /// While it lives (with `on`), ParallelFor and ParallelForTeam of this thread run their shares on
 /// OpenMP teams, one share a thread, as OpenMP loops would. For engines whose other kernels open
 /// OpenMP regions (KernelDef::openmp_regions) while OpenMP's threads spin between regions: two
