@@ -15,6 +15,9 @@ packages=(
   libre2-dev
   libspdlog-dev
   libdnnl-dev ocl-icd-opencl-dev  # oneDNN's CMake package looks for OpenCL (a Recommends)
+  # The OpenCL backend: headers to build it; the ICD loader, PoCL (OpenCL on the CPU) and CLBlast
+  # to run its tests here.
+  opencl-headers ocl-icd-libopencl1 pocl-opencl-icd libclblast-dev
   libgtest-dev libgmock-dev
   libbenchmark-dev
   libonnx-testdata
