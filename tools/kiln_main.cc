@@ -20,6 +20,7 @@
 #include "engine/builder/builder.h"
 #include "engine/common/cpu_features.h"
 #include "engine/common/status.h"
+#include "engine/kernels/device.h"
 #include "engine/plan/engine_blob.h"
 #include "engine/precision/assign.h"
 #include "engine/runtime/session.h"
@@ -39,6 +40,7 @@ namespace {
 constexpr char kUsage[] = R"(usage:
   kiln build MODEL.onnx [--policy PRESET|FILE] [--rule 'SEL=PREC']... [--constraints obey|prefer]
              [--typing auto|strong|weak] [--fusion on|off] [--no-fuse SEL]... -o ENGINE [--quiet]
+             [--device cpu|opencl[:PLATFORM[:DEVICE]] [--no-fallback]]
              [--inputs DIR | --seed N [--samples N] [--input-range NAME=LO,HI]... [--shape NAME=DIMS]...]
              [--report R.json] [--html R.html] [--suggest-policy OUT] [--atol A] [--rtol R]
              [--no-suggest]
@@ -46,6 +48,7 @@ constexpr char kUsage[] = R"(usage:
   kiln bench ENGINE [--inputs DIR | --seed N ...] [--runs N] [--warmup N]
              [--threads N] [--profile]
   kiln inspect ENGINE [--json]
+  kiln devices
   kiln explain MODEL.onnx [--policy ...] [--rule ...] [--constraints ...] [--typing ...] --node NAME
   kiln compare ENGINE_A ENGINE_B [--inputs DIR | --seed N ...] [--atol A] [--rtol R]
              [--report R.json] [--html R.html]
@@ -53,7 +56,12 @@ constexpr char kUsage[] = R"(usage:
   build    import MODEL.onnx, check it, and write an engine blob to ENGINE
   run      run ENGINE on DIR/input_<i>.pb (ONNX TensorProto, graph input order) and write
            DIR/output_<i>.pb
-  inspect  print the engine's kernels, tensors, memory plan and provenance
+  inspect  print the engine's kernels, tensors, memory plan and provenance (with its device:
+           where each node runs and, for a node kept on the CPU, why)
+  devices  list the build targets this machine has: the CPU and each OpenCL device, with its
+           --device name, driver and capabilities
+  build --device opencl[:P[:D]]: kernels on that OpenCL device where it has them, the rest on
+           the CPU (each such node says why); --no-fallback fails the build instead
   build with --inputs/--seed/--report/--html: also the accuracy report, every ONNX tensor
            against the fp32 reference (default atol 1e-2, rtol 1e-2), and with an output out
            of tolerance a searched policy raising the fewest nodes (--suggest-policy OUT)
@@ -88,13 +96,19 @@ absl::StatusOr<builder::BuildOptions> BuildOptionsFrom(Args& args) {
     opts.fusion.enabled = f == "on";
   }
   opts.fusion.no_fuse = args.all["--no-fuse"];
+  if (args.flags.count("--device")) opts.device = args.flags["--device"];
+  opts.no_fallback = args.flags.count("--no-fallback") > 0;
+  if (opts.no_fallback && opts.device == "cpu") {
+    return UsageError("--no-fallback needs --device opencl[...]");
+  }
   return opts;
 }
 
 std::map<std::string, bool> BuildFlags() {
   std::map<std::string, bool> known = {
-      {"--policy", true}, {"--rule", true},    {"--constraints", true}, {"--typing", true},
-      {"--fusion", true}, {"--no-fuse", true}, {"--quiet", false},      {"--threads", true}};
+      {"--policy", true}, {"--rule", true},        {"--constraints", true}, {"--typing", true},
+      {"--fusion", true}, {"--no-fuse", true},     {"--quiet", false},      {"--threads", true},
+      {"--device", true}, {"--no-fallback", false}};
   return known;
 }
 
@@ -269,6 +283,9 @@ absl::Status PrintKernels(const v1::EngineMetadata& m, const std::string& indent
           p.node_name(), p.op_type(), p.node_index(), OrDash(p.assigned_precision()),
           OrDash(p.effective_precision()), p.rule(),
           p.fusion().empty() ? "" : absl::StrCat(", fusion: ", p.fusion()));
+      if (!p.fallback_reason().empty()) {
+        std::cout << absl::StrFormat("%s          on the CPU: %s\n", indent, p.fallback_reason());
+      }
     }
     for (const auto& a : k.attributes()) {
       if (a.type() != v1::AttributeValue::GRAPH) continue;
@@ -341,6 +358,16 @@ absl::Status Inspect(int argc, char** argv) {
       m.model_name(), m.opset(), m.ir_version(), absl::StrReplaceAll(m.policy(), {{"\n", "; "}}),
       m.constraints(), m.typing(),
       m.required_cpu_features().empty() ? "none" : absl::StrJoin(m.required_cpu_features(), ","));
+  if (m.device().kind() == "opencl") {
+    const v1::Device& d = m.device();
+    std::cout << absl::StrFormat(
+        "device: OpenCL %s, platform '%s' (%s), driver %s, %s, %s; capabilities: %s\n"
+        "  %d kernel(s) on the device, %d on the CPU, %d tensor(s) copied between them per run\n",
+        d.name(), d.platform_name(), d.platform_version(), d.driver_version(), d.version(),
+        d.opencl_c_version(),
+        d.capabilities().empty() ? "none" : absl::StrJoin(d.capabilities(), " "),
+        d.device_kernels(), d.cpu_kernels(), d.transfers());
+  }
   std::cout << "inputs:\n";
   for (int i : m.graph_inputs()) std::cout << "  " << tensor(i) << "\n";
   std::cout << "outputs:\n";
@@ -374,6 +401,33 @@ absl::Status Inspect(int argc, char** argv) {
   return absl::OkStatus();
 }
 
+// `kiln devices`: the CPU and every OpenCL device, as --device names them.
+absl::Status Devices(int argc, char** argv) {
+  auto args = Parse(argc, argv, 2, {});
+  if (!args.ok()) return UsageError(std::string(args.status().message()));
+  if (!args->positional.empty()) return UsageError("devices takes no argument");
+  std::cout << "cpu            this machine's CPU (the default)\n";
+  if (!kernels::OpenClBuilt()) {
+    std::cout << "(this Kiln was built without the OpenCL backend)\n";
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::vector<kernels::DeviceDescription>> devices = kernels::ListOpenClDevices();
+  if (!devices.ok()) {
+    std::cout << "no OpenCL device: " << devices.status().message() << "\n";
+    return absl::OkStatus();
+  }
+  if (devices->empty()) std::cout << "no OpenCL device: the ICD loader found no platform\n";
+  for (const kernels::DeviceDescription& d : *devices) {
+    std::cout << absl::StrFormat(
+        "%-14s %s %s: platform '%s' (%s), %s, driver %s, %s, %d compute units, %d MiB; "
+        "capabilities: %s\n",
+        d.Spec(), d.type, d.name, d.platform_name, d.platform_version, d.version, d.driver_version,
+        d.opencl_c_version, d.compute_units, d.global_mem_bytes >> 20,
+        d.capabilities.empty() ? "none" : absl::StrJoin(d.capabilities, " "));
+  }
+  return absl::OkStatus();
+}
+
 int Main(int argc, char** argv) {
   if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h" ||
       std::string(argv[1]) == "help") {
@@ -394,6 +448,8 @@ int Main(int argc, char** argv) {
       st = Inspect(argc, argv);
     else if (cmd == "explain")
       st = Explain(argc, argv);
+    else if (cmd == "devices")
+      st = Devices(argc, argv);
     else if (cmd == "compare")
       st = Compare(argc, argv);
     else if (cmd == "bench")

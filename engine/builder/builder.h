@@ -56,6 +56,13 @@ struct BuildOptions {
   /// Keep activations channels-last (NHWC) between the convolutions the oneDNN kernel runs
   /// (passes/layout.h). The numbers are the same either way; off: every tensor NCHW.
   bool channels_last = true;
+  /// `--device`: "cpu", or an OpenCL device "opencl[:PLATFORM[:DEVICE]]" (kernels/device.h)
+  /// that the placement pass puts kernels on (builder/placement.h). A device build keeps
+  /// tensors NCHW and weights as authored (the device kernels read those).
+  std::string device = "cpu";
+  /// `--no-fallback`: a node the device cannot run fails the build instead of running on the
+  /// CPU.
+  bool no_fallback = false;
 };
 
 /// What a build did, for logs, `kiln build` and tests.

@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/builder/placement.h"
 #include "engine/builder/verify.h"
 #include "engine/builder/weights.h"
 #include "engine/common/status.h"
@@ -148,8 +149,8 @@ std::vector<v1::NodeProvenance> Provenance(const ir::Node& n,
 // What the passes share: the inputs of the compilation, then each pass's result, in pass order.
 struct CompileState {
   CompileState(ir::Graph& graph, const precision::Policy& p, const BuildOptions& o, BuildResult& r,
-               spdlog::logger& l)
-      : g(graph), policy(p), options(o), result(r), sum(r.summary), log(l) {}
+               spdlog::logger& l, kernels::DeviceDescription d)
+      : g(graph), policy(p), options(o), result(r), sum(r.summary), log(l), device(std::move(d)) {}
 
   ir::Graph& g;
   const precision::Policy& policy;
@@ -158,6 +159,7 @@ struct CompileState {
   BuildSummary& sum;
   spdlog::logger& log;
   const kernels::Registry& reg = kernels::Registry::Default();
+  const kernels::DeviceDescription device;  // the build's target
 
   std::vector<SourceNode> sources;                   // patterns: the nodes as imported
   std::vector<precision::PatternInstance> patterns;  // patterns
@@ -173,6 +175,7 @@ struct CompileState {
   uint64_t required_features = 0;                    // layout, chain, pack
   std::map<int, plan::WeightEncoding> encodings;     // pack
   std::vector<ir::Node*> packed_at_write;            // pack
+  Placement placement;                               // place
   runtime::MemoryPlan memory;                        // memory
   std::vector<plan::KernelChoice> choices;           // metadata, by node id
   v1::EngineMetadata meta;                           // metadata
@@ -590,6 +593,13 @@ absl::Status MemoryPass(CompileState& s) {
   return absl::OkStatus();
 }
 
+// place: each kernel on the build's device or the CPU (placement.h).
+absl::Status PlacePass(CompileState& s) {
+  ASSIGN_OR_RETURN(s.placement,
+                   PlaceKernels(s.g, s.live, s.defs, s.device, s.options.no_fallback, s.log));
+  return absl::OkStatus();
+}
+
 // metadata: each kernel's choice and provenance, and the engine metadata (policy, dtype changes,
 // removed nodes, memory plan) the blob and `kiln inspect` carry.
 absl::Status MetadataPass(CompileState& s) {
@@ -602,6 +612,12 @@ absl::Status MetadataPass(CompileState& s) {
     c.isa = kernels::IsaName(def->isa);
     c.dtype = DataTypeName(kernels::KernelKeyType(*n, def->type_source));
     c.provenance = Provenance(*n, s.sources, s.assignment, s.lowering, "");
+    if (s.device.opencl) {
+      for (v1::NodeProvenance& p : c.provenance) {
+        p.set_device(c.backend);
+        p.set_fallback_reason(s.placement.fallback[n->id]);
+      }
+    }
   }
   v1::EngineMetadata& meta = s.meta;
   meta.set_builder_version(KILN_VERSION);
@@ -612,6 +628,7 @@ absl::Status MetadataPass(CompileState& s) {
   meta.set_policy(s.policy.Canonical());
   meta.set_constraints(precision::ConstraintsName(s.options.constraints));
   meta.set_typing(s.assignment.strong_typing ? "strong" : "weak");
+  if (s.device.opencl) FillDevice(s.placement, *meta.mutable_device());
   for (const std::string& w : s.assignment.warnings) meta.add_warnings(w);
   for (const auto& c : s.lowering.changes) {
     v1::DtypeChange* dc = meta.add_dtype_changes();
@@ -672,6 +689,7 @@ constexpr CompilePass kPasses[] = {
     {"layout", "plan", 0.65, LayoutPass},
     {"chain", "plan", 0.65, ChainPass},
     {"pack", "plan", 0.65, PackPass},
+    {"place", "plan", 0.65, PlacePass},
     {"verify", "plan", 0.65, VerifyPass},
     {"memory", "plan", 0.65, MemoryPass},
     {"metadata", "plan", 0.65, MetadataPass},
@@ -683,7 +701,17 @@ absl::StatusOr<Compiled> Compile(ir::Graph& g, const precision::Policy& policy,
                                  const BuildOptions& options, BuildResult& result,
                                  spdlog::logger& log,
                                  const std::function<void(const char*, double)>& on_stage) {
-  CompileState s(g, policy, options, result, log);
+  // A device build: the target resolved on this machine (clear errors for a missing OpenCL, an
+  // absent index), tensors NCHW and weights as authored, which the device kernels read.
+  ASSIGN_OR_RETURN(kernels::DeviceDescription device, kernels::DescribeDevice(options.device));
+  BuildOptions o = options;
+  if (device.opencl) {
+    o.channels_last = false;
+    o.pack_weights = false;
+    log.info("device: {} ({}), capabilities: {}", device.Describe(), device.Spec(),
+             device.capabilities.empty() ? "none" : absl::StrJoin(device.capabilities, " "));
+  }
+  CompileState s(g, policy, o, result, log, std::move(device));
   const char* stage = nullptr;
   for (const CompilePass& pass : kPasses) {
     if (on_stage && (stage == nullptr || std::string_view(stage) != pass.stage)) {

@@ -71,6 +71,17 @@ Tensor Tensor::Borrow(DataType dtype, std::vector<int64_t> dims, void* data,
   return t;
 }
 
+Tensor Tensor::OnDevice(DataType dtype, std::vector<int64_t> dims,
+                        std::shared_ptr<DeviceStorage> storage, uint64_t offset) {
+  Tensor t;
+  t.dtype_ = dtype;
+  t.num_elements_ = NumElementsOf(dims);
+  t.dims_ = std::move(dims);
+  t.device_ = std::move(storage);
+  t.device_offset_ = offset;
+  return t;
+}
+
 Tensor Tensor::Sequence(DataType elem_dtype, std::vector<Tensor> elements) {
   Tensor t;
   t.dtype_ = elem_dtype;
@@ -100,6 +111,7 @@ Tensor Tensor::Clone() const {
     return Sequence(dtype_, std::move(copies));
   }
   if (!defined()) return Tensor();
+  if (on_device()) return *this;
   Tensor t = *Allocate(dtype_, dims_);
   if (byte_size() > 0) std::memcpy(t.data_, data_, byte_size());
   return t;

@@ -25,6 +25,15 @@ std::string DimsToString(absl::Span<const int64_t> dims);
 /// tensor or sequence itself: the graph's ValueKind says the value is optional.
 enum class TensorKind : uint8_t { kDense, kSequence, kNone };
 
+/// Bytes a device holds (a buffer of the OpenCL backend, kernels/opencl): opaque to the IR and
+/// to the CPU kernels, which never see such a tensor (the session copies it to the host first).
+class DeviceStorage {
+ public:
+  virtual ~DeviceStorage() = default;
+  /// The device, for messages ("NVIDIA H200 (OpenCL)").
+  virtual std::string DeviceName() const = 0;
+};
+
 /// A dense tensor, or (kind() != kDense) a sequence of tensors or an empty optional. The buffer
 /// is 64-byte aligned when allocated here.
 ///
@@ -52,6 +61,14 @@ class Tensor {
   /// As Allocate, without the zero fill: for a caller that writes every element.
   static absl::StatusOr<Tensor> AllocateUninitialized(DataType dtype, std::vector<int64_t> dims);
 
+  /// A dense tensor whose bytes lie on a device: `storage` from byte `offset` on. raw_data() is
+  /// null; only the device's kernels and the session's transfers read it.
+  static Tensor OnDevice(DataType dtype, std::vector<int64_t> dims,
+                         std::shared_ptr<DeviceStorage> storage, uint64_t offset = 0);
+  bool on_device() const { return device_ != nullptr; }
+  /// The device's storage (null for a host tensor) and where the tensor starts in it.
+  DeviceStorage* device_storage() const { return device_.get(); }
+  uint64_t device_offset() const { return device_offset_; }
   /// Wraps memory owned elsewhere; `keepalive` (may be null) keeps it valid.
   static Tensor Borrow(DataType dtype, std::vector<int64_t> dims, void* data,
                        std::shared_ptr<void> keepalive);
@@ -76,7 +93,8 @@ class Tensor {
     return static_cast<const T*>(data_);
   }
 
-  /// A deep copy with its own storage (of every element, for a sequence).
+  /// A deep copy with its own storage (of every element, for a sequence); a device tensor is
+  /// shared instead (the session copies device bytes).
   Tensor Clone() const;
 
   /// Same storage, new dims with the same element count (caller checks).
@@ -90,6 +108,8 @@ class Tensor {
   int64_t num_elements_ = 0;
   void* data_ = nullptr;
   std::shared_ptr<void> storage_;
+  std::shared_ptr<DeviceStorage> device_;  // a device tensor's bytes (data_ is null then)
+  uint64_t device_offset_ = 0;
 };
 
 /// A copy of rank-4 `t` with its axes permuted NCHW -> NHWC (`to_channels_last`) or NHWC ->

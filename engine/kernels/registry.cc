@@ -9,6 +9,9 @@
 #include "engine/kernels/cpu/avx512/register.h"
 #include "engine/kernels/cpu/dnnl/register.h"
 #include "engine/kernels/cpu/ref/register.h"
+#if KILN_WITH_OPENCL
+#include "engine/kernels/opencl/register.h"
+#endif
 
 namespace kiln::kernels {
 
@@ -16,6 +19,8 @@ const char* BackendName(Backend b) {
   switch (b) {
     case Backend::kCpu:
       return "cpu";
+    case Backend::kOpenCl:
+      return "opencl";
   }
   return "?";
 }
@@ -28,6 +33,10 @@ const char* IsaName(Isa i) {
       return "avx512";
     case Isa::kDnnl:
       return "dnnl";
+    case Isa::kOpenClC:
+      return "opencl-c";
+    case Isa::kClBlast:
+      return "clblast";
   }
   return "?";
 }
@@ -40,6 +49,9 @@ uint64_t IsaCpuFeatures(Isa isa) {
       return kCpuAvx512F | kCpuAvx512Bw | kCpuAvx512Vl | kCpuAvx512Dq | kCpuFma | kCpuF16c;
     case Isa::kDnnl:
       return kCpuSse42;
+    case Isa::kOpenClC:
+    case Isa::kClBlast:
+      return 0;  // the device's, checked when it opens
   }
   return ~0ull;
 }
@@ -69,16 +81,26 @@ DataType KernelKeyType(const ir::Node& node, int type_source) {
   return v ? v->dtype : DataType::kUndefined;
 }
 
+Backend BackendOf(const ir::Node& node) {
+  const auto it = node.attrs.find(kBackendAttr);
+  return it != node.attrs.end() && it->second.s == "opencl" ? Backend::kOpenCl : Backend::kCpu;
+}
+
 absl::StatusOr<const KernelDef*> Registry::Find(const ir::Node& node) const {
   return Find(node, DetectCpuFeatures());
 }
 
 absl::StatusOr<const KernelDef*> Registry::Find(const ir::Node& node, uint64_t cpu_features) const {
+  return FindOn(node, BackendOf(node), cpu_features);
+}
+
+absl::StatusOr<const KernelDef*> Registry::FindOn(const ir::Node& node, Backend backend,
+                                                  uint64_t cpu_features) const {
   bool any = false;
   DataType seen = DataType::kUndefined;
   const KernelDef* best = nullptr;
   for (const KernelDef& d : defs_) {
-    if (d.op != node.op) continue;
+    if (d.op != node.op || d.backend != backend) continue;
     any = true;
     DataType t = KernelKeyType(node, d.type_source);
     seen = t;
@@ -91,12 +113,14 @@ absl::StatusOr<const KernelDef*> Registry::Find(const ir::Node& node, uint64_t c
     }
   }
   if (best != nullptr) return best;
+  const char* on = backend == Backend::kCpu ? "" : " on OpenCL";
   if (!any) {
     return absl::UnimplementedError(
-        absl::StrCat(node.Label(), " unsupported op: no kernel for ", ir::OpName(node.op)));
+        absl::StrCat(node.Label(), " unsupported op: no kernel for ", ir::OpName(node.op), on));
   }
-  return absl::UnimplementedError(absl::StrCat(
-      node.Label(), " unsupported dtype ", DataTypeOnnxName(seen), " for ", ir::OpName(node.op)));
+  return absl::UnimplementedError(absl::StrCat(node.Label(), " unsupported dtype ",
+                                               DataTypeOnnxName(seen), " for ", ir::OpName(node.op),
+                                               on));
 }
 
 const Registry& Registry::Default() {
@@ -105,13 +129,16 @@ const Registry& Registry::Default() {
     cpu::ref::RegisterAll(*r);
     cpu::avx512::RegisterAvx512(*r);
     cpu::dnnl::RegisterDnnl(*r);
+#if KILN_WITH_OPENCL
+    opencl::RegisterOpenCl(*r);
+#endif
     return r;
   }();
   return *reg;
 }
 
 absl::StatusOr<std::unique_ptr<Kernel>> ReferenceKernel(const ir::Node& node) {
-  ASSIGN_OR_RETURN(const KernelDef* def, Registry::Default().Find(node, 0));
+  ASSIGN_OR_RETURN(const KernelDef* def, Registry::Default().FindOn(node, Backend::kCpu, 0));
   return def->factory(node);
 }
 

@@ -12,10 +12,19 @@
 
 namespace kiln::kernels {
 
-enum class Backend { kCpu };
+/// Where a kernel runs: the CPU, or an OpenCL device (kernels/opencl; DESIGN.md §12).
+enum class Backend { kCpu, kOpenCl };
 /// Instruction sets, slowest first: `Find` prefers the highest one the CPU supports. kDnnl is
-/// oneDNN, which chooses its own instructions at run time.
-enum class Isa { kRef, kAvx512, kDnnl };
+/// oneDNN, which chooses its own instructions at run time. kOpenClC: OpenCL C programs of
+/// kernels/opencl, compiled for the device; kClBlast: CLBlast's tuned kernels.
+enum class Isa { kRef, kAvx512, kDnnl, kOpenClC, kClBlast };
+
+/// The node attribute that puts a node on a device: "opencl" (the placement pass sets it; absent:
+/// the CPU).
+inline constexpr char kBackendAttr[] = "kiln_backend";
+
+/// The backend `node` is placed on (kBackendAttr).
+Backend BackendOf(const ir::Node& node);
 
 const char* BackendName(Backend b);
 const char* IsaName(Isa i);
@@ -62,13 +71,17 @@ class Registry {
   void AddRef(ir::OpType op, std::vector<DataType> dtypes, KernelFactory factory,
               int type_source = 0);
 
-  /// The kernel for `node` given its value dtypes: of those taking the dtype whose features the
-  /// running CPU has (DetectCpuFeatures), a preferred one, else the one of the highest Isa; the
-  /// reference kernel is the fallback. Errors: Unimplemented "unsupported op" when the op has no
-  /// kernel at all, Unimplemented "unsupported dtype" when none takes the dtype.
+  /// The kernel for `node` on its backend (BackendOf) given its value dtypes: of those taking
+  /// the dtype whose features the running CPU has (DetectCpuFeatures), a preferred one, else the
+  /// one of the highest Isa; on the CPU the reference kernel is the fallback. Errors:
+  /// Unimplemented "unsupported op" when the op has no kernel at all on that backend,
+  /// Unimplemented "unsupported dtype" when none takes the dtype (or supports the node).
   absl::StatusOr<const KernelDef*> Find(const ir::Node& node) const;
   /// As above for a CPU with `cpu_features` (tests pass 0 to get the reference kernel).
   absl::StatusOr<const KernelDef*> Find(const ir::Node& node, uint64_t cpu_features) const;
+  /// As above on `backend`, whatever the node's own placement (the placement pass asks).
+  absl::StatusOr<const KernelDef*> FindOn(const ir::Node& node, Backend backend,
+                                          uint64_t cpu_features) const;
 
   const std::vector<KernelDef>& defs() const { return defs_; }
 
@@ -79,8 +92,8 @@ class Registry {
   std::vector<KernelDef> defs_;
 };
 
-/// The reference kernel of `node` (Registry::Default().Find(node, 0)), for a fast kernel to run
-/// what it does not cover.
+/// The reference kernel of `node` (Registry::Default().FindOn(node, kCpu, 0)), for a fast kernel
+/// to run what it does not cover.
 absl::StatusOr<std::unique_ptr<Kernel>> ReferenceKernel(const ir::Node& node);
 
 /// The dtype that keys `node`'s kernel under `type_source` (kUndefined when not known).

@@ -86,13 +86,18 @@ absl::Status FitsValue(const ir::Node& n, int k, const ir::Value& v, const ir::T
 // The context a kernel sees for one node in one run.
 class NodeContext final : public kernels::KernelContext {
  public:
-  NodeContext(const ir::Node& node, std::vector<ir::Tensor>& values, char* arena,
-              const std::vector<int64_t>& slot_offset, const std::vector<uint64_t>& slot_bytes,
-              BufferPool& pool, const InteriorTap& tap,
+  // `inputs`: the tensor each input reads (in the kernel's memory), null when omitted;
+  // `device`: where outputs go when the node runs on a device (else null).
+  NodeContext(const ir::Node& node, std::vector<ir::Tensor>& values,
+              const std::vector<const ir::Tensor*>& inputs, kernels::DeviceRuntime* device,
+              char* arena, const std::vector<int64_t>& slot_offset,
+              const std::vector<uint64_t>& slot_bytes, BufferPool& pool, const InteriorTap& tap,
               const std::vector<std::pair<std::string, std::unique_ptr<SessionRunner>>>& subgraphs)
       : subgraphs_(subgraphs),
         node_(node),
         values_(values),
+        inputs_(inputs),
+        device_(device),
         arena_(arena),
         slot_offset_(slot_offset),
         slot_bytes_(slot_bytes),
@@ -111,10 +116,7 @@ class NodeContext final : public kernels::KernelContext {
 
   int num_inputs() const override { return node_.num_inputs(); }
   const ir::Tensor* input(int i) const override {
-    const ir::Value* v = node_.input(i);
-    if (!v) return nullptr;
-    const ir::Tensor& t = values_[v->id];
-    return t.defined() ? &t : nullptr;
+    return i >= 0 && i < static_cast<int>(inputs_.size()) ? inputs_[i] : nullptr;
   }
   int num_outputs() const override { return node_.num_outputs(); }
   bool output_requested(int i) const override {
@@ -154,6 +156,10 @@ class NodeContext final : public kernels::KernelContext {
       return absl::InvalidArgumentError(absl::StrCat(node_.Label(), " output ", i, " dims ",
                                                      ir::DimsToString(dims), " are invalid"));
     }
+    if (device_ != nullptr) {
+      ASSIGN_OR_RETURN(values_[v->id], device_->Allocate(dtype, std::move(dims)));
+      return &values_[v->id];
+    }
     int64_t off = slot_offset_[v->id];
     // Compare element counts, not byte products, so a huge shape cannot wrap into a small slot.
     size_t esize = DataTypeSize(dtype);
@@ -167,8 +173,10 @@ class NodeContext final : public kernels::KernelContext {
   }
 
  private:
-  // A tensor of `dims` (checked: n >= 0) over a buffer of the pool.
+  // A tensor of `dims` (checked: n >= 0) over a buffer of the pool (on the device for a device
+  // node).
   absl::StatusOr<ir::Tensor> FromPool(DataType dtype, std::vector<int64_t> dims) {
+    if (device_ != nullptr) return device_->Allocate(dtype, std::move(dims));
     const size_t esize = DataTypeSize(dtype);
     const int64_t n = ir::NumElementsOf(dims);
     if (esize == 0 || n < 0 || static_cast<uint64_t>(n) > (uint64_t{1} << 40) / esize) {
@@ -183,6 +191,8 @@ class NodeContext final : public kernels::KernelContext {
   const std::vector<std::pair<std::string, std::unique_ptr<SessionRunner>>>& subgraphs_;
   const ir::Node& node_;
   std::vector<ir::Tensor>& values_;
+  const std::vector<const ir::Tensor*>& inputs_;
+  kernels::DeviceRuntime* device_;
   char* arena_;
   const std::vector<int64_t>& slot_offset_;
   const std::vector<uint64_t>& slot_bytes_;
@@ -291,6 +301,7 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Create(std::shared_ptr<const p
   }
   s->openmp_loops_ = s->openmp_loops_ && kernels::cpu::OpenMpThreadsSpin();
   size_t nv = e.graph->values().size();
+  RETURN_IF_ERROR(s->OpenDevice());
   s->last_use_.assign(nv, -1);
   for (int i = 0; i < static_cast<int>(e.order.size()); ++i) {
     for (const ir::Value* v : e.order[i]->inputs) {
@@ -317,6 +328,35 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Create(std::shared_ptr<const p
     s->arena_ = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
   }
   return s;
+}
+
+absl::Status Session::OpenDevice() {
+  const plan::Engine& e = *engine_;
+  on_device_.assign(e.order.size(), false);
+  bool any = false;
+  for (size_t i = 0; i < e.order.size(); ++i) {
+    on_device_[i] = kernels::BackendOf(*e.order[i]) == kernels::Backend::kOpenCl;
+    any |= on_device_[i];
+  }
+  if (!any) return absl::OkStatus();
+  const v1::Device& d = e.metadata.device();
+  if (d.kind() != "opencl") {
+    return absl::InvalidArgumentError(
+        "the engine places kernels on OpenCL but records no OpenCL device");
+  }
+  kernels::DeviceDescription want;
+  want.opencl = true;
+  want.platform = d.platform();
+  want.device = d.device();
+  want.platform_name = d.platform_name();
+  want.platform_version = d.platform_version();
+  want.name = d.name();
+  want.vendor = d.vendor();
+  want.version = d.version();
+  want.driver_version = d.driver_version();
+  ASSIGN_OR_RETURN(device_, kernels::OpenDeviceRuntime(want));
+  device_constants_.resize(e.graph->values().size());
+  return absl::OkStatus();
 }
 
 absl::Status Session::CheckInputs(const std::vector<ir::Tensor>& inputs) const {
@@ -387,6 +427,7 @@ absl::StatusOr<std::unique_ptr<Execution>> Session::Start(const std::vector<ir::
   pool_.NextRun();
   auto x = std::unique_ptr<Execution>(new Execution(*this));
   x->values_.resize(g.values().size());
+  x->copies_.resize(g.values().size());
   for (const auto& v : g.values()) {
     if (v->constant) x->values_[v->id] = *v->constant;
   }
@@ -404,8 +445,34 @@ absl::Status Execution::Step(const NodeObserver& observer, const InteriorTap& ta
   const ir::Node& n = *s.engine_->order[i];
   // Every run of the node's subgraphs in this step is observed (or not) as this step.
   for (const auto& [name, runner] : s.subgraphs_[i]) runner->Begin(subgraphs, path_, &n, &name);
-  NodeContext ctx(n, values_, static_cast<char*>(s.arena_.get()), s.slot_offset_, s.slot_bytes_,
-                  session_.pool_, tap, s.subgraphs_[i]);
+  const bool on_device = s.on_device_[i];
+  const auto fail = [&](const absl::Status& st) {
+    next_ = s.engine_->order.size();  // a failed run goes no further
+    std::string msg(st.message());
+    if (msg.rfind("[node", 0) != 0) msg = absl::StrCat(n.Label(), " ", msg);
+    return absl::Status(st.code(), msg);
+  };
+  // Each input in the memory of the node's kernel: a tensor of the other memory is copied once
+  // per run (a constant once per session).
+  kernel_ins_.clear();
+  for (const ir::Value* v : n.inputs) {
+    ir::Tensor* t = v != nullptr && values_[v->id].defined() ? &values_[v->id] : nullptr;
+    if (t == nullptr || t->kind() != ir::TensorKind::kDense || t->on_device() == on_device) {
+      kernel_ins_.push_back(t);
+      continue;
+    }
+    ir::Tensor& copy =
+        on_device && v->constant ? session_.device_constants_[v->id] : copies_[v->id];
+    if (!copy.defined()) {
+      absl::StatusOr<ir::Tensor> c = on_device ? s.device_->Upload(*t) : HostCopy(*t);
+      if (!c.ok()) return fail(c.status());
+      copy = *std::move(c);
+    }
+    kernel_ins_.push_back(&copy);
+  }
+  NodeContext ctx(n, values_, kernel_ins_, on_device ? s.device_.get() : nullptr,
+                  static_cast<char*>(s.arena_.get()), s.slot_offset_, s.slot_bytes_, session_.pool_,
+                  tap, s.subgraphs_[i]);
   absl::Status st;
   // Kernels return statuses, but their scratch (std::vector) reports running out of memory by
   // throwing: an address-space limit or a huge output becomes this node's error, not an abort.
@@ -415,12 +482,7 @@ absl::Status Execution::Step(const NodeObserver& observer, const InteriorTap& ta
   } catch (const std::bad_alloc&) {
     st = absl::ResourceExhaustedError("out of memory running the kernel");
   }
-  if (!st.ok()) {
-    std::string msg(st.message());
-    if (msg.rfind("[node", 0) != 0) msg = absl::StrCat(n.Label(), " ", msg);
-    next_ = s.engine_->order.size();  // a failed run goes no further
-    return absl::Status(st.code(), msg);
-  }
+  if (!st.ok()) return fail(st);
   for (int k = 0; k < n.num_outputs(); ++k) {
     const ir::Value* v = n.outputs[k];
     if (v && !values_[v->id].defined()) {
@@ -431,12 +493,28 @@ absl::Status Execution::Step(const NodeObserver& observer, const InteriorTap& ta
   }
   const bool nested = subgraphs != nullptr && !path_.empty();
   if (observer || nested) {
+    // Observers read host memory: a device tensor is shown through its host copy.
+    std::deque<ir::Tensor> shown;
+    const auto host = [&](const ir::Value* v) -> absl::StatusOr<const ir::Tensor*> {
+      if (v == nullptr || !values_[v->id].defined()) return nullptr;
+      const ir::Tensor& t = values_[v->id];
+      if (!t.on_device()) return &t;
+      if (copies_[v->id].defined() && !copies_[v->id].on_device()) return &copies_[v->id];
+      ASSIGN_OR_RETURN(shown.emplace_back(), HostCopy(t));
+      return &shown.back();
+    };
     ins_.clear();
     outs_.clear();
     for (const ir::Value* v : n.inputs) {
-      ins_.push_back(v && values_[v->id].defined() ? &values_[v->id] : nullptr);
+      absl::StatusOr<const ir::Tensor*> t = host(v);
+      if (!t.ok()) return fail(t.status());
+      ins_.push_back(*t);
     }
-    for (const ir::Value* v : n.outputs) outs_.push_back(v ? &values_[v->id] : nullptr);
+    for (const ir::Value* v : n.outputs) {
+      absl::StatusOr<const ir::Tensor*> t = host(v);
+      if (!t.ok()) return fail(t.status());
+      outs_.push_back(*t);
+    }
     if (observer) observer(n, ins_, outs_);
     if (nested) subgraphs->NodeRan(path_, n, ins_, outs_);
   }
@@ -446,8 +524,18 @@ absl::Status Execution::Step(const NodeObserver& observer, const InteriorTap& ta
         !v->is_graph_input) {
       values_[v->id] = ir::Tensor();
     }
+    if (v && s.last_use_[v->id] == static_cast<int>(i)) copies_[v->id] = ir::Tensor();
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<ir::Tensor> Execution::HostCopy(const ir::Tensor& device) const {
+  const size_t bytes = device.byte_size();
+  ASSIGN_OR_RETURN(std::shared_ptr<void> p, session_.pool_.Take(bytes));
+  void* data = p.get();
+  ir::Tensor host = ir::Tensor::Borrow(device.dtype(), device.dims(), data, std::move(p));
+  RETURN_IF_ERROR(session_.device_->Download(device, host));
+  return host;
 }
 
 absl::StatusOr<std::vector<ir::Tensor>> Execution::Outputs() const {
@@ -460,7 +548,12 @@ absl::StatusOr<std::vector<ir::Tensor>> Execution::Outputs() const {
       return absl::InternalError(absl::StrCat("graph output '", v->name, "' was not computed"));
     }
     // Graph outputs are never arena slots (the planner skips them), so handing out the tensor
-    // itself is safe: the caller shares its storage.
+    // itself is safe: the caller shares its storage. A device tensor comes back to the host.
+    if (t.on_device()) {
+      ASSIGN_OR_RETURN(ir::Tensor host, HostCopy(t));
+      result.push_back(std::move(host));
+      continue;
+    }
     result.push_back(t);
   }
   return result;

@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/ir/graph.h"
+#include "engine/kernels/device.h"
 #include "engine/kernels/kernel.h"
 #include "engine/plan/engine_blob.h"
 
@@ -110,11 +111,17 @@ class Execution {
   friend class Session;
   friend class SessionRunner;
   explicit Execution(Session& session) : session_(session) {}
+  /// A host copy of device tensor `device` (a buffer of the session's pool).
+  absl::StatusOr<ir::Tensor> HostCopy(const ir::Tensor& device) const;
   Session& session_;
   SubgraphPath path_;               // where this run happens: empty at the top level
   std::vector<ir::Tensor> values_;  // per value id
+  /// Per value id: its copy in the other memory this run (the host copy of a device tensor a
+  /// CPU kernel reads, or the device copy of a host tensor an OpenCL kernel reads).
+  std::vector<ir::Tensor> copies_;
   size_t next_ = 0;
   std::vector<const ir::Tensor*> ins_, outs_;
+  std::vector<const ir::Tensor*> kernel_ins_;  // the running kernel's inputs, in its memory
 };
 
 /// A ready-to-run engine. Not thread-safe: one Run at a time.
@@ -155,11 +162,15 @@ class Session {
   const BufferPool& pool() const { return pool_; }
   /// Where the kernels' own loops run: "the thread pool", or OpenMP's threads and why.
   std::string LoopThreads() const;
+  /// The device the engine's OpenCL kernels run on (null for a CPU engine).
+  const kernels::DeviceRuntime* device() const { return device_.get(); }
 
  private:
   friend class Execution;
   Session() = default;
   absl::Status CheckInputs(const std::vector<ir::Tensor>& inputs) const;
+  /// Opens the device of an engine with OpenCL kernels (fills device_ and on_device_).
+  absl::Status OpenDevice();
 
   std::shared_ptr<const plan::Engine> engine_;
   std::vector<std::unique_ptr<kernels::Kernel>> kernels_;
@@ -174,6 +185,11 @@ class Session {
   /// Whether the kernels' loops run on OpenMP teams (kernels::cpu::ScopedOpenMpLoops): some
   /// kernel opens OpenMP regions, and waiting OpenMP threads spin.
   bool openmp_loops_ = false;
+  /// An OpenCL engine's device, which kernels run there (by execution index), and the device
+  /// copies of the constants they read (by value id; uploaded at their first use, then kept).
+  std::shared_ptr<kernels::DeviceRuntime> device_;
+  std::vector<bool> on_device_;
+  std::vector<ir::Tensor> device_constants_;
 };
 
 }  // namespace kiln::runtime

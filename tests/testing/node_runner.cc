@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/common/half.h"
 #include "engine/common/status.h"
+#include "engine/kernels/device.h"
 #include "engine/kernels/registry.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -15,7 +16,9 @@ namespace {
 
 class VectorContext final : public kernels::KernelContext {
  public:
-  VectorContext(const std::vector<ir::Tensor>& in, int num_outputs) : in_(in), out_(num_outputs) {}
+  VectorContext(const std::vector<ir::Tensor>& in, int num_outputs,
+                kernels::DeviceRuntime* device = nullptr)
+      : in_(in), out_(num_outputs), device_(device) {}
   int num_inputs() const override { return static_cast<int>(in_.size()); }
   const ir::Tensor* input(int i) const override {
     return i < static_cast<int>(in_.size()) && in_[i].defined() ? &in_[i] : nullptr;
@@ -25,7 +28,11 @@ class VectorContext final : public kernels::KernelContext {
     if (i < 0 || i >= static_cast<int>(out_.size())) {
       return absl::InternalError(absl::StrCat("output ", i, " out of range"));
     }
-    ASSIGN_OR_RETURN(out_[i], ir::Tensor::Allocate(dtype, std::move(dims)));
+    if (device_ != nullptr) {
+      ASSIGN_OR_RETURN(out_[i], device_->Allocate(dtype, std::move(dims)));
+    } else {
+      ASSIGN_OR_RETURN(out_[i], ir::Tensor::Allocate(dtype, std::move(dims)));
+    }
     return &out_[i];
   }
   bool output_requested(int i) const override { return true; }
@@ -34,6 +41,7 @@ class VectorContext final : public kernels::KernelContext {
  private:
   const std::vector<ir::Tensor>& in_;
   std::vector<ir::Tensor> out_;
+  kernels::DeviceRuntime* device_;
 };
 
 }  // namespace
@@ -43,6 +51,7 @@ absl::StatusOr<std::vector<ir::Tensor>> RunNode(const NodeSpec& spec) {
   ir::Node* n = g.AddNode(spec.op, "test_node");
   n->since_version = spec.since_version;
   for (const auto& [k, v] : spec.attrs) n->attrs[k] = v;
+  if (spec.opencl) n->attrs[kernels::kBackendAttr] = StringAttr("opencl");
   for (size_t i = 0; i < spec.inputs.size(); ++i) {
     if (!spec.inputs[i].defined()) {
       n->inputs.push_back(nullptr);
@@ -67,6 +76,31 @@ absl::StatusOr<std::vector<ir::Tensor>> RunNode(const NodeSpec& spec) {
   ASSIGN_OR_RETURN(const kernels::KernelDef* def,
                    spec.cpu_features ? reg.Find(*n, *spec.cpu_features) : reg.Find(*n));
   ASSIGN_OR_RETURN(auto kernel, def->factory(*n));
+  if (spec.opencl) {
+    ASSIGN_OR_RETURN(const kernels::DeviceDescription dev, kernels::DescribeDevice("opencl"));
+    ASSIGN_OR_RETURN(std::shared_ptr<kernels::DeviceRuntime> rt, kernels::OpenDeviceRuntime(dev));
+    std::vector<ir::Tensor> inputs;
+    for (const ir::Tensor& t : spec.inputs) {
+      if (!t.defined()) {
+        inputs.emplace_back();
+        continue;
+      }
+      ASSIGN_OR_RETURN(inputs.emplace_back(), rt->Upload(t));
+    }
+    std::vector<ir::Tensor> out;
+    for (int r = 0; r < spec.runs; ++r) {
+      VectorContext ctx(inputs, spec.num_outputs, rt.get());
+      RETURN_IF_ERROR(kernel->Run(ctx));
+      out = std::move(ctx.outputs());
+    }
+    for (ir::Tensor& t : out) {
+      if (!t.defined()) continue;
+      ASSIGN_OR_RETURN(ir::Tensor host, ir::Tensor::AllocateUninitialized(t.dtype(), t.dims()));
+      RETURN_IF_ERROR(rt->Download(t, host));
+      t = std::move(host);
+    }
+    return out;
+  }
   for (int r = 1; r < spec.runs; ++r) {
     VectorContext ctx(spec.inputs, spec.num_outputs);
     RETURN_IF_ERROR(kernel->Run(ctx));

@@ -32,6 +32,9 @@ struct NodeSpec {
   /// Runs of the kernel (the outputs are the last run's): kernels that cache work at the first
   /// run are checked on the later ones.
   int runs = 1;
+  /// Runs the node's OpenCL kernel on the machine's default OpenCL device (kernels/device.h):
+  /// inputs uploaded, outputs downloaded.
+  bool opencl = false;
 };
 
 /// Builds a one-node graph, finds the kernel in the default registry and runs it.

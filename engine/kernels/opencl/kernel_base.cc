@@ -1,0 +1,107 @@
+#include "engine/kernels/opencl/kernel_base.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "engine/common/status.h"
+
+namespace kiln::kernels::opencl {
+
+bool ClFloatType(DataType dt) {
+  return dt == DataType::kF32 || dt == DataType::kF16 || dt == DataType::kBF16;
+}
+
+std::string StoragePrelude(DataType dt, const std::string& prefix) {
+  std::string s;
+  switch (dt) {
+    case DataType::kF16:
+      s = "typedef half $_T;\n"
+          "#define $_LD(p, i) vload_half((i), (p))\n"
+          "#define $_ST(v, p, i) vstore_half((v), (i), (p))\n";
+      break;
+    case DataType::kBF16:
+      s = "typedef ushort $_T;\n"
+          "#define $_LD(p, i) as_float((uint)(p)[i] << 16)\n"
+          "#define $_ST(v, p, i) ((p)[i] = kiln_bf16(v))\n";
+      break;
+    default:
+      s = "typedef float $_T;\n"
+          "#define $_LD(p, i) ((p)[i])\n"
+          "#define $_ST(v, p, i) ((p)[i] = (v))\n";
+      break;
+  }
+  s = absl::StrReplaceAll(s, {{"$", prefix}});
+  // Shared helpers, guarded so that several preludes can share one program.
+  absl::StrAppend(&s,
+                  "#ifndef KILN_HELPERS\n#define KILN_HELPERS\n"
+                  // Round to nearest even; a NaN stays a quiet NaN (engine/common/half.h).
+                  "inline ushort kiln_bf16(float f) {\n"
+                  "  uint u = as_uint(f);\n"
+                  "  if ((u & 0x7fffffffu) > 0x7f800000u) return (ushort)((u >> 16) | 0x40u);\n"
+                  "  return (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);\n"
+                  "}\n"
+                  // tanh where its value rounds to +-1 in fp32 (|u| >= 10: 1 - 4e-9) is exactly
+                  // +-1: the built-in may miss it by ulps, which 1 + tanh(u) turns into a
+                  // nonzero GELU of a large negative input (and an infinite one of -inf).
+                  "inline float kiln_tanh(float u) {\n"
+                  "  return fabs(u) >= 10.0f ? copysign(1.0f, u) : tanh(u);\n"
+                  "}\n"
+                  "#define MAXP(a, b) (((a) > (b) || (a) != (a)) ? (a) : (b))\n"
+                  "#define MINP(a, b) (((a) < (b) || (a) != (a)) ? (a) : (b))\n"
+                  "#endif\n");
+  return s;
+}
+
+std::string ProgramOptions(const Device& device) {
+  cl_device_fp_config fp = 0;
+  device.cl().clGetDeviceInfo(device.id(), CL_DEVICE_SINGLE_FP_CONFIG, sizeof(fp), &fp, nullptr);
+  std::string opts = "-cl-std=CL1.2";
+  if (fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT) {
+    absl::StrAppend(&opts, " -cl-fp32-correctly-rounded-divide-sqrt");
+  }
+  return opts;
+}
+
+ClFunction::~ClFunction() {
+  if (kernel_ != nullptr) device_->cl().clReleaseKernel(kernel_);
+}
+
+absl::StatusOr<cl_kernel> ClFunction::Get(const std::shared_ptr<Device>& device) {
+  if (kernel_ != nullptr && device_ == device) return kernel_;
+  if (kernel_ != nullptr) {
+    device_->cl().clReleaseKernel(kernel_);
+    kernel_ = nullptr;
+  }
+  ASSIGN_OR_RETURN(cl_program program, device->Program(what_, source_, ProgramOptions(*device)));
+  cl_int rc = CL_SUCCESS;
+  cl_kernel k = device->cl().clCreateKernel(program, entry_.c_str(), &rc);
+  RETURN_IF_ERROR(ClStatus(rc, absl::StrCat("creating kernel '", entry_, "' of ", what_)));
+  device_ = device;
+  kernel_ = k;
+  return k;
+}
+
+absl::StatusOr<TensorArg> ArgOf(const ir::Tensor& t, const std::string& what) {
+  ASSIGN_OR_RETURN(const ClStorage* s, StorageOf(t, what));
+  const size_t esize = DataTypeSize(t.dtype());
+  return TensorArg{s->mem(), esize > 0 ? t.device_offset() / esize : 0};
+}
+
+absl::Status SetArgs(Device& device, cl_kernel k, const std::string& what, int first,
+                     const TensorArg& a) {
+  RETURN_IF_ERROR(ClStatus(device.cl().clSetKernelArg(k, first, sizeof(cl_mem), &a.mem), what));
+  return ClStatus(device.cl().clSetKernelArg(k, first + 1, sizeof(cl_ulong), &a.offset), what);
+}
+
+absl::Status Launch1D(Device& device, cl_kernel k, uint64_t n, const std::string& what) {
+  if (n == 0) return absl::OkStatus();
+  size_t local = 0;
+  device.cl().clGetKernelWorkGroupInfo(k, device.id(), CL_KERNEL_WORK_GROUP_SIZE, sizeof(local),
+                                       &local, nullptr);
+  local = std::min<size_t>(local == 0 ? 64 : local, 256);
+  const size_t global = (n + local - 1) / local * local;
+  return ClStatus(device.cl().clEnqueueNDRangeKernel(device.queue(), k, 1, nullptr, &global, &local,
+                                                     0, nullptr, nullptr),
+                  absl::StrCat("queueing ", what));
+}
+
+}  // namespace kiln::kernels::opencl
