@@ -3,7 +3,10 @@
 //
 //   kiln_conformance [--filter REGEX] [--exclude REGEX] [--verbose] [--timeout SEC]
 //                    [--known-divergent FILE] [--policy P] [--rtol X] [--atol X]
-//                    [--mismatch-is-not-failure] DIR...
+//                    [--mismatch-is-not-failure] [--device D] DIR...
+//
+// With --device opencl[...] every case is built for that device (nodes it cannot run stay on
+// the CPU, as a build does) and the summary also counts the cases that ran entirely on it.
 //
 // DIR is a folder of cases (`<case>/model.onnx` + `<case>/test_data_set_N/`) or a folder of
 // `light_*.onnx` full models with `light_*_output_0.pb` (their inputs are generated the way the
@@ -49,6 +52,7 @@ struct Settings {
   // ONNX backend-test default tolerances, for the default policy.
   double rtol = 1e-3;
   double atol = 1e-7;
+  std::string device = "cpu";  // --device
 };
 Settings g_settings;
 
@@ -208,6 +212,7 @@ ir::Tensor AsBFloat16IfBits(const ir::Tensor& t, DataType want) {
 std::string RunCase(const Case& c) {
   builder::BuildOptions opts;
   opts.policy = g_settings.policy;
+  opts.device = g_settings.device;
   if (!opts.policy.empty()) {
     // Reduced-precision runs keep authored types (the node cases that carry fp16/bf16 tensors)
     // instead of failing on the conflict.
@@ -229,6 +234,13 @@ std::string RunCase(const Case& c) {
   auto engine = plan::LoadEngineFromBytes(std::make_shared<std::string>(std::move(built->blob)));
   if (!engine.ok()) return absl::StrCat("FAIL load: ", engine.status().message());
   std::shared_ptr<plan::Engine> eng = std::move(engine).value();
+  // A pass of a device build says where it ran: "PASS device" (every kernel on the device),
+  // "PASS mixed", "PASS cpu" (none there).
+  const v1::Device& dev = eng->metadata.device();
+  const std::string pass = g_settings.device == "cpu"                           ? "PASS"
+                           : dev.cpu_kernels() == 0 && dev.device_kernels() > 0 ? "PASS device"
+                           : dev.device_kernels() > 0                           ? "PASS mixed"
+                                                                                : "PASS cpu";
   auto session = runtime::Session::Create(eng);
   if (!session.ok() && session.status().code() == absl::StatusCode::kUnimplemented) {
     return absl::StrCat("SKIP unsupported mode: ", session.status().message());
@@ -283,7 +295,7 @@ std::string RunCase(const Case& c) {
       if (!diff.empty()) return "FAIL " + diff;
     }
   }
-  return "PASS";
+  return pass;
 }
 
 // Forks, runs the case in the child, and returns its verdict line (crash/timeout -> FAIL).
@@ -357,13 +369,16 @@ int Main(int argc, char** argv) {
       g_settings.rtol = std::atof(argv[++i]);
     else if (a == "--atol" && i + 1 < argc)
       g_settings.atol = std::atof(argv[++i]);
+    else if (a == "--device" && i + 1 < argc)
+      g_settings.device = argv[++i];
     else if (a == "--mismatch-is-not-failure")
       mismatch_ok = true;
     else if (a == "--verbose" || a == "-v")
       verbose = true;
     else if (a == "--help" || a == "-h") {
       std::cout << "usage: kiln_conformance [--policy P] [--rtol X] [--atol X] "
-                   "[--mismatch-is-not-failure] [--filter REGEX] [--exclude REGEX] [--verbose] "
+                   "[--mismatch-is-not-failure] [--device D] [--filter REGEX] [--exclude REGEX] "
+                   "[--verbose] "
                    "[--timeout SEC] [--known-divergent FILE] DIR...\n";
       return 0;
     } else if (!a.empty() && a[0] == '-') {
@@ -396,6 +411,7 @@ int Main(int argc, char** argv) {
   }
   std::regex fre(filter.empty() ? ".*" : filter), xre(exclude.empty() ? "$^" : exclude);
   int passed = 0, failed = 0, skipped = 0;
+  std::map<std::string, int> where;  // a device run's passes by where they ran
   std::map<std::string, int> skip_groups;
   std::vector<std::string> failures;
   for (const std::string& root : roots) {
@@ -409,15 +425,16 @@ int Main(int argc, char** argv) {
       std::string r = RunIsolated(c, timeout);
       auto k = known.find(c.name);
       if (k != known.end()) {
-        if (r == "PASS") {
+        if (absl::StartsWith(r, "PASS")) {
           std::cout << "NOTE " << c.name << " passes: remove it from the known-divergent list\n";
         } else if (absl::StartsWith(r, "FAIL ")) {
           r = absl::StrCat("SKIP expected data contradicts the spec: ", k->second, " (", r, ")");
         }
       }
-      if (r == "PASS") {
+      if (absl::StartsWith(r, "PASS")) {
         ++passed;
-        if (verbose) std::cout << "PASS " << c.name << "\n";
+        if (r.size() > 5) ++where[r.substr(5)];
+        if (verbose) std::cout << r << " " << c.name << "\n";
       } else if (absl::StartsWith(r, "SKIP ")) {
         ++skipped;
         // Group by reason and the first offending op/dtype, e.g. "unsupported op: LSTM".
@@ -472,6 +489,12 @@ int Main(int argc, char** argv) {
         "policy %s: %d case(s) ran outside rtol %g / atol %g (counted as passed: this run checks "
         "that reduced precision builds and runs without crash or error)\n",
         g_settings.policy, mismatched, g_settings.rtol, g_settings.atol);
+  }
+  if (g_settings.device != "cpu") {
+    std::cout << absl::StrFormat(
+        "device %s: of the %d passed, %d ran entirely on the device, %d partly (the rest of "
+        "their nodes on the CPU), %d on the CPU alone\n",
+        g_settings.device, passed, where["device"], where["mixed"], where["cpu"]);
   }
   std::cout << absl::StrFormat("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
   return failed > 0 ? 1 : 0;
