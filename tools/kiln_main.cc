@@ -49,7 +49,8 @@ constexpr char kUsage[] = R"(usage:
              [--threads N] [--profile]
   kiln inspect ENGINE [--json]
   kiln devices
-  kiln explain MODEL.onnx [--policy ...] [--rule ...] [--constraints ...] [--typing ...] --node NAME
+  kiln explain MODEL.onnx [--policy ...] [--rule ...] [--constraints ...] [--typing ...]
+             [--device ...] --node NAME
   kiln compare ENGINE_A ENGINE_B [--inputs DIR | --seed N ...] [--atol A] [--rtol R]
              [--report R.json] [--html R.html]
 
@@ -69,7 +70,7 @@ constexpr char kUsage[] = R"(usage:
   bench    engine latency (min, median, p90) over N runs after warm-up, and its load time;
            --profile: then each kernel's median time over N more runs, by op and the slowest
   explain  why a node gets its precision: every rule that matched, the winner, the assigned and
-           the effective precision
+           the effective precision (with --device: where it runs, and why when on the CPU)
 
   presets: fp32, fp16, bf16, fp32-layernorm, bf16-layernorm, fp16-safe
   selectors: op:TYPE  name:GLOB  re:REGEX  scope:PREFIX  pattern:layernorm|rmsnorm|gelu|softmax|attention
@@ -191,6 +192,11 @@ absl::Status Explain(int argc, char** argv) {
             << (p->effective_precision().empty() ? "-" : p->effective_precision()) << "\n";
   std::cout << "  fusion:      "
             << (p->fusion().empty() ? "none (runs as its own kernel)" : p->fusion()) << "\n";
+  if (!p->device().empty()) {
+    std::cout << "  device:      " << p->device()
+              << (p->fallback_reason().empty() ? "" : absl::StrCat(" (", p->fallback_reason(), ")"))
+              << "\n";
+  }
   return absl::OkStatus();
 }
 

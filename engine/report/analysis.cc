@@ -601,6 +601,8 @@ v1::AccuracyReport EngineAnalysis::Report(int max_offenders,
     t->set_kernel_op(kd.op_type());
     t->set_fusion(p.fusion());
     t->set_rule(p.rule());
+    t->set_device(p.device());
+    t->set_fallback_reason(p.fallback_reason());
     t->set_inside_fused_kernel(en.inside);
     *t->mutable_accumulated() = en.sums.accumulated.Finish();
     *t->mutable_introduced() = en.sums.introduced.Finish();

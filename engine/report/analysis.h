@@ -260,11 +260,13 @@ class EngineAnalysis {
   // rounded to its node's effective precision and compared with the reference, both together.
   absl::Status CompareInside(Run& run, int k, Inside* tapped, Inside* alone);
   // Runs `kernel` for `node` alone; `subgraph` gives an If / Loop / Scan kernel the runners of
-  // its subgraphs (unobserved), by attribute.
+  // its subgraphs (unobserved), by attribute. A kernel of a device (`device` set) gets its
+  // inputs uploaded and its outputs on the device, copied back to the host after the run.
   using SubgraphOf = std::function<kernels::SubgraphRunner*(const std::string& attr)>;
   static absl::Status RunAlone(kernels::Kernel& kernel, const ir::Node& node, Io& io,
                                const runtime::InteriorTap& tap,
-                               const SubgraphOf& subgraph = nullptr);
+                               const SubgraphOf& subgraph = nullptr,
+                               kernels::DeviceRuntime* device = nullptr);
   // The interior tap of both engine runs: a buffer for a tensor kernel `n` keeps inside, when
   // it is one the report compares (kept in Run::taps until CompareInside takes it).
   float* Tap(Run& run, const ir::Node& n, int member, int64_t count);

@@ -29,8 +29,13 @@ class AloneContext final : public kernels::KernelContext {
   using SubgraphOf = std::function<kernels::SubgraphRunner*(const std::string& attr)>;
   AloneContext(const ir::Node& n, const std::vector<const ir::Tensor*>& inputs,
                std::vector<ir::Tensor>& outputs, const runtime::InteriorTap& tap,
-               const SubgraphOf& subgraph)
-      : node_(n), inputs_(inputs), outputs_(outputs), tap_(tap), subgraph_(subgraph) {
+               const SubgraphOf& subgraph, kernels::DeviceRuntime* device)
+      : node_(n),
+        inputs_(inputs),
+        outputs_(outputs),
+        tap_(tap),
+        subgraph_(subgraph),
+        device_(device) {
     outputs_.assign(n.num_outputs(), ir::Tensor());
   }
   float* interior(int member, int64_t n) override {
@@ -59,7 +64,11 @@ class AloneContext final : public kernels::KernelContext {
       return absl::InternalError(absl::StrCat(node_.Label(), " asked for output ", i));
     }
     // Kernels write every element of their outputs (kernel.h): no zero fill needed.
-    ASSIGN_OR_RETURN(outputs_[i], ir::Tensor::AllocateUninitialized(dtype, std::move(dims)));
+    if (device_ != nullptr) {
+      ASSIGN_OR_RETURN(outputs_[i], device_->Allocate(dtype, std::move(dims)));
+    } else {
+      ASSIGN_OR_RETURN(outputs_[i], ir::Tensor::AllocateUninitialized(dtype, std::move(dims)));
+    }
     return &outputs_[i];
   }
 
@@ -69,6 +78,7 @@ class AloneContext final : public kernels::KernelContext {
   std::vector<ir::Tensor>& outputs_;
   const runtime::InteriorTap& tap_;
   const SubgraphOf& subgraph_;
+  kernels::DeviceRuntime* device_;
 };
 
 }  // namespace
@@ -94,13 +104,30 @@ float* EngineAnalysis::Tap(Run& run, const ir::Node& n, int member, int64_t coun
 }
 
 absl::Status EngineAnalysis::RunAlone(kernels::Kernel& kernel, const ir::Node& node, Io& io,
-                                      const runtime::InteriorTap& tap, const SubgraphOf& subgraph) {
-  AloneContext ctx(node, io.inputs, io.outputs, tap, subgraph);
-  absl::Status st = kernel.Run(ctx);
-  if (!st.ok()) {
+                                      const runtime::InteriorTap& tap, const SubgraphOf& subgraph,
+                                      kernels::DeviceRuntime* device) {
+  const auto named = [&](const absl::Status& st) {
     std::string msg(st.message());
     if (!absl::StartsWith(msg, "[node")) msg = absl::StrCat(node.Label(), " ", msg);
     return absl::Status(st.code(), msg);
+  };
+  std::vector<const ir::Tensor*> inputs = io.inputs;
+  std::deque<ir::Tensor> uploaded;
+  for (const ir::Tensor*& t : inputs) {
+    if (device == nullptr || t == nullptr || t->kind() != ir::TensorKind::kDense) continue;
+    absl::StatusOr<ir::Tensor> up = device->Upload(*t);
+    if (!up.ok()) return named(up.status());
+    t = &uploaded.emplace_back(*std::move(up));
+  }
+  AloneContext ctx(node, inputs, io.outputs, tap, subgraph, device);
+  absl::Status st = kernel.Run(ctx);
+  if (!st.ok()) return named(st);
+  for (ir::Tensor& out : io.outputs) {
+    if (!out.on_device()) continue;
+    absl::StatusOr<ir::Tensor> host = ir::Tensor::AllocateUninitialized(out.dtype(), out.dims());
+    if (!host.ok()) return named(host.status());
+    RETURN_IF_ERROR(device->Download(out, *host));
+    out = *std::move(host);
   }
   return absl::OkStatus();
 }
@@ -285,9 +312,10 @@ absl::Status EngineAnalysis::RunIntroduced(Run& run, int k,
     return Tap(run, node, member, count);
   };
   // An If / Loop / Scan runs its subgraphs' sessions, unobserved: only its outputs are compared.
-  RETURN_IF_ERROR(RunAlone(run.engine->kernel(k), n, io, tap, [&run, k](const std::string& a) {
-    return run.engine->subgraph_runner(k, a);
-  }));
+  RETURN_IF_ERROR(RunAlone(
+      run.engine->kernel(k), n, io, tap,
+      [&run, k](const std::string& a) { return run.engine->subgraph_runner(k, a); },
+      run.engine->on_device(k) ? run.engine->device() : nullptr));
   ++run.stats.kernels_alone;
   for (auto [j, ent] : outputs_of_[k]) {
     ASSIGN_OR_RETURN(

@@ -380,9 +380,14 @@ void AppendTensorTable(const v1::AccuracyReport& r, std::string* out) {
         t.is_graph_output() ? "<span class=\"out\">output</span>" : "", "</td><td class=\"name\">",
         Esc(t.node_name()), inside, "</td><td>", Esc(t.op_type()), "</td>",
         PrecisionCell(t.assigned_precision(), t.effective_precision()), "<td>", Esc(t.kernel_id()),
-        t.kernel_op().empty() ? "" : " ", Esc(t.kernel_op()), "</td><td>", Esc(t.fusion()),
-        "</td><td>", Esc(t.rule()), "</td><td class=\"name\">", Esc(t.pattern()), "</td><td>",
-        t.inside_fused_kernel() ? "yes" : "", "</td>");
+        t.kernel_op().empty() ? "" : " ", Esc(t.kernel_op()),
+        // A device engine's node kept on the CPU says so, and why (hover).
+        t.fallback_reason().empty()
+            ? ""
+            : absl::StrCat(" <span class=\"out\" title=\"", Esc(t.fallback_reason()),
+                           "\">on the CPU</span>"),
+        "</td><td>", Esc(t.fusion()), "</td><td>", Esc(t.rule()), "</td><td class=\"name\">",
+        Esc(t.pattern()), "</td><td>", t.inside_fused_kernel() ? "yes" : "", "</td>");
     AppendErrorCells(t.accumulated(), out);
     if (t.in_subgraph().introduced_not_measured()) {
       absl::StrAppend(out, "<td colspan=\"6\" class=\"muted\">not measured</td>");

@@ -162,8 +162,11 @@ class Session {
   const BufferPool& pool() const { return pool_; }
   /// Where the kernels' own loops run: "the thread pool", or OpenMP's threads and why.
   std::string LoopThreads() const;
-  /// The device the engine's OpenCL kernels run on (null for a CPU engine).
-  const kernels::DeviceRuntime* device() const { return device_.get(); }
+  /// The device the engine's OpenCL kernels run on (null for a CPU engine), and whether the
+  /// kernel at `index` in execution order runs there (for running that node alone: its inputs
+  /// uploaded, its outputs on the device).
+  kernels::DeviceRuntime* device() const { return device_.get(); }
+  bool on_device(size_t index) const { return index < on_device_.size() && on_device_[index]; }
 
  private:
   friend class Execution;

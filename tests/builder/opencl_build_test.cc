@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "engine/builder/accuracy.h"
 #include "engine/builder/builder.h"
 #include "engine/plan/engine_blob.h"
 #include "engine/runtime/session.h"
@@ -17,7 +18,8 @@
 namespace kiln::testing {
 namespace {
 
-// y = r * r, r = Reshape(Sigmoid(x + w), [6, 4]); x float[2, 3, 4].
+// y = r * r, r = CumSum(Sigmoid(x + w), axis 1); x float[2, 3, 4]. (CumSum has no OpenCL
+// kernel: it stays on the CPU.)
 onnx::ModelProto Model() {
   onnx::ModelProto m;
   m.set_ir_version(8);
@@ -29,12 +31,12 @@ onnx::ModelProto Model() {
   g->set_name("opencl_placement");
   AddTensorValueInfo(g->mutable_input(), "x", {2, 3, 4});
   AddFloatInitializer(g, "w", {3, 4}, Wave(12, 2.0f, 0.4f));
-  AddInt64Initializer(g, "shape", {6, 4});
+  AddInt64Initializer(g, "axis", {1});
   AddOnnxNode(g, "Add", {"x", "w"}, {"a"}, "add");
   AddOnnxNode(g, "Sigmoid", {"a"}, {"s"}, "sigmoid");
-  AddOnnxNode(g, "Reshape", {"s", "shape"}, {"r"}, "reshape");
+  AddOnnxNode(g, "CumSum", {"s", "axis"}, {"r"}, "cumsum");
   AddOnnxNode(g, "Mul", {"r", "r"}, {"y"}, "square");
-  AddTensorValueInfo(g->mutable_output(), "y", {6, 4});
+  AddTensorValueInfo(g->mutable_output(), "y", {2, 3, 4});
   return m;
 }
 
@@ -76,7 +78,7 @@ TEST(OpenClBuildTest, PlacesRecordsAndRunsLikeTheCpuEngine) {
   EXPECT_FALSE(m.device().driver_version().empty());
   EXPECT_EQ(m.device().device_kernels(), 3);
   EXPECT_EQ(m.device().cpu_kernels(), 1);
-  // x up, s down to the Reshape, r up again, y down.
+  // x up, s down to the CumSum, r up again, y down.
   EXPECT_EQ(m.device().transfers(), 4);
   for (const char* node : {"add", "sigmoid", "square"}) {
     const v1::Kernel* k = KernelOf(m, node);
@@ -86,13 +88,13 @@ TEST(OpenClBuildTest, PlacesRecordsAndRunsLikeTheCpuEngine) {
     EXPECT_EQ(k->nodes(0).device(), "opencl") << node;
     EXPECT_TRUE(k->nodes(0).fallback_reason().empty()) << node;
   }
-  const v1::Kernel* reshape = KernelOf(m, "reshape");
-  ASSERT_NE(reshape, nullptr);
-  EXPECT_EQ(reshape->backend(), "cpu");
-  EXPECT_EQ(reshape->nodes(0).device(), "cpu");
+  const v1::Kernel* cumsum = KernelOf(m, "cumsum");
+  ASSERT_NE(cumsum, nullptr);
+  EXPECT_EQ(cumsum->backend(), "cpu");
+  EXPECT_EQ(cumsum->nodes(0).device(), "cpu");
   EXPECT_TRUE(
-      absl::StrContains(reshape->nodes(0).fallback_reason(), "no kernel for Reshape on OpenCL"))
-      << reshape->nodes(0).fallback_reason();
+      absl::StrContains(cumsum->nodes(0).fallback_reason(), "no kernel for CumSum on OpenCL"))
+      << cumsum->nodes(0).fallback_reason();
 
   auto want = RunBlob(cpu->blob);
   ASSERT_TRUE(want.ok()) << want.status();
@@ -117,8 +119,9 @@ TEST(OpenClBuildTest, PlacesRecordsAndRunsLikeTheCpuEngine) {
   for (int64_t i = 0; i < y.num_elements(); ++i) {
     const float w = (*want)[0].data<float>()[i], g = y.data<float>()[i];
     // The Add and the Mul are exact on both; the device's exp is within 3 ulps (OpenCL C 1.2,
-    // table 7.1) and the division 2.5, so s within ~6 ulps and s * s within ~13: 16 ulps of y.
-    EXPECT_LE(std::fabs(w - g), 16 * std::ldexp(1.0f, std::ilogb(w) - 23)) << i;
+    // table 7.1) and the division 2.5, so s within ~6 ulps, the 3-term CumSum of values in
+    // (0, 1) within ~8 and its square within ~17: 24 ulps of y.
+    EXPECT_LE(std::fabs(w - g), 24 * std::ldexp(1.0f, std::ilogb(w) - 23)) << i;
   }
 }
 
@@ -129,7 +132,7 @@ TEST(OpenClBuildTest, NoFallbackNamesTheNodesTheDeviceCannotRun) {
   auto built = builder::BuildEngine(SerializeModel(Model()), opts, nullptr);
   ASSERT_FALSE(built.ok());
   EXPECT_EQ(built.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_TRUE(absl::StrContains(built.status().message(), "'reshape'")) << built.status();
+  EXPECT_TRUE(absl::StrContains(built.status().message(), "'cumsum'")) << built.status();
   EXPECT_TRUE(absl::StrContains(built.status().message(), "--no-fallback")) << built.status();
 }
 
@@ -157,6 +160,43 @@ TEST(OpenClBuildTest, MissingDevicesAreClearErrors) {
   EXPECT_TRUE(absl::StrContains(session.status().message(), "Imaginary GPU 9000"))
       << session.status();
   EXPECT_TRUE(absl::StrContains(session.status().message(), "kiln devices")) << session.status();
+}
+
+// The accuracy report of a device engine: every tensor says where it ran (and the CPU's node
+// why), and the error each kernel introduces is measured on the device too (its inputs uploaded,
+// its outputs read back).
+TEST(OpenClBuildTest, TheReportSaysWhereEachNodeRan) {
+  builder::BuildOptions opts;
+  opts.device = "opencl";
+  opts.keep_reference = true;
+  const std::string bytes = SerializeModel(Model());
+  auto built = builder::BuildEngine(bytes, opts, nullptr);
+  ASSERT_TRUE(built.ok()) << built.status();
+  auto engine = builder::TakeKeptEngine(*built);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  ir::Tensor x = *ir::Tensor::Allocate(DataType::kF32, {2, 3, 4});
+  const std::vector<float> v = Wave(24, 3.0f, 0.9f);
+  std::copy(v.begin(), v.end(), x.data<float>());
+  auto report = builder::BuildAccuracyReport(bytes, opts, *built, *engine,
+                                             std::move(built->reference), {{x}}, {}, nullptr);
+  ASSERT_TRUE(report.ok()) << report.status();
+  int seen = 0;
+  for (const v1::TensorReport& t : report->tensors()) {
+    SCOPED_TRACE(t.node_name());
+    ++seen;
+    if (t.node_name() == "cumsum") {
+      EXPECT_EQ(t.device(), "cpu");
+      EXPECT_TRUE(absl::StrContains(t.fallback_reason(), "CumSum")) << t.fallback_reason();
+    } else {
+      EXPECT_EQ(t.device(), "opencl");
+      EXPECT_TRUE(t.fallback_reason().empty());
+    }
+    // Run alone on the reference's inputs: the Add and the Mul are exact; the Sigmoid within
+    // a few ulps of values below 1.
+    EXPECT_TRUE(t.has_introduced());
+    EXPECT_LE(t.introduced().max_abs(), 1e-6);
+  }
+  EXPECT_EQ(seen, 4);
 }
 
 }  // namespace

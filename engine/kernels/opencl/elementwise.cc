@@ -114,6 +114,15 @@ const UnaryDef* FindUnary(OpType op) {
   }
   return nullptr;
 }
+
+}  // namespace
+
+const char* UnaryExpression(ir::OpType op) {
+  const UnaryDef* d = FindUnary(op);
+  return d != nullptr ? d->expr : nullptr;
+}
+
+namespace {
 const BinaryDef* FindBinary(OpType op) {
   for (const BinaryDef& d : kBinary) {
     if (d.op == op) return &d;
@@ -348,6 +357,12 @@ void RegisterElementwise(Registry& r) {
   }
 }
 
-void RegisterOpenCl(Registry& r) { RegisterElementwise(r); }
+void RegisterOpenCl(Registry& r) {
+  RegisterElementwise(r);
+  RegisterMatMul(r);
+  RegisterConv(r);
+  RegisterMemory(r);
+  RegisterNorm(r);
+}
 
 }  // namespace kiln::kernels::opencl

@@ -33,6 +33,9 @@ std::string StoragePrelude(DataType dt, const std::string& prefix) {
   // Shared helpers, guarded so that several preludes can share one program.
   absl::StrAppend(&s,
                   "#ifndef KILN_HELPERS\n#define KILN_HELPERS\n"
+                  // Every rounding step as written, never a fused multiply-add the compiler
+                  // chose (the CPU kernels' arithmetic; fma() where a kernel means one).
+                  "#pragma OPENCL FP_CONTRACT OFF\n"
                   // Round to nearest even; a NaN stays a quiet NaN (engine/common/half.h).
                   "inline ushort kiln_bf16(float f) {\n"
                   "  uint u = as_uint(f);\n"
@@ -49,6 +52,53 @@ std::string StoragePrelude(DataType dt, const std::string& prefix) {
                   "#define MINP(a, b) (((a) < (b) || (a) != (a)) ? (a) : (b))\n"
                   "#endif\n");
   return s;
+}
+
+std::string ActivationFunction(cpu::ref::ActKind kind) {
+  using cpu::ref::ActKind;
+  const auto unary = [](ir::OpType op) { return std::string(UnaryExpression(op)); };
+  std::string expr = "x";
+  switch (kind) {
+    case ActKind::kNone:
+      break;
+    case ActKind::kRelu:
+      expr = unary(ir::OpType::kRelu);
+      break;
+    case ActKind::kLeakyRelu:
+      expr = unary(ir::OpType::kLeakyRelu);
+      break;
+    case ActKind::kClip:  // ew::ClipFn: r = v < lo ? lo : v; r > hi ? hi : r (NaN passes)
+      expr = "(x < p0 ? p0 : x) > p1 ? p1 : (x < p0 ? p0 : x)";
+      break;
+    case ActKind::kHardSwish:
+      expr = unary(ir::OpType::kHardSwish);
+      break;
+    case ActKind::kSigmoid:
+      expr = unary(ir::OpType::kSigmoid);
+      break;
+    case ActKind::kSwish:  // x * Sigmoid(x), the sigmoid unrounded
+      expr = "x * kiln_sigmoid(x)";
+      break;
+    case ActKind::kTanh:
+      expr = unary(ir::OpType::kTanh);
+      break;
+    case ActKind::kGelu:
+    case ActKind::kGeluTanh:  // p0 picks the form, as Gelu's kernel
+      expr = unary(ir::OpType::kGelu);
+      break;
+  }
+  return absl::StrCat("inline float kiln_sigmoid(float x) { return ",
+                      UnaryExpression(ir::OpType::kSigmoid), "; }\n",
+                      "inline float act(float x, float p0, float p1) { return ", expr, "; }\n");
+}
+
+void ActivationParams(const cpu::ref::Activation& a, float& p0, float& p1) {
+  using cpu::ref::ActKind;
+  p0 = a.kind == ActKind::kClip       ? a.lo
+       : a.kind == ActKind::kGeluTanh ? 1.0f
+       : a.kind == ActKind::kGelu     ? 0.0f
+                                      : a.alpha;
+  p1 = a.hi;
 }
 
 std::string ProgramOptions(const Device& device) {

@@ -17,6 +17,7 @@
 #include "engine/common/dtype.h"
 #include "engine/common/status.h"
 #include "engine/ir/graph.h"
+#include "engine/kernels/cpu/ref/fused_activation.h"
 #include "engine/kernels/opencl/device.h"
 #include "engine/kernels/opencl/runtime.h"
 
@@ -27,6 +28,17 @@ namespace kiln::kernels::opencl {
 /// `prefix`_ST(v, p, i) stores float v rounded to the storage type), plus the NaN-propagating
 /// MAXP / MINP of the reference kernels.
 std::string StoragePrelude(DataType dt, const std::string& prefix = "S");
+
+/// The OpenCL C expression the elementwise kernels compute for unary op `op` (of float x and
+/// its parameters p0, p1; elementwise.cc), or nullptr: the fused kernels' activations use the
+/// same formulas.
+const char* UnaryExpression(ir::OpType op);
+
+/// OpenCL C defining `float act(float x, float p0, float p1)`: the fused kernels' activation
+/// `kind` (cpu/ref/fused_activation.h), with the formulas of the elementwise kernels.
+std::string ActivationFunction(cpu::ref::ActKind kind);
+/// The p0, p1 that `act` takes for `a` (LeakyRelu's alpha; Clip's bounds; GELU's form).
+void ActivationParams(const cpu::ref::Activation& a, float& p0, float& p1);
 
 /// Whether the OpenCL kernels store `dt` (fp32, fp16, bf16).
 bool ClFloatType(DataType dt);

@@ -9,6 +9,18 @@ namespace kiln::kernels::opencl {
 /// Elementwise unary, activation and broadcasting binary ops (elementwise.cc).
 void RegisterElementwise(Registry& r);
 
+/// MatMul and Gemm (matmul.cc).
+void RegisterMatMul(Registry& r);
+
+/// Conv and FusedConv (conv.cc).
+void RegisterConv(Registry& r);
+
+/// Memory ops: Transpose, Reshape and its kin, Concat, Slice, Gather, Expand, ... (memory_ops.cc).
+void RegisterMemory(Registry& r);
+
+/// Normalisations, Softmax, reductions and pooling (norm_ops.cc).
+void RegisterNorm(Registry& r);
+
 /// Every OpenCL family.
 void RegisterOpenCl(Registry& r);
 

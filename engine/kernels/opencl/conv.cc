@@ -1,0 +1,172 @@
+// Conv and FusedConv on OpenCL (NCHW, 1-D and 2-D windows, any group, stride, padding and
+// dilation): one work item per output element, acc = bias, then acc = fma(x, w, acc) over the
+// input channels of its group and the kernel window, then + Z (the residual of a conv+residual
+// fusion) and the activation, in fp32, and one rounding to Y's storage type. X, W, B, Z and Y
+// may each be fp32, fp16 or bf16 (a fused kernel reads each boundary value in its own dtype).
+// The activation is kernel_base.h's ActivationFunction.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/common/status.h"
+#include "engine/kernels/cpu/ref/fused_activation.h"
+#include "engine/kernels/cpu/ref/nn_internal.h"
+#include "engine/kernels/opencl/kernel_base.h"
+#include "engine/kernels/opencl/register.h"
+
+namespace kiln::kernels::opencl {
+namespace {
+
+using cpu::ref::Activation;
+using cpu::ref::ActKind;
+
+std::string ConvSource(DataType xt, DataType wt, DataType bt, DataType zt, DataType yt,
+                       ActKind act) {
+  return absl::StrCat(StoragePrelude(xt, "X"), StoragePrelude(wt, "W"), StoragePrelude(bt, "B"),
+                      StoragePrelude(zt, "Z"), StoragePrelude(yt, "Y"), ActivationFunction(act),
+                      R"(
+__kernel void conv(__global const X_T* x, ulong xo, __global const W_T* w, ulong wo,
+                   __global const B_T* b, ulong bo, __global const Z_T* z, ulong zo,
+                   __global Y_T* y, ulong yo, ulong total,
+                   uint C, uint H, uint W, uint M, uint OH, uint OW, uint KH, uint KW,
+                   uint SH, uint SW, int PH, int PW, uint DH, uint DW, uint G,
+                   int has_b, int has_z, float p0, float p1) {
+  const size_t i = get_global_id(0);
+  if (i >= total) return;
+  const uint ox = i % OW;
+  ulong t = i / OW;
+  const uint oy = t % OH;
+  t /= OH;
+  const uint m = t % M;
+  const ulong n = t / M;
+  const uint cg = C / G, g = m / (M / G);
+  float acc = has_b ? B_LD(b, bo + m) : 0.0f;
+  for (uint c = 0; c < cg; ++c) {
+    const ulong xb = xo + ((n * C + g * cg + c) * H) * (ulong)W;
+    const ulong wb = wo + (((ulong)m * cg + c) * KH) * KW;
+    for (uint ky = 0; ky < KH; ++ky) {
+      const int iy = (int)(oy * SH) - PH + (int)(ky * DH);
+      if (iy < 0 || iy >= (int)H) continue;
+      for (uint kx = 0; kx < KW; ++kx) {
+        const int ix = (int)(ox * SW) - PW + (int)(kx * DW);
+        if (ix < 0 || ix >= (int)W) continue;
+        acc = fma(X_LD(x, xb + (ulong)iy * W + ix), W_LD(w, wb + ky * KW + kx), acc);
+      }
+    }
+  }
+  if (has_z) acc = acc + Z_LD(z, zo + i);
+  const float v = act(acc, p0, p1);
+  Y_ST(v, y, yo + i);
+}
+)");
+}
+
+class ConvKernel final : public Kernel {
+ public:
+  ConvKernel(const ir::Node& node, cpu::ref::nn::ConvAttrs attrs, Activation act)
+      : node_(node), attrs_(std::move(attrs)), act_(act) {}
+
+  absl::Status Run(KernelContext& ctx) override {
+    const bool fused = node_.op == ir::OpType::kFusedConv;
+    ASSIGN_OR_RETURN(const cpu::ref::nn::ConvSetup s,
+                     cpu::ref::nn::SetupConv(node_, attrs_, ctx, /*same_dtype=*/!fused));
+    const ir::Tensor& x = *s.in.x;
+    const ir::Tensor& w = *s.in.w;
+    const ir::Tensor* z = fused ? ctx.input(3) : nullptr;
+    if (z != nullptr && z->dims() != s.out_dims) {
+      return absl::InvalidArgumentError(absl::StrCat(node_.Label(), " Z has shape ",
+                                                     ir::DimsToString(z->dims()), ", Y ",
+                                                     ir::DimsToString(s.out_dims)));
+    }
+    if (s.win.rank() > 2) {
+      return absl::UnimplementedError(absl::StrCat(node_.Label(), " 3-D convolution on OpenCL"));
+    }
+    const DataType yt = cpu::ref::OutputDtype(node_, 0, x.dtype());
+    ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, yt, s.out_dims));
+    if (y->num_elements() == 0) return absl::OkStatus();
+    const std::string what = absl::StrCat(node_.Label(), " (OpenCL ", DataTypeOnnxName(yt), ")");
+    ASSIGN_OR_RETURN(const ClStorage* ys, StorageOf(*y, what));
+    const std::shared_ptr<Device>& dev = ys->shared_device();
+    if (fn_ == nullptr) {
+      const DataType bt = s.in.b ? s.in.b->dtype() : yt, zt = z ? z->dtype() : yt;
+      fn_ = std::make_unique<ClFunction>(
+          what, ConvSource(x.dtype(), w.dtype(), bt, zt, yt, act_.kind), "conv");
+    }
+    ASSIGN_OR_RETURN(cl_kernel k, fn_->Get(dev));
+    ASSIGN_OR_RETURN(TensorArg xa, ArgOf(x, what));
+    ASSIGN_OR_RETURN(TensorArg wa, ArgOf(w, what));
+    ASSIGN_OR_RETURN(TensorArg ya, ArgOf(*y, what));
+    TensorArg ba = ya, za = ya;  // never read without has_b / has_z
+    if (s.in.b != nullptr) {
+      ASSIGN_OR_RETURN(ba, ArgOf(*s.in.b, what));
+    }
+    if (z != nullptr) {
+      ASSIGN_OR_RETURN(za, ArgOf(*z, what));
+    }
+    // 1-D windows run as 2-D ones of height 1.
+    const bool one_d = s.win.rank() == 1;
+    const auto at = [&](const std::vector<int64_t>& v, int d2) -> cl_uint {
+      return static_cast<cl_uint>(one_d ? (d2 == 0 ? 1 : v[0]) : v[d2]);
+    };
+    const auto pad = [&](int d2) -> cl_int {
+      return static_cast<cl_int>(one_d ? (d2 == 0 ? 0 : s.win.pad_begin[0]) : s.win.pad_begin[d2]);
+    };
+    const cl_ulong total = static_cast<cl_ulong>(y->num_elements());
+    const cl_uint c = static_cast<cl_uint>(x.dim(1)), m = static_cast<cl_uint>(s.m);
+    const cl_int has_b = s.in.b != nullptr, has_z = z != nullptr;
+    float p0 = 0, p1 = 0;
+    ActivationParams(act_, p0, p1);
+    RETURN_IF_ERROR(
+        SetArgs(*dev, k, what, 0, xa, wa, ba, za, ya, total, c, at(s.win.in, 0), at(s.win.in, 1), m,
+                at(s.win.out, 0), at(s.win.out, 1), at(s.win.kernel, 0), at(s.win.kernel, 1),
+                at(s.win.strides, 0), at(s.win.strides, 1), pad(0), pad(1), at(s.win.dilations, 0),
+                at(s.win.dilations, 1), static_cast<cl_uint>(attrs_.group), has_b, has_z, p0, p1));
+    return Launch1D(*dev, k, total, what);
+  }
+
+ private:
+  const ir::Node& node_;
+  cpu::ref::nn::ConvAttrs attrs_;
+  Activation act_;
+  std::unique_ptr<ClFunction> fn_;
+};
+
+absl::StatusOr<std::unique_ptr<Kernel>> MakeConv(const ir::Node& node) {
+  ASSIGN_OR_RETURN(cpu::ref::nn::ConvAttrs attrs, cpu::ref::nn::ReadConvAttrs(node));
+  Activation act;
+  if (node.op == ir::OpType::kFusedConv) {
+    ASSIGN_OR_RETURN(act, cpu::ref::ReadActivation(node, {{"", ActKind::kNone},
+                                                          {"Relu", ActKind::kRelu},
+                                                          {"LeakyRelu", ActKind::kLeakyRelu},
+                                                          {"Clip", ActKind::kClip},
+                                                          {"HardSwish", ActKind::kHardSwish},
+                                                          {"Sigmoid", ActKind::kSigmoid},
+                                                          {"Swish", ActKind::kSwish}}));
+  }
+  return std::unique_ptr<Kernel>(new ConvKernel(node, std::move(attrs), act));
+}
+
+// NCHW (never a channels-last node, which a device build does not make), float operands, a 1-D
+// or 2-D window where the rank is known, and no weight laid out for a CPU kernel.
+bool ConvSupports(const ir::Node& node) {
+  if (node.has_attr(kChannelsLastAttr) || node.has_attr(kPackedBAttr)) return false;
+  for (const ir::Value* v : node.inputs) {
+    if (v != nullptr && !ClFloatType(v->dtype)) return false;
+  }
+  const ir::Value* x = node.input(0);
+  return x != nullptr && (!x->shape.rank_known || x->shape.rank() == 3 || x->shape.rank() == 4);
+}
+
+}  // namespace
+
+void RegisterConv(Registry& r) {
+  const std::vector<DataType> floats = {DataType::kF32, DataType::kF16, DataType::kBF16};
+  for (ir::OpType op : {ir::OpType::kConv, ir::OpType::kFusedConv}) {
+    KernelDef def{op, floats, 0, Backend::kOpenCl, Isa::kOpenClC, MakeConv};
+    def.supports = ConvSupports;
+    r.Add(def);
+  }
+}
+
+}  // namespace kiln::kernels::opencl

@@ -1,0 +1,347 @@
+// MatMul, Gemm and FusedMatMul (act(MatMul + bias)) on OpenCL: one tiled GEMM kernel for fp32, fp16
+// and bf16 storage. A work-group of 16 x 16 items computes a 64 x 64 tile of Y, each item 4 x 4
+// outputs held in registers, with 16-deep slices of A and B staged in local memory. Every output is
+// acc = 0, then acc = fma(a[k], b[k], acc) for k = 0 .. K-1: the fp32 order of the CPU's AVX-512
+// GEMM (cpu/avx512/gemm.h), one rounding per step, then the Gemm epilogue v = alpha * acc, v = v +
+// beta * C, each step rounded to fp32, and one rounding to the storage type. Batches broadcast as
+// numpy's matmul (ref::nn::PlanMatMul), up to kMaxBatchRank batch dims.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/common/status.h"
+#include "engine/kernels/cpu/ref/common.h"
+#include "engine/kernels/cpu/ref/fused_activation.h"
+#include "engine/kernels/cpu/ref/nn_internal.h"
+#include "engine/kernels/opencl/kernel_base.h"
+#include "engine/kernels/opencl/register.h"
+
+namespace kiln::kernels::opencl {
+namespace {
+
+constexpr int kMaxBatchRank = 4;
+constexpr size_t kTile = 64, kGroup = 16;
+
+// `dt`: A and B; `ct`: Gemm's C or FusedMatMul's bias; `yt`: Y.
+std::string GemmSource(DataType dt, DataType ct, DataType yt, cpu::ref::ActKind act) {
+  return absl::StrCat(StoragePrelude(dt), StoragePrelude(ct, "C"), StoragePrelude(yt, "Y"),
+                      ActivationFunction(act), R"(
+#define TS 64
+#define TK 16
+#define WPT 4
+__kernel __attribute__((reqd_work_group_size(16, 16, 1)))
+void gemm(__global const S_T* A, ulong ao, __global const S_T* B, ulong bo,
+          __global Y_T* Y, ulong yo, uint M, uint N, uint K,
+          ulong a_rs, ulong a_cs, ulong b_rs, ulong b_cs,
+          ulong bd1, ulong bd2, ulong bd3,
+          ulong a_b0, ulong a_b1, ulong a_b2, ulong a_b3,
+          ulong b_b0, ulong b_b1, ulong b_b2, ulong b_b3,
+          int epilogue, float alpha, float beta,
+          __global const C_T* Cm, ulong co, ulong c_rs, ulong c_cs, float p0, float p1) {
+  __local float As[TK][TS + 1];
+  __local float Bs[TK][TS + 1];
+  const int tx = get_local_id(0), ty = get_local_id(1);
+  const uint row0 = get_group_id(1) * TS, col0 = get_group_id(0) * TS;
+  // The batch index over up to four batch dims (outermost first), and its A and B matrices.
+  ulong r = get_global_id(2), c3 = r % bd3;
+  r /= bd3;
+  const ulong c2 = r % bd2;
+  r /= bd2;
+  const ulong c1 = r % bd1, c0 = r / bd1;
+  const ulong a_off = ao + c0 * a_b0 + c1 * a_b1 + c2 * a_b2 + c3 * a_b3;
+  const ulong b_off = bo + c0 * b_b0 + c1 * b_b1 + c2 * b_b2 + c3 * b_b3;
+  const ulong y_off = yo + get_global_id(2) * (ulong)M * N;
+  float acc[WPT][WPT];
+  for (int i = 0; i < WPT; ++i)
+    for (int j = 0; j < WPT; ++j) acc[i][j] = 0.0f;
+  const int lid = ty * 16 + tx;
+  for (uint k0 = 0; k0 < K; k0 += TK) {
+    for (int l = 0; l < (TK * TS) / 256; ++l) {
+      const int idx = lid + l * 256;
+      const int kk = idx / TS, ii = idx % TS;
+      const uint k = k0 + kk, ra = row0 + ii, cb = col0 + ii;
+      As[kk][ii] = ra < M && k < K ? S_LD(A, a_off + ra * a_rs + k * a_cs) : 0.0f;
+      Bs[kk][ii] = cb < N && k < K ? S_LD(B, b_off + k * b_rs + cb * b_cs) : 0.0f;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    // Only the k < K steps: a product of padding would turn an accumulated -0 into +0.
+    const int kn = K - k0 < TK ? (int)(K - k0) : TK;
+    for (int kk = 0; kk < kn; ++kk) {
+      float a[WPT], b[WPT];
+      for (int w = 0; w < WPT; ++w) {
+        a[w] = As[kk][ty + 16 * w];
+        b[w] = Bs[kk][tx + 16 * w];
+      }
+      for (int i = 0; i < WPT; ++i)
+        for (int j = 0; j < WPT; ++j) acc[i][j] = fma(a[i], b[j], acc[i][j]);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  for (int i = 0; i < WPT; ++i) {
+    const uint row = row0 + ty + 16 * i;
+    if (row >= M) continue;
+    for (int j = 0; j < WPT; ++j) {
+      const uint col = col0 + tx + 16 * j;
+      if (col >= N) continue;
+      float v = acc[i][j];
+      if (epilogue == 3) {
+        v = act(v + C_LD(Cm, co + row * c_rs + col * c_cs), p0, p1);
+      } else if (epilogue == 4) {
+        v = act(v, p0, p1);
+      } else if (epilogue) {
+        v = alpha * v;
+        if (epilogue > 1) v = v + beta * C_LD(Cm, co + row * c_rs + col * c_cs);
+      }
+      Y_ST(v, Y, y_off + (ulong)row * N + col);
+    }
+  }
+}
+)");
+}
+
+// The launch of one batched GEMM (kernel arguments beyond the operands).
+struct GemmLaunch {
+  uint32_t m = 0, n = 0, k = 0;
+  uint64_t batch = 1;
+  cl_ulong a_rs = 0, a_cs = 1, b_rs = 0, b_cs = 1;
+  cl_ulong bd[kMaxBatchRank] = {1, 1, 1, 1};  // bd[0] unused (the outermost dim's count)
+  cl_ulong a_b[kMaxBatchRank] = {0, 0, 0, 0}, b_b[kMaxBatchRank] = {0, 0, 0, 0};
+  // 0: MatMul; 1: alpha * acc; 2: then + beta * C; 3: act(acc + bias); 4: act(acc).
+  cl_int epilogue = 0;
+  float alpha = 1, beta = 1;
+  cl_ulong c_rs = 0, c_cs = 0;
+};
+
+class GemmKernel final : public Kernel {
+ public:
+  GemmKernel(const ir::Node& node, cpu::ref::Activation act) : node_(node), act_(act) {
+    if (node.op == ir::OpType::kGemm) {
+      trans_a_ = node.GetInt("transA", 0) != 0;
+      trans_b_ = node.GetInt("transB", 0) != 0;
+      alpha_ = node.GetFloat("alpha", 1.0f);
+      beta_ = node.GetFloat("beta", 1.0f);
+    }
+  }
+
+  absl::Status Run(KernelContext& ctx) override {
+    const ir::Tensor* a = ctx.input(0);
+    const ir::Tensor* b = ctx.input(1);
+    if (a == nullptr || b == nullptr) return Invalid("needs inputs A and B");
+    const DataType dt = a->dtype();
+    if (b->dtype() != dt) {
+      return Invalid(
+          absl::StrCat("A is ", DataTypeOnnxName(dt), ", B ", DataTypeOnnxName(b->dtype())));
+    }
+    GemmLaunch g;
+    std::vector<int64_t> out;
+    const bool fused = node_.op == ir::OpType::kFusedMatMul;
+    const ir::Tensor* c = node_.op != ir::OpType::kMatMul ? ctx.input(2) : nullptr;
+    if (node_.op == ir::OpType::kGemm) {
+      RETURN_IF_ERROR(PlanGemm(*a, *b, c, g, out));
+    } else {
+      RETURN_IF_ERROR(PlanMatMul(*a, *b, g, out));
+      if (fused) {
+        g.epilogue = 4;
+        if (c != nullptr) RETURN_IF_ERROR(PlanBias(*a, *b, *c, out, g));
+      }
+    }
+    const DataType yt = cpu::ref::OutputDtype(node_, 0, dt);
+    ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, yt, out));
+    if (y->num_elements() == 0) return absl::OkStatus();
+    const std::string what = absl::StrCat(node_.Label(), " (OpenCL ", DataTypeOnnxName(dt), ")");
+    ASSIGN_OR_RETURN(const ClStorage* ys, StorageOf(*y, what));
+    const std::shared_ptr<Device>& dev = ys->shared_device();
+    const DataType ct = c != nullptr ? c->dtype() : dt;
+    if (fn_ == nullptr) {
+      fn_ = std::make_unique<ClFunction>(what, GemmSource(dt, ct, yt, act_.kind), "gemm");
+    }
+    float p0 = 0, p1 = 0;
+    ActivationParams(act_, p0, p1);
+    ASSIGN_OR_RETURN(cl_kernel kern, fn_->Get(dev));
+    ASSIGN_OR_RETURN(TensorArg aa, ArgOf(*a, what));
+    ASSIGN_OR_RETURN(TensorArg ba, ArgOf(*b, what));
+    ASSIGN_OR_RETURN(TensorArg ya, ArgOf(*y, what));
+    // Without C the kernel never reads Cm: any buffer stands in.
+    TensorArg ca = ya;
+    if (c != nullptr) {
+      ASSIGN_OR_RETURN(ca, ArgOf(*c, what));
+    }
+    RETURN_IF_ERROR(SetArgs(*dev, kern, what, 0, aa, ba, ya, g.m, g.n, g.k, g.a_rs, g.a_cs, g.b_rs,
+                            g.b_cs, g.bd[1], g.bd[2], g.bd[3], g.a_b[0], g.a_b[1], g.a_b[2],
+                            g.a_b[3], g.b_b[0], g.b_b[1], g.b_b[2], g.b_b[3], g.epilogue, g.alpha,
+                            g.beta, ca, g.c_rs, g.c_cs, p0, p1));
+    const size_t global[3] = {(g.n + kTile - 1) / kTile * kGroup,
+                              (g.m + kTile - 1) / kTile * kGroup, static_cast<size_t>(g.batch)};
+    const size_t local[3] = {kGroup, kGroup, 1};
+    return ClStatus(dev->cl().clEnqueueNDRangeKernel(dev->queue(), kern, 3, nullptr, global, local,
+                                                     0, nullptr, nullptr),
+                    absl::StrCat("queueing ", what));
+  }
+
+ private:
+  absl::Status Invalid(const std::string& why) const {
+    return absl::InvalidArgumentError(absl::StrCat(node_.Label(), " ", why));
+  }
+
+  absl::Status CheckSizes(int64_t m, int64_t n, int64_t k, uint64_t batch) const {
+    // The kernel's row, column and k indices are 32-bit; the grid's batch dimension a size_t.
+    constexpr int64_t kMax = int64_t{1} << 31;
+    if (m >= kMax || n >= kMax || k >= kMax) {
+      return absl::UnimplementedError(absl::StrCat(node_.Label(), " dims over 2^31 on OpenCL"));
+    }
+    (void)batch;
+    return absl::OkStatus();
+  }
+
+  absl::Status PlanMatMul(const ir::Tensor& a, const ir::Tensor& b, GemmLaunch& g,
+                          std::vector<int64_t>& out) const {
+    ASSIGN_OR_RETURN(const cpu::ref::nn::MatMulShape s,
+                     cpu::ref::nn::PlanMatMul(node_, a.dims(), b.dims()));
+    if (s.batch.size() > kMaxBatchRank) {
+      return absl::UnimplementedError(
+          absl::StrCat(node_.Label(), " has more than ", kMaxBatchRank, " batch dims on OpenCL"));
+    }
+    RETURN_IF_ERROR(CheckSizes(s.m, s.n, s.k, 0));
+    g.m = static_cast<uint32_t>(s.m);
+    g.n = static_cast<uint32_t>(s.n);
+    g.k = static_cast<uint32_t>(s.k);
+    g.a_rs = s.k;
+    g.b_rs = s.n;
+    g.batch = static_cast<uint64_t>(ir::NumElementsOf(s.batch));
+    // Batch dims right-aligned into the kernel's four; strides in elements.
+    const size_t lead = kMaxBatchRank - s.batch.size();
+    for (size_t d = 0; d < s.batch.size(); ++d) {
+      g.bd[lead + d] = static_cast<cl_ulong>(s.batch[d]);
+      g.a_b[lead + d] = static_cast<cl_ulong>(s.a_bstrides[d] * s.m * s.k);
+      g.b_b[lead + d] = static_cast<cl_ulong>(s.b_bstrides[d] * s.k * s.n);
+    }
+    g.bd[0] = 1;
+    out = s.out;
+    return absl::OkStatus();
+  }
+
+  // FusedMatMul's bias, numpy-broadcast to Y without widening it: strides over Y's rows and
+  // columns, none over its batch dims (a bias per batch is left to the CPU).
+  absl::Status PlanBias(const ir::Tensor& a, const ir::Tensor& b, const ir::Tensor& bias,
+                        const std::vector<int64_t>& out, GemmLaunch& g) const {
+    const std::vector<int64_t>& bd = bias.dims();
+    if (bd.size() > out.size()) {
+      return absl::UnimplementedError(
+          absl::StrCat(node_.Label(), " bias ", ir::DimsToString(bd), " widens the result"));
+    }
+    const std::vector<int64_t> st = cpu::ref::BroadcastStrides(bd, out);
+    for (size_t i = 0; i < bd.size(); ++i) {
+      const int64_t o = out[out.size() - bd.size() + i];
+      if (bd[i] != 1 && bd[i] != o) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(node_.Label(), " bias ", ir::DimsToString(bd), " does not broadcast to ",
+                         ir::DimsToString(out)));
+      }
+    }
+    // Y's trailing dims: [.., M, N], [.., N] (A a vector) or [.., M] (B a vector).
+    const bool a_vec = a.rank() == 1, b_vec = b.rank() == 1;
+    const size_t r = out.size();
+    const size_t matrix_dims = (a_vec ? 0 : 1) + (b_vec ? 0 : 1);
+    for (size_t i = 0; i + matrix_dims < r; ++i) {
+      if (st[i] != 0 && out[i] != 1) {
+        return absl::UnimplementedError(absl::StrCat(node_.Label(), " a bias per batch on OpenCL"));
+      }
+    }
+    g.c_rs = a_vec ? 0 : static_cast<cl_ulong>(st[r - (b_vec ? 1 : 2)]);
+    g.c_cs = b_vec ? 0 : static_cast<cl_ulong>(st[r - 1]);
+    g.epilogue = 3;
+    return absl::OkStatus();
+  }
+
+  absl::Status PlanGemm(const ir::Tensor& a, const ir::Tensor& b, const ir::Tensor* c,
+                        GemmLaunch& g, std::vector<int64_t>& out) const {
+    if (a.rank() != 2 || b.rank() != 2) return Invalid("A and B must be 2-D");
+    const int64_t m = trans_a_ ? a.dim(1) : a.dim(0), k = trans_a_ ? a.dim(0) : a.dim(1);
+    const int64_t kb = trans_b_ ? b.dim(1) : b.dim(0), n = trans_b_ ? b.dim(0) : b.dim(1);
+    if (k != kb) {
+      return Invalid(absl::StrCat("inner dimensions differ: ", ir::DimsToString(a.dims()), " x ",
+                                  ir::DimsToString(b.dims()), trans_a_ ? " (transA)" : "",
+                                  trans_b_ ? " (transB)" : ""));
+    }
+    RETURN_IF_ERROR(CheckSizes(m, n, k, 1));
+    g.m = static_cast<uint32_t>(m);
+    g.n = static_cast<uint32_t>(n);
+    g.k = static_cast<uint32_t>(k);
+    g.a_rs = trans_a_ ? 1 : a.dim(1);
+    g.a_cs = trans_a_ ? a.dim(1) : 1;
+    g.b_rs = trans_b_ ? 1 : b.dim(1);
+    g.b_cs = trans_b_ ? b.dim(1) : 1;
+    g.epilogue = 1;
+    g.alpha = alpha_;
+    g.beta = beta_;
+    if (c != nullptr) {
+      // C broadcasts unidirectionally to [M, N].
+      const std::vector<int64_t>& cd = c->dims();
+      const int64_t cm = cd.size() == 2 ? cd[0] : 1, cn = cd.empty() ? 1 : cd.back();
+      if (cd.size() > 2 || (cm != 1 && cm != m) || (cn != 1 && cn != n)) {
+        return Invalid(
+            absl::StrCat("C ", ir::DimsToString(cd), " does not broadcast to [", m, ",", n, "]"));
+      }
+      g.epilogue = 2;
+      g.c_rs = cm == 1 ? 0 : cn;
+      g.c_cs = cn == 1 ? 0 : 1;
+    }
+    out = {m, n};
+    return absl::OkStatus();
+  }
+
+  const ir::Node& node_;
+  cpu::ref::Activation act_;
+  bool trans_a_ = false, trans_b_ = false;
+  float alpha_ = 1, beta_ = 1;
+  std::unique_ptr<ClFunction> fn_;
+};
+
+absl::StatusOr<std::unique_ptr<Kernel>> MakeGemm(const ir::Node& node) {
+  cpu::ref::Activation act;
+  if (node.op == ir::OpType::kFusedMatMul) {
+    ASSIGN_OR_RETURN(act, cpu::ref::ReadActivation(node, cpu::ref::MatMulActivations()));
+  }
+  return std::unique_ptr<Kernel>(new GemmKernel(node, act));
+}
+
+// A, B (and C) of one float storage type (C may be another float type); no packed B (a CPU
+// layout); MatMul batch dims within kMaxBatchRank where the shapes are known.
+bool GemmSupports(const ir::Node& node) {
+  if (node.has_attr(kPackedBAttr) || node.num_inputs() < 2) return false;
+  const ir::Value* a = node.input(0);
+  const ir::Value* b = node.input(1);
+  if (a == nullptr || b == nullptr || !ClFloatType(a->dtype) || b->dtype != a->dtype) return false;
+  const ir::Value* c = node.input(2);
+  if (c != nullptr && !ClFloatType(c->dtype)) return false;
+  // FusedMatMul: a bias over Y's rows and columns only, where the ranks are known.
+  if (node.op == ir::OpType::kFusedMatMul && c != nullptr && c->shape.rank_known &&
+      a->shape.rank_known && b->shape.rank_known) {
+    const int out_rank = std::max(a->shape.rank(), b->shape.rank());
+    const int matrix = (a->shape.rank() > 1) + (b->shape.rank() > 1);
+    for (int i = 0; i + matrix < c->shape.rank(); ++i) {
+      const int o = out_rank - c->shape.rank() + i;
+      if (o < out_rank - matrix && !(c->shape.dims[i].is_static() && c->shape.dims[i].value == 1)) {
+        return false;
+      }
+    }
+  }
+  for (const ir::Value* v : {a, b}) {
+    if (v->shape.rank_known && v->shape.rank() > kMaxBatchRank + 2) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+void RegisterMatMul(Registry& r) {
+  const std::vector<DataType> floats = {DataType::kF32, DataType::kF16, DataType::kBF16};
+  for (ir::OpType op : {ir::OpType::kMatMul, ir::OpType::kGemm, ir::OpType::kFusedMatMul}) {
+    KernelDef def{op, floats, 0, Backend::kOpenCl, Isa::kOpenClC, MakeGemm};
+    def.supports = GemmSupports;
+    r.Add(def);
+  }
+}
+
+}  // namespace kiln::kernels::opencl

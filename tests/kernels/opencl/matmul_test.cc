@@ -1,0 +1,175 @@
+// The OpenCL MatMul and Gemm against the reference kernels at fp32, fp16 and bf16 storage, and,
+// where this CPU runs the AVX-512 GEMM, bit for bit against it at fp32 and fp16: both accumulate
+// acc = fma(a[k], b[k], acc) in k order (cpu/avx512/gemm.h).
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/kernels/registry.h"
+#include "gtest/gtest.h"
+#include "tests/testing/node_runner.h"
+
+namespace kiln::testing {
+namespace {
+
+using ir::OpType;
+
+const DataType kTypes[] = {DataType::kF32, DataType::kF16, DataType::kBF16};
+
+std::vector<float> Random(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+ir::Tensor Make(DataType dt, std::vector<int64_t> dims, uint32_t seed) {
+  const std::vector<float> v = Random(ir::NumElementsOf(dims), seed);
+  if (dt == DataType::kF16) return MakeHalf(std::move(dims), v);
+  if (dt == DataType::kBF16) return MakeBf16(std::move(dims), v);
+  return MakeFloat(std::move(dims), v);
+}
+
+double StorageUlp(float m, DataType dt) {
+  const int mant = dt == DataType::kF32 ? 23 : dt == DataType::kF16 ? 10 : 7;
+  int e = 0;
+  std::frexp(std::fabs(m), &e);
+  return std::ldexp(1.0, std::max(e, -125) - 1 - mant);
+}
+
+// The device against the reference. Both sum K products in fp32 in different orders: each is
+// within K * 2^-24 * sum|a_k b_k| of the exact sum (the standard bound gamma_K, first order), so
+// they are within twice that of each other; inputs lie in [-1, 1], so sum|a_k b_k| <= K. A
+// 16-bit output rounds the two fp32 values once: up to one more unit of its own last place.
+void ExpectNearReference(const NodeSpec& spec, int64_t k, double act_ulps = 0) {
+  NodeSpec ref = spec;
+  ref.cpu_features = 0;
+  NodeSpec cl = spec;
+  cl.opencl = true;
+  cl.runs = 2;
+  const ir::Tensor want = RunNodeOk0(ref);
+  const ir::Tensor got = RunNodeOk0(cl);
+  ASSERT_TRUE(got.defined() && want.defined());
+  ASSERT_EQ(got.dims(), want.dims());
+  ASSERT_EQ(got.dtype(), want.dtype());
+  const std::vector<float> w = ToFloats(want), g = ToFloats(got);
+  const double accumulation = 2.0 * k * std::ldexp(1.0, -24) * k;
+  int bad = 0;
+  for (size_t i = 0; i < w.size() && bad < 5; ++i) {
+    const double bound = accumulation * 1.01 + act_ulps * StorageUlp(w[i], DataType::kF32) +
+                         (got.dtype() == DataType::kF32 ? 0 : StorageUlp(w[i], got.dtype()));
+    if (std::fabs(static_cast<double>(w[i]) - g[i]) > bound) {
+      ++bad;
+      ADD_FAILURE() << "element " << i << ": want " << w[i] << ", got " << g[i] << " (bound "
+                    << bound << ")";
+    }
+  }
+}
+
+// The device against the AVX-512 GEMM, bit for bit (fp32 and fp16 storage).
+void ExpectSameAsAvx512(const NodeSpec& spec) {
+  if (!kernels::CpuHasIsa(kernels::Isa::kAvx512)) return;
+  NodeSpec cl = spec;
+  cl.opencl = true;
+  const ir::Tensor want = RunNodeOk0(spec);
+  const ir::Tensor got = RunNodeOk0(cl);
+  ASSERT_TRUE(got.defined() && want.defined());
+  ASSERT_EQ(got.byte_size(), want.byte_size());
+  EXPECT_EQ(std::memcmp(got.raw_data(), want.raw_data(), got.byte_size()), 0)
+      << "differs from the AVX-512 GEMM";
+}
+
+TEST(OpenClMatMulTest, ShapesAndBatchesAsTheReference) {
+  const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> shapes = {
+      {{5, 7}, {7, 9}},
+      {{130, 300}, {300, 70}},  // neither M nor N a multiple of the 64-wide tile; K past 16
+      {{1, 64}, {64, 1}},
+      {{33}, {33, 5}},                      // a vector on the left
+      {{4, 33}, {33}},                      // and on the right
+      {{2, 1, 3, 20, 17}, {4, 1, 17, 65}},  // batch dims broadcast both ways
+      {{3, 12, 16, 8}, {3, 12, 8, 16}},     // attention-shaped
+      {{0, 5}, {5, 3}},
+      {{3, 0}, {0, 4}},  // K = 0: zeros
+  };
+  uint32_t seed = 1;
+  for (DataType dt : kTypes) {
+    for (const auto& [a, b] : shapes) {
+      SCOPED_TRACE(
+          absl::StrCat(DataTypeOnnxName(dt), " ", ir::DimsToString(a), " x ", ir::DimsToString(b)));
+      NodeSpec s{OpType::kMatMul, {}, {Make(dt, a, seed++), Make(dt, b, seed++)}};
+      ExpectNearReference(s, a.back());
+      if (dt != DataType::kBF16 && a.size() == 2 && b.size() == 2) ExpectSameAsAvx512(s);
+    }
+  }
+}
+
+TEST(OpenClMatMulTest, GemmTransposesScalesAndBroadcastsC) {
+  const int64_t m = 37, k = 45, n = 70;
+  const std::vector<std::vector<int64_t>> cs = {{}, {n}, {1, n}, {m, 1}, {m, n}, {1, 1}};
+  uint32_t seed = 100;
+  for (DataType dt : kTypes) {
+    for (int ta = 0; ta < 2; ++ta) {
+      for (int tb = 0; tb < 2; ++tb) {
+        for (size_t ci = 0; ci <= cs.size(); ++ci) {
+          SCOPED_TRACE(absl::StrCat(DataTypeOnnxName(dt), " transA ", ta, " transB ", tb,
+                                    ci < cs.size() ? " C " + ir::DimsToString(cs[ci]) : " no C"));
+          std::vector<ir::Tensor> in = {
+              Make(dt, ta ? std::vector<int64_t>{k, m} : std::vector<int64_t>{m, k}, seed++),
+              Make(dt, tb ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n}, seed++)};
+          if (ci < cs.size()) in.push_back(Make(dt, cs[ci], seed++));
+          NodeSpec s{OpType::kGemm,
+                     {{"transA", IntAttr(ta)},
+                      {"transB", IntAttr(tb)},
+                      {"alpha", FloatAttr(0.75f)},
+                      {"beta", FloatAttr(-1.5f)}},
+                     in};
+          // |alpha| < 1; beta * C adds one rounding of a value within 1.5 ulps-worth: covered
+          // by the 16-bit unit and, at fp32, by the 1% margin over the accumulation bound.
+          ExpectNearReference(s, k);
+          if (dt != DataType::kBF16) ExpectSameAsAvx512(s);
+        }
+      }
+    }
+  }
+}
+
+// FusedMatMul: act(A B + bias). The activations add their own error: up to 24 fp32 ulps of the
+// result (GELU's erf is within 16 ulps by the OpenCL C spec, the rest a few roundings).
+TEST(OpenClMatMulTest, FusedMatMulBiasAndActivations) {
+  const std::vector<std::string> acts = {"", "Relu", "Gelu", "GeluTanh", "Sigmoid", "Tanh"};
+  const std::vector<std::vector<int64_t>> biases = {{40}, {1, 40}, {13, 1}, {}};
+  uint32_t seed = 900;
+  for (DataType dt : kTypes) {
+    for (const std::string& act : acts) {
+      for (size_t bi = 0; bi <= biases.size(); ++bi) {
+        SCOPED_TRACE(absl::StrCat(
+            DataTypeOnnxName(dt), " '", act, "'",
+            bi < biases.size() ? " bias " + ir::DimsToString(biases[bi]) : " no bias"));
+        std::vector<ir::Tensor> in = {Make(dt, {2, 3, 13, 33}, seed++), Make(dt, {33, 40}, seed++)};
+        if (bi < biases.size()) in.push_back(Make(dt, biases[bi], seed++));
+        NodeSpec s{OpType::kFusedMatMul, {{"activation", StringAttr(act)}}, in};
+        s.output_dtypes = {dt};
+        ExpectNearReference(s, 33 + 1, act.empty() || act == "Relu" ? 0 : 24);
+      }
+    }
+  }
+}
+
+TEST(OpenClMatMulTest, BadShapesNameTheNode) {
+  NodeSpec inner{
+      OpType::kMatMul, {}, {MakeFloat({2, 3}, Iota(6, 0)), MakeFloat({4, 2}, Iota(8, 0))}};
+  inner.opencl = true;
+  ExpectNodeError(inner, absl::StatusCode::kInvalidArgument, "inner dimensions differ");
+  NodeSpec c{
+      OpType::kGemm,
+      {},
+      {MakeFloat({2, 3}, Iota(6, 0)), MakeFloat({3, 2}, Iota(6, 0)), MakeFloat({3}, Iota(3, 0))}};
+  c.opencl = true;
+  ExpectNodeError(c, absl::StatusCode::kInvalidArgument, "does not broadcast");
+}
+
+}  // namespace
+}  // namespace kiln::testing
