@@ -368,11 +368,13 @@ absl::Status Inspect(int argc, char** argv) {
     const v1::Device& d = m.device();
     std::cout << absl::StrFormat(
         "device: OpenCL %s, platform '%s' (%s), driver %s, %s, %s; capabilities: %s\n"
-        "  %d kernel(s) on the device, %d on the CPU, %d tensor(s) copied between them per run\n",
+        "  %d kernel(s) on the device (%.1f%% of the estimated FLOPs), %d on the CPU, %d "
+        "tensor(s) copied between them per run\n",
         d.name(), d.platform_name(), d.platform_version(), d.driver_version(), d.version(),
         d.opencl_c_version(),
         d.capabilities().empty() ? "none" : absl::StrJoin(d.capabilities(), " "),
-        d.device_kernels(), d.cpu_kernels(), d.transfers());
+        d.device_kernels(), d.flops() > 0 ? 100.0 * d.device_flops() / d.flops() : 100.0,
+        d.cpu_kernels(), d.transfers());
   }
   std::cout << "inputs:\n";
   for (int i : m.graph_inputs()) std::cout << "  " << tensor(i) << "\n";

@@ -22,7 +22,53 @@ std::string CpuOnly(const ir::Node& n) {
   return "";
 }
 
+// The elements of `v` per unit of its symbolic dims (each counted as 1: a dynamic batch scales
+// every node alike, so shares of the total stay right); 0 for an unknown rank.
+double Elements(const ir::Value* v) {
+  if (v == nullptr || !v->shape.rank_known) return 0;
+  double n = 1;
+  for (const ir::Dim& d : v->shape.dims) n *= d.is_static() ? static_cast<double>(d.value) : 1.0;
+  return n;
+}
+
 }  // namespace
+
+double NodeFlops(const ir::Node& n) {
+  using ir::OpType;
+  const ir::Value* y = n.outputs.empty() ? nullptr : n.outputs[0];
+  switch (n.op) {
+    case OpType::kConv:
+    case OpType::kFusedConv: {
+      // Each output element: C/group * window multiply-adds; W is [M, C/group, window...].
+      const ir::Value* w = n.input(1);
+      if (w == nullptr || !w->shape.rank_known || !w->shape.is_static()) return 0;
+      const std::vector<int64_t> wd = w->shape.StaticDims();
+      double per = 1;
+      for (size_t i = 1; i < wd.size(); ++i) per *= static_cast<double>(wd[i]);
+      return 2 * per * Elements(y);
+    }
+    case OpType::kMatMul:
+    case OpType::kGemm:
+    case OpType::kFusedMatMul: {
+      // Each output element: K multiply-adds, K from A's last dim (its first for Gemm's transA).
+      const ir::Value* a = n.input(0);
+      if (a == nullptr || !a->shape.rank_known || a->shape.rank() == 0) return 0;
+      const bool trans = n.op == OpType::kGemm && n.GetInt("transA", 0) != 0;
+      const ir::Dim& k = trans ? a->shape.dims.front() : a->shape.dims.back();
+      return k.is_static() ? 2 * static_cast<double>(k.value) * Elements(y) : Elements(y);
+    }
+    case OpType::kAttention: {
+      // Q K^T and P V: 2 * 2 * Sq * Skv * D per head; Y holds Sq * D per head, so 4 * Skv per
+      // element of Y, Skv from K's second-to-last dim.
+      const ir::Value* k = n.input(1);
+      if (k == nullptr || !k->shape.rank_known || k->shape.rank() < 2) return 0;
+      const ir::Dim& s = k->shape.dims[k->shape.rank() - 2];
+      return 4 * (s.is_static() ? static_cast<double>(s.value) : 1.0) * Elements(y);
+    }
+    default:
+      return Elements(y);
+  }
+}
 
 absl::StatusOr<Placement> PlaceKernels(ir::Graph& g, const std::vector<ir::Node*>& live,
                                        std::vector<const kernels::KernelDef*>& defs,
@@ -36,6 +82,8 @@ absl::StatusOr<Placement> PlaceKernels(ir::Graph& g, const std::vector<ir::Node*
   const kernels::Registry& reg = kernels::Registry::Default();
   std::vector<std::string> refused;
   for (ir::Node* n : live) {
+    const double flops = NodeFlops(*n);
+    p.flops += flops;
     std::string why = CpuOnly(*n);
     if (why.empty()) {
       absl::StatusOr<const kernels::KernelDef*> def = reg.FindOn(*n, kernels::Backend::kOpenCl, 0);
@@ -48,6 +96,7 @@ absl::StatusOr<Placement> PlaceKernels(ir::Graph& g, const std::vector<ir::Node*
           defs[n->id] = *def;
           p.on_device[n->id] = true;
           ++p.device_kernels;
+          p.device_flops += flops;
           continue;
         }
         why = std::string(k.status().message());
@@ -79,8 +128,11 @@ absl::StatusOr<Placement> PlaceKernels(ir::Graph& g, const std::vector<ir::Node*
         absl::StrCat(refused.size(), " node(s) cannot run on ", device.Describe(),
                      " and --no-fallback forbids the CPU: ", absl::StrJoin(refused, "; ")));
   }
-  log.info("placement: {} kernel(s) on {}, {} on the CPU, {} tensor(s) copied between them per run",
-           p.device_kernels, device.Describe(), p.cpu_kernels, p.transfers);
+  log.info(
+      "placement: {} kernel(s) on {} ({:.1f}% of the estimated {:.3g} FLOPs per run), {} on the "
+      "CPU, {} tensor(s) copied between them per run",
+      p.device_kernels, device.Describe(), p.flops > 0 ? 100.0 * p.device_flops / p.flops : 100.0,
+      p.flops, p.cpu_kernels, p.transfers);
   return p;
 }
 
@@ -104,6 +156,8 @@ void FillDevice(const Placement& p, v1::Device& out) {
   out.set_device_kernels(p.device_kernels);
   out.set_cpu_kernels(p.cpu_kernels);
   out.set_transfers(p.transfers);
+  out.set_flops(p.flops);
+  out.set_device_flops(p.device_flops);
 }
 
 }  // namespace kiln::builder

@@ -24,7 +24,14 @@ struct Placement {
   std::vector<bool> on_device;        // by node id
   std::vector<std::string> fallback;  // by node id: why a node of a device build runs on the CPU
   int device_kernels = 0, cpu_kernels = 0, transfers = 0;
+  /// Estimated floating-point operations per run (NodeFlops), in all and on the device.
+  double flops = 0, device_flops = 0;
 };
+
+/// An estimate of the floating-point operations of one run of `n` from its shapes, each
+/// symbolic dim counted as 1: 2 per multiply-add of a convolution, a matrix product or attention,
+/// one per output element otherwise (0 where a rank is unknown).
+double NodeFlops(const ir::Node& n);
 
 /// Places the `live` nodes of `g` for `device`: a node placed on it gets kernels::kBackendAttr
 /// "opencl" and its device kernel in `defs` (by node id). With `no_fallback`, a node that cannot

@@ -1,7 +1,9 @@
 // Conv and FusedConv on OpenCL (NCHW, 1-D and 2-D windows, any group, stride, padding and
-// dilation): one work item per output element, acc = bias, then acc = fma(x, w, acc) over the
-// input channels of its group and the kernel window, then + Z (the residual of a conv+residual
-// fusion) and the activation, in fp32, and one rounding to Y's storage type. X, W, B, Z and Y
+// dilation). Groups of many output channels run as tiled GEMMs over the implicit im2col matrix
+// (read in place, kernel_base.h's GemmTileLoop); few (depthwise) run directly, one work item per
+// output: acc = bias, then acc = fma(x, w, acc) over the input channels of its group and the
+// kernel window. Then + Z (the residual of a conv+residual fusion) and the activation, in fp32,
+// and one rounding to Y's storage type. X, W, B, Z and Y
 // may each be fp32, fp16 or bf16 (a fused kernel reads each boundary value in its own dtype).
 // The activation is kernel_base.h's ActivationFunction.
 #include <memory>
@@ -59,8 +61,60 @@ __kernel void conv(__global const X_T* x, ulong xo, __global const W_T* w, ulong
   const float v = act(acc, p0, p1);
   Y_ST(v, y, yo + i);
 }
+
+// X's value at row k = (c, ky, kx) of the implicit im2col matrix, column col = (oy, ox); 0 in
+// the padding.
+inline float im2col(__global const X_T* x, ulong xb, uint k, uint col, uint H, uint W, uint OW,
+                    uint KH, uint KW, uint SH, uint SW, int PH, int PW, uint DH, uint DW) {
+  const uint kx = k % KW, ky = (k / KW) % KH, c = k / (KW * KH);
+  const int iy = (int)((col / OW) * SH) - PH + (int)(ky * DH);
+  const int ix = (int)((col % OW) * SW) - PW + (int)(kx * DW);
+  if (iy < 0 || iy >= (int)H || ix < 0 || ix >= (int)W) return 0.0f;
+  return X_LD(x, xb + ((ulong)c * H + iy) * W + ix);
+}
+
+// The convolution of one (image, group) as a tiled GEMM (grid dim 2): Y_g [Mg, OH*OW] =
+// W_g [Mg, Cg*KH*KW] x im2col(X_g), the im2col matrix read in place. Its k order (c, ky, kx)
+// is the direct kernel's.
+__kernel __attribute__((reqd_work_group_size(16, 16, 1)))
+void conv_gemm(__global const X_T* x, ulong xo, __global const W_T* w, ulong wo,
+               __global const B_T* b, ulong bo, __global const Z_T* z, ulong zo,
+               __global Y_T* y, ulong yo,
+               uint C, uint H, uint W, uint Mt, uint OH, uint OW, uint KH, uint KW,
+               uint SH, uint SW, int PH, int PW, uint DH, uint DW, uint G,
+               int has_b, int has_z, float p0, float p1) {
+  const uint Cg = C / G, M = Mt / G, N = OH * OW, K = Cg * KH * KW;
+  const ulong n = get_global_id(2) / G, g = get_global_id(2) % G;
+  const ulong xb = xo + (n * C + g * Cg) * (ulong)H * W;
+  const ulong wb = wo + g * (ulong)M * K;
+  const ulong yb = (n * Mt + g * M) * (ulong)N;
+  const uint row0 = get_group_id(1) * 64, col0 = get_group_id(0) * 64;
+#define A_AT(r, k) W_LD(w, wb + (ulong)(r) * K + (k))
+#define B_AT(k, c) im2col(x, xb, (k), (c), H, W, OW, KH, KW, SH, SW, PH, PW, DH, DW)
+)",
+                      GemmTileLoop(), R"(
+  for (int i = 0; i < 4; ++i) {
+    const uint row = row0 + ty + 16 * i;
+    if (row >= M) continue;
+    const float bias = has_b ? B_LD(b, bo + g * M + row) : 0.0f;
+    for (int j = 0; j < 4; ++j) {
+      const uint col = col0 + tx + 16 * j;
+      if (col >= N) continue;
+      const ulong at = yb + (ulong)row * N + col;
+      // The sum of products, then the bias (the direct kernel starts its sum at the bias:
+      // another fp32 order of the same terms).
+      float v = acc[i][j] + bias;
+      if (has_z) v = v + Z_LD(z, zo + at);
+      v = act(v, p0, p1);
+      Y_ST(v, y, yo + at);
+    }
+  }
+}
 )");
 }
+
+// The fewest output channels per group that run as a tiled GEMM (its tile has 64 rows).
+constexpr int64_t kGemmMinChannels = 8;
 
 class ConvKernel final : public Kernel {
  public:
@@ -88,12 +142,18 @@ class ConvKernel final : public Kernel {
     const std::string what = absl::StrCat(node_.Label(), " (OpenCL ", DataTypeOnnxName(yt), ")");
     ASSIGN_OR_RETURN(const ClStorage* ys, StorageOf(*y, what));
     const std::shared_ptr<Device>& dev = ys->shared_device();
-    if (fn_ == nullptr) {
+    // Each (image, group) as a tiled GEMM when its output channels fill the tile's rows;
+    // directly (one item per output) when they are few (depthwise: one).
+    const int64_t group_channels = s.m / attrs_.group;
+    const bool gemm = group_channels >= kGemmMinChannels;
+    std::unique_ptr<ClFunction>& fn = gemm ? gemm_fn_ : fn_;
+    if (fn == nullptr) {
       const DataType bt = s.in.b ? s.in.b->dtype() : yt, zt = z ? z->dtype() : yt;
-      fn_ = std::make_unique<ClFunction>(
-          what, ConvSource(x.dtype(), w.dtype(), bt, zt, yt, act_.kind), "conv");
+      fn = std::make_unique<ClFunction>(what,
+                                        ConvSource(x.dtype(), w.dtype(), bt, zt, yt, act_.kind),
+                                        gemm ? "conv_gemm" : "conv");
     }
-    ASSIGN_OR_RETURN(cl_kernel k, fn_->Get(dev));
+    ASSIGN_OR_RETURN(cl_kernel k, fn->Get(dev));
     ASSIGN_OR_RETURN(TensorArg xa, ArgOf(x, what));
     ASSIGN_OR_RETURN(TensorArg wa, ArgOf(w, what));
     ASSIGN_OR_RETURN(TensorArg ya, ArgOf(*y, what));
@@ -117,19 +177,33 @@ class ConvKernel final : public Kernel {
     const cl_int has_b = s.in.b != nullptr, has_z = z != nullptr;
     float p0 = 0, p1 = 0;
     ActivationParams(act_, p0, p1);
-    RETURN_IF_ERROR(
-        SetArgs(*dev, k, what, 0, xa, wa, ba, za, ya, total, c, at(s.win.in, 0), at(s.win.in, 1), m,
-                at(s.win.out, 0), at(s.win.out, 1), at(s.win.kernel, 0), at(s.win.kernel, 1),
-                at(s.win.strides, 0), at(s.win.strides, 1), pad(0), pad(1), at(s.win.dilations, 0),
-                at(s.win.dilations, 1), static_cast<cl_uint>(attrs_.group), has_b, has_z, p0, p1));
-    return Launch1D(*dev, k, total, what);
+    // The direct kernel takes the element count first; then both take the same arguments.
+    int first = 0;
+    RETURN_IF_ERROR(SetArgs(*dev, k, what, first, xa, wa, ba, za, ya));
+    first += 10;
+    if (!gemm) RETURN_IF_ERROR(SetArgs(*dev, k, what, first++, total));
+    const cl_uint oh = at(s.win.out, 0), ow = at(s.win.out, 1);
+    RETURN_IF_ERROR(SetArgs(*dev, k, what, first, c, at(s.win.in, 0), at(s.win.in, 1), m, oh, ow,
+                            at(s.win.kernel, 0), at(s.win.kernel, 1), at(s.win.strides, 0),
+                            at(s.win.strides, 1), pad(0), pad(1), at(s.win.dilations, 0),
+                            at(s.win.dilations, 1), static_cast<cl_uint>(attrs_.group), has_b,
+                            has_z, p0, p1));
+    if (!gemm) return Launch1D(*dev, k, total, what);
+    const size_t pixels = static_cast<size_t>(oh) * ow;
+    const size_t global[3] = {(pixels + 63) / 64 * 16,
+                              (static_cast<size_t>(group_channels) + 63) / 64 * 16,
+                              static_cast<size_t>(x.dim(0) * attrs_.group)};
+    const size_t local[3] = {16, 16, 1};
+    return ClStatus(dev->cl().clEnqueueNDRangeKernel(dev->queue(), k, 3, nullptr, global, local, 0,
+                                                     nullptr, nullptr),
+                    absl::StrCat("queueing ", what));
   }
 
  private:
   const ir::Node& node_;
   cpu::ref::nn::ConvAttrs attrs_;
   Activation act_;
-  std::unique_ptr<ClFunction> fn_;
+  std::unique_ptr<ClFunction> fn_, gemm_fn_;  // direct, tiled GEMM
 };
 
 absl::StatusOr<std::unique_ptr<Kernel>> MakeConv(const ir::Node& node) {

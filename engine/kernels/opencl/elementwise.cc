@@ -363,6 +363,8 @@ void RegisterOpenCl(Registry& r) {
   RegisterConv(r);
   RegisterMemory(r);
   RegisterNorm(r);
+  RegisterNormFused(r);
+  RegisterAttention(r);
 }
 
 }  // namespace kiln::kernels::opencl

@@ -101,6 +101,40 @@ void ActivationParams(const cpu::ref::Activation& a, float& p0, float& p1) {
   p1 = a.hi;
 }
 
+const char* GemmTileLoop() {
+  return R"(
+  __local float As[16][65];
+  __local float Bs[16][65];
+  const int tx = get_local_id(0), ty = get_local_id(1);
+  float acc[4][4];
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
+  const int lid = ty * 16 + tx;
+  for (uint k0 = 0; k0 < K; k0 += 16) {
+    for (int l = 0; l < 4; ++l) {
+      const int idx = lid + l * 256;
+      const int kk = idx / 64, ii = idx % 64;
+      const uint k = k0 + kk, ra = row0 + ii, cb = col0 + ii;
+      As[kk][ii] = ra < M && k < K ? A_AT(ra, k) : 0.0f;
+      Bs[kk][ii] = cb < N && k < K ? B_AT(k, cb) : 0.0f;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    // Only the k < K steps: a product of padding would turn an accumulated -0 into +0.
+    const int kn = K - k0 < 16 ? (int)(K - k0) : 16;
+    for (int kk = 0; kk < kn; ++kk) {
+      float a[4], b[4];
+      for (int w = 0; w < 4; ++w) {
+        a[w] = As[kk][ty + 16 * w];
+        b[w] = Bs[kk][tx + 16 * w];
+      }
+      for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 4; ++j) acc[i][j] = fma(a[i], b[j], acc[i][j]);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+)";
+}
+
 std::string ProgramOptions(const Device& device) {
   cl_device_fp_config fp = 0;
   device.cl().clGetDeviceInfo(device.id(), CL_DEVICE_SINGLE_FP_CONFIG, sizeof(fp), &fp, nullptr);

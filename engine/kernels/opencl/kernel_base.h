@@ -40,6 +40,15 @@ std::string ActivationFunction(cpu::ref::ActKind kind);
 /// The p0, p1 that `act` takes for `a` (LeakyRelu's alpha; Clip's bounds; GELU's form).
 void ActivationParams(const cpu::ref::Activation& a, float& p0, float& p1);
 
+/// OpenCL C of the tiled GEMM main loop, to be placed in a kernel body that declares
+/// `reqd_work_group_size(16, 16, 1)`, uint M, N, K and uint row0, col0 (the 64 x 64 tile's
+/// origin), and defines the macros A_AT(r, k) and B_AT(k, c) (uint arguments, each in range) as
+/// the float values of A and B. It declares `float acc[4][4]`, the outputs (row0 + ty + 16 i,
+/// col0 + tx + 16 j) of work item (tx, ty) = local ids (0, 1), and fills them with acc = 0, then
+/// acc = fma(A(r, k), B(k, c), acc) for k = 0 .. K-1 in order: the fp32 order of the AVX-512
+/// GEMM (cpu/avx512/gemm.h). A and B are staged 16-deep in local memory.
+const char* GemmTileLoop();
+
 /// Whether the OpenCL kernels store `dt` (fp32, fp16, bf16).
 bool ClFloatType(DataType dt);
 

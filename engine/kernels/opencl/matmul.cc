@@ -27,9 +27,6 @@ constexpr size_t kTile = 64, kGroup = 16;
 std::string GemmSource(DataType dt, DataType ct, DataType yt, cpu::ref::ActKind act) {
   return absl::StrCat(StoragePrelude(dt), StoragePrelude(ct, "C"), StoragePrelude(yt, "Y"),
                       ActivationFunction(act), R"(
-#define TS 64
-#define TK 16
-#define WPT 4
 __kernel __attribute__((reqd_work_group_size(16, 16, 1)))
 void gemm(__global const S_T* A, ulong ao, __global const S_T* B, ulong bo,
           __global Y_T* Y, ulong yo, uint M, uint N, uint K,
@@ -39,10 +36,7 @@ void gemm(__global const S_T* A, ulong ao, __global const S_T* B, ulong bo,
           ulong b_b0, ulong b_b1, ulong b_b2, ulong b_b3,
           int epilogue, float alpha, float beta,
           __global const C_T* Cm, ulong co, ulong c_rs, ulong c_cs, float p0, float p1) {
-  __local float As[TK][TS + 1];
-  __local float Bs[TK][TS + 1];
-  const int tx = get_local_id(0), ty = get_local_id(1);
-  const uint row0 = get_group_id(1) * TS, col0 = get_group_id(0) * TS;
+  const uint row0 = get_group_id(1) * 64, col0 = get_group_id(0) * 64;
   // The batch index over up to four batch dims (outermost first), and its A and B matrices.
   ulong r = get_global_id(2), c3 = r % bd3;
   r /= bd3;
@@ -52,36 +46,14 @@ void gemm(__global const S_T* A, ulong ao, __global const S_T* B, ulong bo,
   const ulong a_off = ao + c0 * a_b0 + c1 * a_b1 + c2 * a_b2 + c3 * a_b3;
   const ulong b_off = bo + c0 * b_b0 + c1 * b_b1 + c2 * b_b2 + c3 * b_b3;
   const ulong y_off = yo + get_global_id(2) * (ulong)M * N;
-  float acc[WPT][WPT];
-  for (int i = 0; i < WPT; ++i)
-    for (int j = 0; j < WPT; ++j) acc[i][j] = 0.0f;
-  const int lid = ty * 16 + tx;
-  for (uint k0 = 0; k0 < K; k0 += TK) {
-    for (int l = 0; l < (TK * TS) / 256; ++l) {
-      const int idx = lid + l * 256;
-      const int kk = idx / TS, ii = idx % TS;
-      const uint k = k0 + kk, ra = row0 + ii, cb = col0 + ii;
-      As[kk][ii] = ra < M && k < K ? S_LD(A, a_off + ra * a_rs + k * a_cs) : 0.0f;
-      Bs[kk][ii] = cb < N && k < K ? S_LD(B, b_off + k * b_rs + cb * b_cs) : 0.0f;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    // Only the k < K steps: a product of padding would turn an accumulated -0 into +0.
-    const int kn = K - k0 < TK ? (int)(K - k0) : TK;
-    for (int kk = 0; kk < kn; ++kk) {
-      float a[WPT], b[WPT];
-      for (int w = 0; w < WPT; ++w) {
-        a[w] = As[kk][ty + 16 * w];
-        b[w] = Bs[kk][tx + 16 * w];
-      }
-      for (int i = 0; i < WPT; ++i)
-        for (int j = 0; j < WPT; ++j) acc[i][j] = fma(a[i], b[j], acc[i][j]);
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-  }
-  for (int i = 0; i < WPT; ++i) {
+#define A_AT(r, k) S_LD(A, a_off + (r) * a_rs + (k) * a_cs)
+#define B_AT(k, c) S_LD(B, b_off + (k) * b_rs + (c) * b_cs)
+)",
+                      GemmTileLoop(), R"(
+  for (int i = 0; i < 4; ++i) {
     const uint row = row0 + ty + 16 * i;
     if (row >= M) continue;
-    for (int j = 0; j < WPT; ++j) {
+    for (int j = 0; j < 4; ++j) {
       const uint col = col0 + tx + 16 * j;
       if (col >= N) continue;
       float v = acc[i][j];

@@ -17,7 +17,6 @@
 // out-of-range index is the reference's error, never a read out of bounds on the device.
 #include <algorithm>
 #include <cstring>
-#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -26,7 +25,6 @@
 #include "absl/strings/str_cat.h"
 #include "engine/common/half.h"
 #include "engine/common/status.h"
-#include "engine/ir/slice.h"
 #include "engine/kernels/cpu/ref/common.h"
 #include "engine/kernels/cpu/ref/layout_internal.h"
 #include "engine/kernels/opencl/kernel_base.h"
@@ -258,64 +256,9 @@ absl::Status CopyWithDims(KernelContext& ctx, Mover& m, const ir::Tensor& x,
   return m.Copy(x, *y);
 }
 
-// Axes from the attribute (before `input_version`) or from optional input 1 (from it on).
-absl::StatusOr<std::vector<int64_t>> ReadAxes(const ir::Node& node, KernelContext& ctx,
-                                              int input_version, bool* present) {
-  if (node.since_version < input_version) {
-    *present = node.has_attr("axes");
-    return node.GetInts("axes");
-  }
-  const ir::Tensor* t = ctx.input(1);
-  *present = t != nullptr;
-  if (t == nullptr) return std::vector<int64_t>{};
-  return ReadInts(node, *t, "axes");
-}
-
 absl::Status RunReshape(const ir::Node& node, KernelContext& ctx, Mover& m) {
   ASSIGN_OR_RETURN(const ir::Tensor* x, RequireInput(node, ctx, 0));
-  ASSIGN_OR_RETURN(const ir::Tensor* s, RequireInput(node, ctx, 1));
-  ASSIGN_OR_RETURN(std::vector<int64_t> shape, ReadInts(node, *s, "shape"));
-  const bool allowzero = node.since_version >= 14 && node.GetInt("allowzero", 0) != 0;
-  std::vector<int64_t> dims(shape.size());
-  int infer = -1;
-  bool has_zero = false;
-  int64_t known = 1;
-  for (size_t i = 0; i < shape.size(); ++i) {
-    int64_t d = shape[i];
-    if (d == -1) {
-      if (infer >= 0) return InvalidNode(node, "shape ", ir::DimsToString(shape), " has two -1");
-      infer = static_cast<int>(i);
-      continue;
-    }
-    if (d < -1) return InvalidNode(node, "shape ", ir::DimsToString(shape), " has dim ", d);
-    if (d == 0) {
-      has_zero = true;
-      if (!allowzero) {
-        if (static_cast<int>(i) >= x->rank()) {
-          return InvalidNode(node, "shape ", ir::DimsToString(shape), " copies dim ", i,
-                             " of an input of rank ", x->rank());
-        }
-        d = x->dim(static_cast<int>(i));
-      }
-    }
-    dims[i] = d;
-    known *= d;
-  }
-  if (allowzero && has_zero && infer >= 0) {
-    return InvalidNode(node, "shape ", ir::DimsToString(shape),
-                       " has both 0 and -1 with allowzero=1");
-  }
-  const int64_t total = x->num_elements();
-  if (infer >= 0) {
-    if (known == 0 || total % known != 0) {
-      return InvalidNode(node, "cannot infer the -1 dim of ", ir::DimsToString(shape),
-                         " for input ", ir::DimsToString(x->dims()));
-    }
-    dims[infer] = total / known;
-  } else if (known != total) {
-    return InvalidNode(node, "shape ", ir::DimsToString(shape), " has ", known, " elements, input ",
-                       ir::DimsToString(x->dims()), " has ", total);
-  }
+  ASSIGN_OR_RETURN(std::vector<int64_t> dims, cpu::ref::ReshapeDims(node, ctx, *x));
   return CopyWithDims(ctx, m, *x, std::move(dims));
 }
 
@@ -333,48 +276,13 @@ absl::Status RunFlatten(const ir::Node& node, KernelContext& ctx, Mover& m) {
 
 absl::Status RunSqueeze(const ir::Node& node, KernelContext& ctx, Mover& m) {
   ASSIGN_OR_RETURN(const ir::Tensor* x, RequireInput(node, ctx, 0));
-  bool present = false;
-  ASSIGN_OR_RETURN(std::vector<int64_t> axes, ReadAxes(node, ctx, 13, &present));
-  const int rank = x->rank();
-  std::vector<bool> drop(rank, false);
-  // An empty axes list means "not given", as in the reference.
-  if (!present || axes.empty()) {
-    for (int a = 0; a < rank; ++a) drop[a] = x->dim(a) == 1;
-  }
-  for (int64_t ax : axes) {
-    if (ax < -rank || ax >= rank) {
-      return InvalidNode(node, "axis ", ax, " is out of range for rank ", rank);
-    }
-    const int a = static_cast<int>(ax < 0 ? ax + rank : ax);
-    if (x->dim(a) != 1) {
-      return InvalidNode(node, "cannot squeeze axis ", ax, " of size ", x->dim(a));
-    }
-    drop[a] = true;
-  }
-  std::vector<int64_t> dims;
-  for (int a = 0; a < rank; ++a) {
-    if (!drop[a]) dims.push_back(x->dim(a));
-  }
+  ASSIGN_OR_RETURN(std::vector<int64_t> dims, cpu::ref::SqueezeDims(node, ctx, *x));
   return CopyWithDims(ctx, m, *x, std::move(dims));
 }
 
 absl::Status RunUnsqueeze(const ir::Node& node, KernelContext& ctx, Mover& m) {
   ASSIGN_OR_RETURN(const ir::Tensor* x, RequireInput(node, ctx, 0));
-  bool present = false;
-  ASSIGN_OR_RETURN(std::vector<int64_t> axes, ReadAxes(node, ctx, 13, &present));
-  if (!present) return InvalidNode(node, "axes are required");
-  const int out_rank = x->rank() + static_cast<int>(axes.size());
-  std::vector<bool> inserted(out_rank, false);
-  for (int64_t ax : axes) {
-    if (ax < -out_rank || ax >= out_rank) {
-      return InvalidNode(node, "axis ", ax, " is out of range for output rank ", out_rank);
-    }
-    const int a = static_cast<int>(ax < 0 ? ax + out_rank : ax);
-    if (inserted[a]) return InvalidNode(node, "axis ", ax, " is repeated");
-    inserted[a] = true;
-  }
-  std::vector<int64_t> dims(out_rank);
-  for (int a = 0, j = 0; a < out_rank; ++a) dims[a] = inserted[a] ? 1 : x->dim(j++);
+  ASSIGN_OR_RETURN(std::vector<int64_t> dims, cpu::ref::UnsqueezeDims(node, ctx, *x));
   return CopyWithDims(ctx, m, *x, std::move(dims));
 }
 
@@ -382,29 +290,11 @@ absl::Status RunUnsqueeze(const ir::Node& node, KernelContext& ctx, Mover& m) {
 // Concat and Split (cpu/ref/layout_concat.cc): [outer, dim(axis) * inner] rows.
 
 absl::Status RunConcat(const ir::Node& node, KernelContext& ctx, Mover& m) {
-  const int n = ctx.num_inputs();
-  if (n < 1) return InvalidNode(node, "needs at least one input");
-  std::vector<const ir::Tensor*> xs(n);
-  for (int i = 0; i < n; ++i) {
-    ASSIGN_OR_RETURN(xs[i], RequireInput(node, ctx, i));
-  }
-  const int rank = xs[0]->rank();
-  if (rank == 0) return InvalidNode(node, "cannot concatenate scalars");
-  ASSIGN_OR_RETURN(int axis, NormalizeAxis(node, node.GetInt("axis", 0), rank));
-  std::vector<int64_t> out_dims = xs[0]->dims();
-  out_dims[axis] = 0;
-  for (int i = 0; i < n; ++i) {
-    const ir::Tensor& x = *xs[i];
-    bool same = x.rank() == rank && x.dtype() == xs[0]->dtype();
-    for (int a = 0; same && a < rank; ++a) same = a == axis || x.dim(a) == xs[0]->dim(a);
-    if (!same) {
-      return InvalidNode(node, "input ", i, " ", DataTypeOnnxName(x.dtype()),
-                         ir::DimsToString(x.dims()), " does not match input 0 ",
-                         DataTypeOnnxName(xs[0]->dtype()), ir::DimsToString(xs[0]->dims()),
-                         " outside axis ", axis);
-    }
-    out_dims[axis] += x.dim(axis);
-  }
+  ASSIGN_OR_RETURN(const cpu::ref::ConcatArgs args, cpu::ref::ReadConcat(node, ctx));
+  const std::vector<const ir::Tensor*>& xs = args.xs;
+  const int axis = args.axis;
+  const std::vector<int64_t>& out_dims = args.out_dims;
+  const int rank = static_cast<int>(out_dims.size());
   ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, xs[0]->dtype(), out_dims));
   const int64_t outer = Product(out_dims, 0, axis);
   const int64_t inner = Product(out_dims, axis + 1, rank);
@@ -456,73 +346,15 @@ absl::Status RunTranspose(const ir::Node& node, KernelContext& ctx, Mover& m) {
   return m.Gather(*x, *y, p);
 }
 
-struct SliceArgs {
-  std::vector<int64_t> starts, ends, axes, steps;
-};
-
-absl::StatusOr<SliceArgs> ReadSliceArgs(const ir::Node& node, KernelContext& ctx) {
-  SliceArgs a;
-  if (node.since_version < 10) {
-    a.starts = node.GetInts("starts");
-    a.ends = node.GetInts("ends");
-    a.axes = node.GetInts("axes");
-  } else {
-    ASSIGN_OR_RETURN(const ir::Tensor* s, RequireInput(node, ctx, 1));
-    ASSIGN_OR_RETURN(const ir::Tensor* e, RequireInput(node, ctx, 2));
-    ASSIGN_OR_RETURN(a.starts, ReadInts(node, *s, "starts"));
-    ASSIGN_OR_RETURN(a.ends, ReadInts(node, *e, "ends"));
-    if (const ir::Tensor* t = ctx.input(3)) {
-      ASSIGN_OR_RETURN(a.axes, ReadInts(node, *t, "axes"));
-    }
-    if (const ir::Tensor* t = ctx.input(4)) {
-      ASSIGN_OR_RETURN(a.steps, ReadInts(node, *t, "steps"));
-    }
-  }
-  const size_t n = a.starts.size();
-  if (a.ends.size() != n) {
-    return InvalidNode(node, "starts has ", n, " entries but ends has ", a.ends.size());
-  }
-  if (node.since_version < 10 ? node.has_attr("axes") : ctx.input(3) != nullptr) {
-    if (a.axes.size() != n) {
-      return InvalidNode(node, "axes has ", a.axes.size(), " entries, starts has ", n);
-    }
-  } else {
-    for (size_t i = 0; i < n; ++i) a.axes.push_back(static_cast<int64_t>(i));
-  }
-  if (a.steps.empty() && (node.since_version < 10 || ctx.input(4) == nullptr)) {
-    a.steps.assign(n, 1);
-  }
-  if (a.steps.size() != n) {
-    return InvalidNode(node, "steps has ", a.steps.size(), " entries, starts has ", n);
-  }
-  return a;
-}
-
 absl::Status RunSlice(const ir::Node& node, KernelContext& ctx, Mover& m) {
   ASSIGN_OR_RETURN(const ir::Tensor* x, RequireInput(node, ctx, 0));
-  ASSIGN_OR_RETURN(SliceArgs args, ReadSliceArgs(node, ctx));
-  const int rank = x->rank();
-  std::vector<int64_t> start(rank, 0), step(rank, 1), out_dims = x->dims();
-  std::vector<bool> seen(rank, false);
-  for (size_t i = 0; i < args.starts.size(); ++i) {
-    if (args.axes[i] < -rank || args.axes[i] >= rank) {
-      return InvalidNode(node, "axis ", args.axes[i], " is out of range for rank ", rank);
-    }
-    const int a = static_cast<int>(args.axes[i] < 0 ? args.axes[i] + rank : args.axes[i]);
-    if (seen[a]) return InvalidNode(node, "axis ", args.axes[i], " is repeated");
-    seen[a] = true;
-    if (args.steps[i] == 0) return InvalidNode(node, "step for axis ", args.axes[i], " is 0");
-    const ir::SliceAxis r = ir::SliceRange(args.starts[i], args.ends[i], args.steps[i], x->dim(a));
-    start[a] = r.start;
-    step[a] = r.step;
-    out_dims[a] = r.length;
-  }
+  ASSIGN_OR_RETURN(const cpu::ref::SliceWindow w, cpu::ref::ReadSlice(node, ctx, *x));
   const std::vector<int64_t> strides = Strides(x->dims());
   Plan p;
-  for (int a = 0; a < rank; ++a) {
-    p.Axis(out_dims[a], strides[a], [&](int64_t o) { return start[a] + o * step[a]; });
+  for (int a = 0; a < x->rank(); ++a) {
+    p.Axis(w.dims[a], strides[a], [&](int64_t o) { return w.start[a] + o * w.step[a]; });
   }
-  ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, x->dtype(), out_dims));
+  ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, x->dtype(), w.dims));
   return m.Gather(*x, *y, p);
 }
 
@@ -618,23 +450,8 @@ absl::Status RunPad(const ir::Node& node, KernelContext& ctx, Mover& m) {
 
 absl::Status RunTile(const ir::Node& node, KernelContext& ctx, Mover& m) {
   ASSIGN_OR_RETURN(const ir::Tensor* x, RequireInput(node, ctx, 0));
-  ASSIGN_OR_RETURN(const ir::Tensor* r, RequireInput(node, ctx, 1));
-  ASSIGN_OR_RETURN(std::vector<int64_t> repeats, ReadInts(node, *r, "repeats"));
+  ASSIGN_OR_RETURN(const std::vector<int64_t> out_dims, cpu::ref::TileDims(node, ctx, *x));
   const int rank = x->rank();
-  if (static_cast<int>(repeats.size()) != rank) {
-    return InvalidNode(node, "repeats has ", repeats.size(), " entries for input of rank ", rank);
-  }
-  std::vector<int64_t> out_dims(rank);
-  for (int a = 0; a < rank; ++a) {
-    if (repeats[a] < 0) return InvalidNode(node, "repeats must be >= 0, got ", repeats[a]);
-    if (repeats[a] > 0 && x->dim(a) > std::numeric_limits<int64_t>::max() / repeats[a]) {
-      return InvalidNode(node, "repeats ", repeats[a], " overflow axis ", a);
-    }
-    out_dims[a] = x->dim(a) * repeats[a];
-  }
-  if (ir::NumElementsOf(out_dims) < 0) {
-    return InvalidNode(node, "output shape ", ir::DimsToString(out_dims), " is too large");
-  }
   const std::vector<int64_t> strides = Strides(x->dims());
   Plan p;
   for (int a = 0; a < rank; ++a) {
@@ -647,13 +464,7 @@ absl::Status RunTile(const ir::Node& node, KernelContext& ctx, Mover& m) {
 
 absl::Status RunExpand(const ir::Node& node, KernelContext& ctx, Mover& m) {
   ASSIGN_OR_RETURN(const ir::Tensor* x, RequireInput(node, ctx, 0));
-  ASSIGN_OR_RETURN(const ir::Tensor* s, RequireInput(node, ctx, 1));
-  ASSIGN_OR_RETURN(std::vector<int64_t> shape, ReadInts(node, *s, "shape"));
-  for (int64_t d : shape) {
-    if (d < 0) return InvalidNode(node, "shape ", ir::DimsToString(shape), " has a negative dim");
-  }
-  ASSIGN_OR_RETURN(std::vector<int64_t> out_dims,
-                   cpu::ref::BroadcastShapes(node, x->dims(), shape));
+  ASSIGN_OR_RETURN(const std::vector<int64_t> out_dims, cpu::ref::ExpandDims(node, ctx, *x));
   const std::vector<int64_t> strides = cpu::ref::BroadcastStrides(x->dims(), out_dims);
   Plan p;
   for (size_t a = 0; a < out_dims.size(); ++a) p.Axis(out_dims[a], strides[a], Identity);

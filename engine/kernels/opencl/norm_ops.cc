@@ -14,8 +14,6 @@
 // sequential ones only by rounding (the tests bound it). Short reductions run one item per output
 // in the reference's order. Each output is rounded once to its storage type (DESIGN.md §5).
 #include <algorithm>
-#include <functional>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -28,6 +26,7 @@
 #include "engine/kernels/cpu/ref/normalization_internal.h"
 #include "engine/kernels/opencl/kernel_base.h"
 #include "engine/kernels/opencl/register.h"
+#include "engine/kernels/opencl/row_ops.h"
 
 namespace kiln::kernels::opencl {
 namespace {
@@ -35,97 +34,8 @@ namespace {
 using ir::OpType;
 namespace ref = cpu::ref;
 
-// The largest work-group (the programs' local arrays hold this many floats).
-constexpr size_t kMaxLocal = 256;
 // Reductions of at most this many elements per output run one item per output.
 constexpr uint64_t kSerialMax = 64;
-
-// The fold of a work-group (each item's value, in item order: round h folds item l, a multiple of
-// 2h, with item l + h, so every partial covers consecutive runs) and each item's run of n.
-constexpr char kGroupFold[] = R"(
-#define GROUP_FOLD(NAME, COMB)                                              \
-  float NAME(__local float* s, float v) {                                   \
-    const uint l = get_local_id(0), n = get_local_size(0);                  \
-    s[l] = v;                                                               \
-    barrier(CLK_LOCAL_MEM_FENCE);                                           \
-    for (uint h = 1; h < n; h <<= 1) {                                      \
-      if ((l & (2 * h - 1)) == 0 && l + h < n) s[l] = COMB(s[l], s[l + h]); \
-      barrier(CLK_LOCAL_MEM_FENCE);                                         \
-    }                                                                       \
-    const float r = s[0];                                                   \
-    barrier(CLK_LOCAL_MEM_FENCE);                                           \
-    return r;                                                               \
-  }
-#define SUM(a, b) ((a) + (b))
-inline ulong2 chunk(ulong n) {
-  const ulong c = (n + get_local_size(0) - 1) / get_local_size(0);
-  const ulong b = min(n, get_local_id(0) * c);
-  return (ulong2)(b, min(n, b + c));
-}
-)";
-
-std::string Label(const ir::Node& n, DataType dt) {
-  return absl::StrCat(n.Label(), " (OpenCL ", DataTypeOnnxName(dt), ")");
-}
-
-absl::Status Unsupported(const ir::Node& n, const std::string& why) {
-  return absl::UnimplementedError(absl::StrCat(n.Label(), " ", why, " (OpenCL)"));
-}
-
-// A tensor of a type the device does not store (f64): the placement pass keeps such nodes on the
-// CPU (`supports`); this is for a node run here anyway.
-absl::Status CheckStored(const ir::Node& n, const ir::Tensor& t, const char* what) {
-  if (ClFloatType(t.dtype())) return absl::OkStatus();
-  return Unsupported(n,
-                     absl::StrCat(what, " is ", DataTypeOnnxName(t.dtype()), ", not stored here"));
-}
-
-absl::StatusOr<std::shared_ptr<Device>> DeviceOf(const ir::Tensor& y, const std::string& what) {
-  ASSIGN_OR_RETURN(const ClStorage* s, StorageOf(y, what));
-  return s->shared_device();
-}
-
-// A power of two items per group, no more than rows of n need, kMaxLocal or the device allows.
-size_t GroupSize(Device& dev, cl_kernel k, uint64_t n) {
-  size_t max = 0;
-  dev.cl().clGetKernelWorkGroupInfo(k, dev.id(), CL_KERNEL_WORK_GROUP_SIZE, sizeof(max), &max,
-                                    nullptr);
-  max = std::min(max == 0 ? 1 : max, kMaxLocal);
-  size_t l = 1;
-  while (l * 2 <= max && l < n) l *= 2;
-  return l;
-}
-
-absl::Status LaunchGroups(Device& dev, cl_kernel k, uint64_t groups, size_t local,
-                          const std::string& what) {
-  if (groups == 0) return absl::OkStatus();
-  const size_t global = groups * local;
-  return ClStatus(dev.cl().clEnqueueNDRangeKernel(dev.queue(), k, 1, nullptr, &global, &local, 0,
-                                                  nullptr, nullptr),
-                  absl::StrCat("queueing ", what));
-}
-
-// A node's programs, by key (entry point and storage types), built at first use.
-class Programs {
- public:
-  absl::StatusOr<cl_kernel> Get(const std::shared_ptr<Device>& dev, const std::string& what,
-                                const std::string& key, const char* entry,
-                                const std::function<std::string()>& source) {
-    std::unique_ptr<ClFunction>& fn = fns_[absl::StrCat(key, "/", entry)];
-    if (fn == nullptr) fn = std::make_unique<ClFunction>(what, source(), entry);
-    return fn->Get(dev);
-  }
-
- private:
-  std::map<std::string, std::unique_ptr<ClFunction>> fns_;
-};
-
-class NodeKernel : public Kernel {
- protected:
-  explicit NodeKernel(const ir::Node& node) : node_(node) {}
-  const ir::Node& node_;
-  Programs programs_;
-};
 
 // ---- Softmax, LogSoftmax ----
 
@@ -171,7 +81,7 @@ class SoftmaxKernel final : public NodeKernel {
 
   absl::Status Run(KernelContext& ctx) override {
     ASSIGN_OR_RETURN(const ir::Tensor* x, ref::RequireInput(node_, ctx, 0));
-    RETURN_IF_ERROR(CheckStored(node_, *x, "input"));
+    RETURN_IF_ERROR(CheckStored(node_, x->dtype(), "input"));
     ASSIGN_OR_RETURN(int axis, ref::NormalizeAxis(node_, axis_, x->rank()));
     uint64_t outer = 1, n = 1, inner = 1;
     for (int d = 0; d < x->rank(); ++d) {
@@ -234,28 +144,10 @@ __kernel void run(__global const S_T* xs, ulong xo, __global const P_T* ps, ulon
 )");
 }
 
-// The period along a row of a parameter that repeats along it: its dims, leading 1s dropped, are
-// the trailing dims of X from `axis` on. nullopt for any other broadcast.
-std::optional<int64_t> SuffixPeriod(const std::vector<int64_t>& p, const std::vector<int64_t>& x,
-                                    int axis) {
-  size_t lead = 0;
-  while (lead < p.size() && p[lead] == 1) ++lead;
-  const size_t m = p.size() - lead;
-  if (m > x.size() - axis) return std::nullopt;
-  for (size_t i = 0; i < m; ++i) {
-    if (p[lead + i] != x[x.size() - m + i]) return std::nullopt;
-  }
-  return ir::NumElementsOf(p);
-}
-
 class LayerNormKernel final : public NodeKernel {
  public:
   static absl::StatusOr<std::unique_ptr<Kernel>> Create(const ir::Node& node) {
-    const int64_t stash = node.GetInt("stash_type", 1);
-    if (!IsFloating(DataTypeFromOnnx(static_cast<int32_t>(stash)))) {
-      return ref::InvalidNode(node, "stash_type ", stash, " is not a float type");
-    }
-    if (stash != 1) return Unsupported(node, absl::StrCat("runs stash_type 1 only, got ", stash));
+    RETURN_IF_ERROR(CheckFp32Stash(node));
     return std::unique_ptr<Kernel>(
         new LayerNormKernel(node, node.GetInt("axis", -1), node.GetFloat("epsilon", 1e-5f)));
   }
@@ -265,7 +157,7 @@ class LayerNormKernel final : public NodeKernel {
     ASSIGN_OR_RETURN(const ir::Tensor* scale, ref::RequireInput(node_, ctx, 1));
     const ir::Tensor* bias = ctx.input(2);
     if (x->rank() == 0) return ref::InvalidNode(node_, "input must have rank >= 1");
-    RETURN_IF_ERROR(CheckStored(node_, *x, "input"));
+    RETURN_IF_ERROR(CheckStored(node_, x->dtype(), "input"));
     ASSIGN_OR_RETURN(int axis, ref::NormalizeAxis(node_, axis_, x->rank()));
     cl_ulong period[2] = {1, 1};
     for (int i = 0; i < 2; ++i) {
@@ -274,10 +166,7 @@ class LayerNormKernel final : public NodeKernel {
       if (p == nullptr) continue;
       RETURN_IF_ERROR(ref::CheckFloatParam(node_, *p, name));
       RETURN_IF_ERROR(ref::MapParam(node_, *p, x->dims(), axis, name).status());
-      RETURN_IF_ERROR(CheckStored(node_, *p, name));
-      const std::optional<int64_t> per = SuffixPeriod(p->dims(), x->dims(), axis);
-      if (!per) return Unsupported(node_, absl::StrCat("cannot broadcast ", name, " across rows"));
-      period[i] = std::max<int64_t>(*per, 1);
+      ASSIGN_OR_RETURN(period[i], ParamPeriod(node_, p, x->dims(), axis, name));
     }
     uint64_t rows = 1, inner = 1;
     std::vector<int64_t> stat_dims;
@@ -387,7 +276,7 @@ class BatchNormKernel final : public NodeKernel {
       return ref::InvalidNode(node_, "input must have rank >= 2 (N x C x ...), got rank ",
                               x->rank());
     }
-    RETURN_IF_ERROR(CheckStored(node_, *x, "input"));
+    RETURN_IF_ERROR(CheckStored(node_, x->dtype(), "input"));
     const int64_t channels = x->dim(1);
     int64_t spatial = 1;
     for (int d = 2; d < x->rank(); ++d) spatial *= x->dim(d);
@@ -403,7 +292,7 @@ class BatchNormKernel final : public NodeKernel {
         return ref::InvalidNode(node_, kBnNames[i], " must have ", channels,
                                 " elements, got shape ", ir::DimsToString(params[i]->dims()));
       }
-      RETURN_IF_ERROR(CheckStored(node_, *params[i], kBnNames[i]));
+      RETURN_IF_ERROR(CheckStored(node_, params[i]->dtype(), kBnNames[i]));
       pdt[i] = params[i]->dtype();
     }
     const DataType dt = x->dtype();
@@ -592,7 +481,7 @@ class ReduceKernel final : public NodeKernel {
 
   absl::Status Run(KernelContext& ctx) override {
     ASSIGN_OR_RETURN(const ir::Tensor* x, ref::RequireInput(node_, ctx, 0));
-    RETURN_IF_ERROR(CheckStored(node_, *x, "input"));
+    RETURN_IF_ERROR(CheckStored(node_, x->dtype(), "input"));
     std::vector<int64_t> axes = axes_;
     const ir::Value* axes_in = node_.input(1);
     if (axes_from_input_ && axes_in != nullptr) {
@@ -631,7 +520,7 @@ class GlobalPoolKernel final : public NodeKernel {
 
   absl::Status Run(KernelContext& ctx) override {
     ASSIGN_OR_RETURN(const ref::nn::GlobalPoolIo io, ref::nn::StartGlobalPool(node_, ctx));
-    RETURN_IF_ERROR(CheckStored(node_, *io.x, "input"));
+    RETURN_IF_ERROR(CheckStored(node_, io.x->dtype(), "input"));
     // Each (n, c) plane folds to one value.
     ASSIGN_OR_RETURN(const ReducePlan p,
                      PlanReduce(node_, {io.planes, io.plane_size}, {false, true}));
@@ -712,7 +601,7 @@ class PoolKernel final : public NodeKernel {
     ASSIGN_OR_RETURN(const ref::nn::PoolIo io, ref::nn::StartPool(node_, attrs_, ctx));
     const ref::nn::Window& w = io.win;
     if (w.rank() > 2) return Unsupported(node_, "pools over 1 or 2 spatial dims only");
-    RETURN_IF_ERROR(CheckStored(node_, *io.x, "input"));
+    RETURN_IF_ERROR(CheckStored(node_, io.x->dtype(), "input"));
     // 1-D as 2-D with one row.
     const int h = w.rank() == 2 ? 0 : -1, x = w.rank() - 1;
     auto at = [h](const std::vector<int64_t>& v, int64_t one) { return h < 0 ? one : v[h]; };

@@ -21,6 +21,12 @@ void RegisterMemory(Registry& r);
 /// Normalisations, Softmax, reductions and pooling (norm_ops.cc).
 void RegisterNorm(Registry& r);
 
+/// The fused AddLayerNorm and RMSNormalization (norm_fused.cc).
+void RegisterNormFused(Registry& r);
+
+/// Attention, opset 23: Q, K, V, mask, causal, scale, softcap, GQA; output Y (attention.cc).
+void RegisterAttention(Registry& r);
+
 /// Every OpenCL family.
 void RegisterOpenCl(Registry& r);
 

@@ -4,13 +4,13 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "engine/common/half.h"
 #include "gtest/gtest.h"
+#include "tests/kernels/opencl/opencl_testing.h"
 #include "tests/testing/node_runner.h"
 
 namespace kiln::testing {
@@ -21,35 +21,11 @@ using ir::OpType;
 // Inputs: a spread of values in [lo, hi], then the special values every op must handle
 // (signed zeros, infinities, NaN, a subnormal, large magnitudes).
 std::vector<float> Values(int n, float lo, float hi, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
+  std::vector<float> v = UniformValues(n, lo, hi, seed);
   const float special[] = {0.0f,   -0.0f,    INFINITY, -INFINITY, NAN,  1e-40f,
                            -3e38f, 65504.0f, -1.0f,    1.0f,      0.5f, -0.5f};
   for (size_t i = 0; i < std::size(special) && i < v.size(); ++i) v[v.size() - 1 - i] = special[i];
   return v;
-}
-
-ir::Tensor Make(DataType dt, std::vector<int64_t> dims, const std::vector<float>& v) {
-  switch (dt) {
-    case DataType::kF16:
-      return MakeHalf(std::move(dims), v);
-    case DataType::kBF16:
-      return MakeBf16(std::move(dims), v);
-    default:
-      return MakeFloat(std::move(dims), v);
-  }
-}
-
-// One unit in the last place of the storage type at magnitude m (that of the smallest normal
-// below it).
-double Ulp(float m, DataType dt) {
-  const int mant = dt == DataType::kF32 ? 23 : dt == DataType::kF16 ? 10 : 7;
-  const int min_e = dt == DataType::kF16 ? -13 : -125;
-  int e = 0;
-  std::frexp(std::fabs(m), &e);
-  return std::ldexp(1.0, std::max(e, min_e) - 1 - mant);
 }
 
 struct Case {
@@ -101,8 +77,8 @@ void Check(const Case& c, DataType dt, const std::vector<ir::Tensor>& inputs) {
       }
       continue;
     }
-    const double ulps =
-        std::fabs(static_cast<double>(w[i]) - g[i]) / Ulp(std::max(std::fabs(w[i]), c.floor), dt);
+    const double ulps = std::fabs(static_cast<double>(w[i]) - g[i]) /
+                        StorageUlp(std::max(std::fabs(w[i]), c.floor), dt);
     if (ulps > bound) {
       ++bad;
       ADD_FAILURE() << "element " << i << ": want " << w[i] << ", got " << g[i] << " (" << ulps
@@ -147,7 +123,7 @@ TEST(OpenClElementwiseTest, UnaryOpsMatchTheReference) {
   uint32_t seed = 1;
   for (const Case& c : cases) {
     for (DataType dt : kTypes) {
-      Check(c, dt, {Make(dt, {3, 5, 67}, Values(3 * 5 * 67, c.lo, c.hi, seed++))});
+      Check(c, dt, {MakeStored(dt, {3, 5, 67}, Values(3 * 5 * 67, c.lo, c.hi, seed++))});
     }
   }
 }
@@ -170,8 +146,8 @@ TEST(OpenClElementwiseTest, BinaryOpsBroadcastAsTheReference) {
         SCOPED_TRACE(absl::StrCat(ir::DimsToString(da), " with ", ir::DimsToString(db)));
         const int64_t na = ir::NumElementsOf(da), nb = ir::NumElementsOf(db);
         Check(c, dt,
-              {Make(dt, da, Values(static_cast<int>(na), c.lo, c.hi, seed++)),
-               Make(dt, db, Values(static_cast<int>(nb), c.lo, c.hi, seed++))});
+              {MakeStored(dt, da, Values(static_cast<int>(na), c.lo, c.hi, seed++)),
+               MakeStored(dt, db, Values(static_cast<int>(nb), c.lo, c.hi, seed++))});
       }
     }
   }
@@ -181,7 +157,8 @@ TEST(OpenClElementwiseTest, PReluTakesItsSlopePerChannel) {
   for (DataType dt : kTypes) {
     Case c{OpType::kPRelu, {}, -5, 5, 0};
     Check(c, dt,
-          {Make(dt, {2, 3, 4, 4}, Values(96, -5, 5, 7)), Make(dt, {3, 1, 1}, {0.1f, -2.0f, 0.5f})});
+          {MakeStored(dt, {2, 3, 4, 4}, Values(96, -5, 5, 7)),
+           MakeStored(dt, {3, 1, 1}, {0.1f, -2.0f, 0.5f})});
   }
 }
 

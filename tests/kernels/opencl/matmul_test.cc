@@ -2,13 +2,13 @@
 // where this CPU runs the AVX-512 GEMM, bit for bit against it at fp32 and fp16: both accumulate
 // acc = fma(a[k], b[k], acc) in k order (cpu/avx512/gemm.h).
 #include <cmath>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "engine/kernels/registry.h"
 #include "gtest/gtest.h"
+#include "tests/kernels/opencl/opencl_testing.h"
 #include "tests/testing/node_runner.h"
 
 namespace kiln::testing {
@@ -18,55 +18,15 @@ using ir::OpType;
 
 const DataType kTypes[] = {DataType::kF32, DataType::kF16, DataType::kBF16};
 
-std::vector<float> Random(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
-  return v;
-}
-
-ir::Tensor Make(DataType dt, std::vector<int64_t> dims, uint32_t seed) {
-  const std::vector<float> v = Random(ir::NumElementsOf(dims), seed);
-  if (dt == DataType::kF16) return MakeHalf(std::move(dims), v);
-  if (dt == DataType::kBF16) return MakeBf16(std::move(dims), v);
-  return MakeFloat(std::move(dims), v);
-}
-
-double StorageUlp(float m, DataType dt) {
-  const int mant = dt == DataType::kF32 ? 23 : dt == DataType::kF16 ? 10 : 7;
-  int e = 0;
-  std::frexp(std::fabs(m), &e);
-  return std::ldexp(1.0, std::max(e, -125) - 1 - mant);
-}
-
 // The device against the reference. Both sum K products in fp32 in different orders: each is
 // within K * 2^-24 * sum|a_k b_k| of the exact sum (the standard bound gamma_K, first order), so
 // they are within twice that of each other; inputs lie in [-1, 1], so sum|a_k b_k| <= K. A
 // 16-bit output rounds the two fp32 values once: up to one more unit of its own last place.
 void ExpectNearReference(const NodeSpec& spec, int64_t k, double act_ulps = 0) {
-  NodeSpec ref = spec;
-  ref.cpu_features = 0;
-  NodeSpec cl = spec;
-  cl.opencl = true;
-  cl.runs = 2;
-  const ir::Tensor want = RunNodeOk0(ref);
-  const ir::Tensor got = RunNodeOk0(cl);
-  ASSERT_TRUE(got.defined() && want.defined());
-  ASSERT_EQ(got.dims(), want.dims());
-  ASSERT_EQ(got.dtype(), want.dtype());
-  const std::vector<float> w = ToFloats(want), g = ToFloats(got);
   const double accumulation = 2.0 * k * std::ldexp(1.0, -24) * k;
-  int bad = 0;
-  for (size_t i = 0; i < w.size() && bad < 5; ++i) {
-    const double bound = accumulation * 1.01 + act_ulps * StorageUlp(w[i], DataType::kF32) +
-                         (got.dtype() == DataType::kF32 ? 0 : StorageUlp(w[i], got.dtype()));
-    if (std::fabs(static_cast<double>(w[i]) - g[i]) > bound) {
-      ++bad;
-      ADD_FAILURE() << "element " << i << ": want " << w[i] << ", got " << g[i] << " (bound "
-                    << bound << ")";
-    }
-  }
+  ExpectWithinOfReference(spec, [&](float w) {
+    return accumulation * 1.01 + act_ulps * Fp32RangeUlp(w, DataType::kF32);
+  });
 }
 
 // The device against the AVX-512 GEMM, bit for bit (fp32 and fp16 storage).
@@ -99,7 +59,7 @@ TEST(OpenClMatMulTest, ShapesAndBatchesAsTheReference) {
     for (const auto& [a, b] : shapes) {
       SCOPED_TRACE(
           absl::StrCat(DataTypeOnnxName(dt), " ", ir::DimsToString(a), " x ", ir::DimsToString(b)));
-      NodeSpec s{OpType::kMatMul, {}, {Make(dt, a, seed++), Make(dt, b, seed++)}};
+      NodeSpec s{OpType::kMatMul, {}, {RandomStored(dt, a, seed++), RandomStored(dt, b, seed++)}};
       ExpectNearReference(s, a.back());
       if (dt != DataType::kBF16 && a.size() == 2 && b.size() == 2) ExpectSameAsAvx512(s);
     }
@@ -117,9 +77,11 @@ TEST(OpenClMatMulTest, GemmTransposesScalesAndBroadcastsC) {
           SCOPED_TRACE(absl::StrCat(DataTypeOnnxName(dt), " transA ", ta, " transB ", tb,
                                     ci < cs.size() ? " C " + ir::DimsToString(cs[ci]) : " no C"));
           std::vector<ir::Tensor> in = {
-              Make(dt, ta ? std::vector<int64_t>{k, m} : std::vector<int64_t>{m, k}, seed++),
-              Make(dt, tb ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n}, seed++)};
-          if (ci < cs.size()) in.push_back(Make(dt, cs[ci], seed++));
+              RandomStored(dt, ta ? std::vector<int64_t>{k, m} : std::vector<int64_t>{m, k},
+                           seed++),
+              RandomStored(dt, tb ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n},
+                           seed++)};
+          if (ci < cs.size()) in.push_back(RandomStored(dt, cs[ci], seed++));
           NodeSpec s{OpType::kGemm,
                      {{"transA", IntAttr(ta)},
                       {"transB", IntAttr(tb)},
@@ -148,8 +110,9 @@ TEST(OpenClMatMulTest, FusedMatMulBiasAndActivations) {
         SCOPED_TRACE(absl::StrCat(
             DataTypeOnnxName(dt), " '", act, "'",
             bi < biases.size() ? " bias " + ir::DimsToString(biases[bi]) : " no bias"));
-        std::vector<ir::Tensor> in = {Make(dt, {2, 3, 13, 33}, seed++), Make(dt, {33, 40}, seed++)};
-        if (bi < biases.size()) in.push_back(Make(dt, biases[bi], seed++));
+        std::vector<ir::Tensor> in = {RandomStored(dt, {2, 3, 13, 33}, seed++),
+                                      RandomStored(dt, {33, 40}, seed++)};
+        if (bi < biases.size()) in.push_back(RandomStored(dt, biases[bi], seed++));
         NodeSpec s{OpType::kFusedMatMul, {{"activation", StringAttr(act)}}, in};
         s.output_dtypes = {dt};
         ExpectNearReference(s, 33 + 1, act.empty() || act == "Relu" ? 0 : 24);

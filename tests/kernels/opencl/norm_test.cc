@@ -14,12 +14,12 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "tests/kernels/opencl/opencl_testing.h"
 #include "tests/testing/node_runner.h"
 
 namespace kiln::testing {
@@ -34,108 +34,8 @@ const DataType kTypes[] = {DataType::kF32, DataType::kF16, DataType::kBF16};
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
 const float kInf = std::numeric_limits<float>::infinity();
 
-std::vector<float> Values(int64_t n, float lo, float hi, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
-  return v;
-}
-
-ir::Tensor Make(DataType dt, Dims dims, const std::vector<float>& v) {
-  switch (dt) {
-    case DataType::kF16:
-      return MakeHalf(std::move(dims), v);
-    case DataType::kBF16:
-      return MakeBf16(std::move(dims), v);
-    default:
-      return MakeFloat(std::move(dims), v);
-  }
-}
-
-// One unit in the last place of the storage type at magnitude m (that of the smallest normal
-// below it).
-double Ulp(float m, DataType dt) {
-  const int mant = dt == DataType::kF32 ? 23 : dt == DataType::kF16 ? 10 : 7;
-  const int min_e = dt == DataType::kF16 ? -13 : -125;
-  int e = 0;
-  std::frexp(std::fabs(m), &e);
-  return std::ldexp(1.0, std::max(e, min_e) - 1 - mant);
-}
-
-NodeSpec Spec(OpType op, Attrs attrs, std::vector<ir::Tensor> inputs) {
-  NodeSpec s;
-  s.op = op;
-  s.attrs = std::move(attrs);
-  s.inputs = std::move(inputs);
-  return s;
-}
-
-// The node on the reference kernel and on OpenCL (run twice: the second run reuses the program).
-struct Runs {
-  std::vector<ir::Tensor> want, got;
-};
-Runs RunBoth(NodeSpec spec) {
-  spec.cpu_features = 0;
-  Runs r;
-  r.want = RunNodeOk(spec);
-  spec.cpu_features.reset();
-  spec.opencl = true;
-  spec.runs = 2;
-  r.got = RunNodeOk(spec);
-  return r;
-}
-
-// got within tol(i) (an absolute bound on the fp32 result) of want, plus one storage ulp for
-// 16-bit types; NaN and infinities exactly alike.
-void ExpectClose(const ir::Tensor& want, const ir::Tensor& got,
-                 const std::function<double(int64_t)>& tol) {
-  ASSERT_TRUE(want.defined());
-  ASSERT_TRUE(got.defined());
-  ASSERT_EQ(got.dtype(), want.dtype());
-  ASSERT_EQ(got.dims(), want.dims());
-  const DataType dt = want.dtype();
-  const std::vector<float> w = ToFloats(want), g = ToFloats(got);
-  int bad = 0;
-  for (size_t i = 0; i < w.size() && bad < 5; ++i) {
-    if (std::isnan(w[i]) || std::isnan(g[i]) || std::isinf(w[i]) || std::isinf(g[i])) {
-      if (!(std::isnan(w[i]) && std::isnan(g[i])) && w[i] != g[i]) {
-        ++bad;
-        ADD_FAILURE() << "element " << i << ": want " << w[i] << ", got " << g[i];
-      }
-      continue;
-    }
-    const double t = tol(static_cast<int64_t>(i));
-    const double bound = t + (dt == DataType::kF32 ? 0 : Ulp(w[i], dt));
-    if (!std::isfinite(t) || std::fabs(static_cast<double>(w[i]) - g[i]) > bound) {
-      ++bad;
-      ADD_FAILURE() << "element " << i << ": want " << w[i] << ", got " << g[i] << " (bound "
-                    << bound << ")";
-    }
-  }
-}
-
 void ExpectExact(const ir::Tensor& want, const ir::Tensor& got) {
   ExpectClose(want, got, [](int64_t) { return 0.0; });
-}
-
-// The node fails alike on both backends: same code, naming the node, with `fragment`.
-void ExpectSameError(NodeSpec spec, absl::StatusCode code, const std::string& fragment) {
-  spec.cpu_features = 0;
-  ExpectNodeError(spec, code, fragment);
-  spec.cpu_features.reset();
-  spec.opencl = true;
-  ExpectNodeError(spec, code, fragment);
-}
-
-// The reference runs the node; OpenCL's `supports` refuses it (placement keeps it on the CPU).
-void ExpectRefused(NodeSpec spec) {
-  spec.cpu_features = 0;
-  const absl::StatusOr<std::vector<ir::Tensor>> ref = RunNode(spec);
-  EXPECT_TRUE(ref.ok()) << ref.status();
-  spec.cpu_features.reset();
-  spec.opencl = true;
-  ExpectNodeError(spec, absl::StatusCode::kUnimplemented, "on OpenCL");
 }
 
 // ---- Softmax, LogSoftmax ----
@@ -172,7 +72,7 @@ void CheckSoftmax(OpType op, DataType dt, const Dims& dims, int64_t axis, int ve
                   const std::vector<float>& values) {
   SCOPED_TRACE(absl::StrCat(ir::OpName(op), "/", DataTypeOnnxName(dt), " ", ir::DimsToString(dims),
                             " axis ", axis, " opset ", version));
-  const ir::Tensor x = Make(dt, dims, values);
+  const ir::Tensor x = MakeStored(dt, dims, values);
   NodeSpec spec = Spec(op, {{"axis", IntAttr(axis)}}, {x});
   spec.since_version = version;
   const Runs r = RunBoth(spec);
@@ -194,18 +94,19 @@ TEST(OpenClNormTest, SoftmaxMatchesTheReference) {
     for (DataType dt : kTypes) {
       for (const auto& [dims, axes] : cases) {
         for (int64_t axis : axes) {
-          CheckSoftmax(op, dt, dims, axis, 13, Values(ir::NumElementsOf(dims), -10, 10, seed++));
+          CheckSoftmax(op, dt, dims, axis, 13,
+                       UniformValues(ir::NumElementsOf(dims), -10, 10, seed++));
         }
       }
-      CheckSoftmax(op, dt, {2, 3, 4}, 1, 11, Values(24, -10, 10, seed++));
-      CheckSoftmax(op, dt, {2, 3, 500}, -2, 11, Values(3000, -10, 10, seed++));
+      CheckSoftmax(op, dt, {2, 3, 4}, 1, 11, UniformValues(24, -10, 10, seed++));
+      CheckSoftmax(op, dt, {2, 3, 500}, -2, 11, UniformValues(3000, -10, 10, seed++));
     }
   }
 }
 
 TEST(OpenClNormTest, SoftmaxSpecialValuesAndEmptyTensors) {
   // Row 0: one -inf (weight 0); row 1: a NaN (all NaN); row 2: +inf (all NaN); row 3: all -inf.
-  std::vector<float> v = Values(4 * 300, -5, 5, 7);
+  std::vector<float> v = UniformValues(4 * 300, -5, 5, 7);
   v[10] = -kInf;
   v[300 + 299] = kNaN;
   v[600 + 5] = kInf;
@@ -214,7 +115,7 @@ TEST(OpenClNormTest, SoftmaxSpecialValuesAndEmptyTensors) {
     for (DataType dt : kTypes) {
       CheckSoftmax(op, dt, {4, 300}, -1, 13, v);
       for (const Dims& dims : {Dims{0, 5}, Dims{3, 0}}) {
-        NodeSpec spec = Spec(op, {}, {Make(dt, dims, {})});
+        NodeSpec spec = Spec(op, {}, {MakeStored(dt, dims, {})});
         spec.opencl = true;
         EXPECT_EQ(RunNodeOk0(spec).dims(), dims);
       }
@@ -271,10 +172,11 @@ void CheckLayerNorm(DataType dt, const Dims& dims, int64_t axis, const Dims& sdi
                     const Dims* bdims, float eps, uint32_t seed, int outputs = 3) {
   SCOPED_TRACE(absl::StrCat(DataTypeOnnxName(dt), " ", ir::DimsToString(dims), " axis ", axis,
                             " scale ", ir::DimsToString(sdims)));
-  const ir::Tensor x = Make(dt, dims, Values(ir::NumElementsOf(dims), -2, 6, seed));
-  const ir::Tensor s = Make(dt, sdims, Values(ir::NumElementsOf(sdims), 0.5f, 1.5f, seed + 1));
+  const ir::Tensor x = MakeStored(dt, dims, UniformValues(ir::NumElementsOf(dims), -2, 6, seed));
+  const ir::Tensor s =
+      MakeStored(dt, sdims, UniformValues(ir::NumElementsOf(sdims), 0.5f, 1.5f, seed + 1));
   ir::Tensor b;
-  if (bdims) b = Make(dt, *bdims, Values(ir::NumElementsOf(*bdims), -1, 1, seed + 2));
+  if (bdims) b = MakeStored(dt, *bdims, UniformValues(ir::NumElementsOf(*bdims), -1, 1, seed + 2));
   NodeSpec spec = Spec(OpType::kLayerNormalization,
                        {{"axis", IntAttr(axis)}, {"epsilon", FloatAttr(eps)}}, {x, s});
   if (bdims) spec.inputs.push_back(b);
@@ -310,17 +212,19 @@ TEST(OpenClNormTest, LayerNormEmptyRowsAndNaN) {
   for (DataType dt : kTypes) {
     // No rows; empty rows: Y empty, the statistics of nothing NaN.
     for (const Dims& dims : {Dims{0, 8}, Dims{3, 0}}) {
-      NodeSpec spec = Spec(OpType::kLayerNormalization, {},
-                           {Make(dt, dims, {}), Make(dt, {dims[1]}, Values(dims[1], 1, 2, 1))});
+      NodeSpec spec = Spec(
+          OpType::kLayerNormalization, {},
+          {MakeStored(dt, dims, {}), MakeStored(dt, {dims[1]}, UniformValues(dims[1], 1, 2, 1))});
       spec.num_outputs = 3;
       const Runs r = RunBoth(spec);
       for (int i = 0; i < 3; ++i) ExpectExact(r.want[i], r.got[i]);
     }
     // A NaN makes its row NaN, statistics included; the other row stays finite.
-    std::vector<float> v = Values(2 * 50, -1, 1, 3);
+    std::vector<float> v = UniformValues(2 * 50, -1, 1, 3);
     v[7] = kNaN;
-    NodeSpec spec = Spec(OpType::kLayerNormalization, {},
-                         {Make(dt, {2, 50}, v), Make(dt, {50}, Values(50, 1, 2, 4))});
+    NodeSpec spec =
+        Spec(OpType::kLayerNormalization, {},
+             {MakeStored(dt, {2, 50}, v), MakeStored(dt, {50}, UniformValues(50, 1, 2, 4))});
     spec.num_outputs = 3;
     const Runs r = RunBoth(spec);
     ASSERT_TRUE(r.got[1].defined());
@@ -344,11 +248,11 @@ void CheckBatchNorm(DataType dt, DataType pdt, const Dims& dims, float eps, uint
                             ir::DimsToString(dims), " opset ", version));
   const int64_t c = dims[1], n = ir::NumElementsOf(dims);
   const int64_t spatial = c == 0 ? 0 : n / std::max<int64_t>(dims[0] * c, 1);
-  const ir::Tensor x = Make(dt, dims, Values(n, -4, 4, seed));
-  const ir::Tensor scale = Make(pdt, {c}, Values(c, 0.5f, 2, seed + 1));
-  const ir::Tensor bias = Make(pdt, {c}, Values(c, -1, 1, seed + 2));
-  const ir::Tensor mean = Make(pdt, {c}, Values(c, -1, 1, seed + 3));
-  const ir::Tensor var = Make(pdt, {c}, Values(c, 0.1f, 3, seed + 4));
+  const ir::Tensor x = MakeStored(dt, dims, UniformValues(n, -4, 4, seed));
+  const ir::Tensor scale = MakeStored(pdt, {c}, UniformValues(c, 0.5f, 2, seed + 1));
+  const ir::Tensor bias = MakeStored(pdt, {c}, UniformValues(c, -1, 1, seed + 2));
+  const ir::Tensor mean = MakeStored(pdt, {c}, UniformValues(c, -1, 1, seed + 3));
+  const ir::Tensor var = MakeStored(pdt, {c}, UniformValues(c, 0.1f, 3, seed + 4));
   NodeSpec spec =
       Spec(OpType::kBatchNormalization, {{"epsilon", FloatAttr(eps)}}, {x, scale, bias, mean, var});
   spec.since_version = version;
@@ -461,7 +365,7 @@ void CheckReduce(OpType op, DataType dt, const ReduceCase& c, const std::vector<
   SCOPED_TRACE(absl::StrCat(ir::OpName(op), "/", DataTypeOnnxName(dt), " ",
                             ir::DimsToString(c.dims), " axes ", ir::DimsToString(c.axes),
                             " keepdims ", c.keepdims, " noop ", c.noop, " opset ", version));
-  const ir::Tensor x = Make(dt, c.dims, v);
+  const ir::Tensor x = MakeStored(dt, c.dims, v);
   const Runs r = RunBoth(ReduceSpec(op, c, x, version));
   ASSERT_TRUE(r.want[0].defined());
   const int rank = static_cast<int>(c.dims.size());
@@ -495,13 +399,15 @@ TEST(OpenClNormTest, ReductionsMatchTheReference) {
                 hi = op == OpType::kReduceProd ? 1.1f : 3;
     for (DataType dt : kTypes) {
       for (const ReduceCase& c : cases) {
-        CheckReduce(op, dt, c, Values(ir::NumElementsOf(c.dims), lo, hi, seed++));
+        CheckReduce(op, dt, c, UniformValues(ir::NumElementsOf(c.dims), lo, hi, seed++));
       }
       // Axes as an attribute (before opset 18; ReduceSum before 13).
       const ReduceCase c{{5, 6, 7}, {0, -1}, true};
-      CheckReduce(op, dt, c, Values(210, lo, hi, seed++), op == OpType::kReduceSum ? 11 : 13);
+      CheckReduce(op, dt, c, UniformValues(210, lo, hi, seed++),
+                  op == OpType::kReduceSum ? 11 : 13);
       const ReduceCase all{{5, 6, 70}, {}, false};
-      CheckReduce(op, dt, all, Values(2100, lo, hi, seed++), op == OpType::kReduceSum ? 11 : 13);
+      CheckReduce(op, dt, all, UniformValues(2100, lo, hi, seed++),
+                  op == OpType::kReduceSum ? 11 : 13);
     }
   }
 }
@@ -512,7 +418,7 @@ TEST(OpenClNormTest, ReductionSpecialValuesAndEmptyTensors) {
       // NaN in output 0's elements, +-inf in output 1's, a NaN first in output 2's, on both paths
       // (short rows of 10 and long ones of 100).
       for (int64_t n : {10, 100}) {
-        std::vector<float> v = Values(4 * n, 0.5f, 1.5f, 9);
+        std::vector<float> v = UniformValues(4 * n, 0.5f, 1.5f, 9);
         v[n / 2] = kNaN;
         v[n + 1] = kInf;
         v[n + 3] = -kInf;
@@ -538,7 +444,8 @@ TEST(OpenClNormTest, GlobalPoolsMatchTheReference) {
                                Dims{0, 3, 4, 4}, Dims{2, 3, 0, 4}}) {
         SCOPED_TRACE(
             absl::StrCat(ir::OpName(op), "/", DataTypeOnnxName(dt), " ", ir::DimsToString(dims)));
-        const ir::Tensor x = Make(dt, dims, Values(ir::NumElementsOf(dims), -3, 3, seed++));
+        const ir::Tensor x =
+            MakeStored(dt, dims, UniformValues(ir::NumElementsOf(dims), -3, 3, seed++));
         const Runs r = RunBoth(Spec(op, {}, {x}));
         const int64_t planes = dims[0] * dims[1];
         std::vector<bool> reduced(dims.size(), true);
@@ -552,12 +459,12 @@ TEST(OpenClNormTest, GlobalPoolsMatchTheReference) {
       // GlobalMaxPool as the reference: a NaN first in its plane is the result, later ones are
       // skipped; the average takes every NaN.
       for (int64_t side : {3, 10}) {
-        std::vector<float> v = Values(4 * side * side, -3, 3, seed++);
+        std::vector<float> v = UniformValues(4 * side * side, -3, 3, seed++);
         v[0] = kNaN;
         v[side * side + 5] = kNaN;
         v[2 * side * side + 1] = kInf;
         v[3 * side * side + 2] = -kInf;
-        const Runs r = RunBoth(Spec(op, {}, {Make(dt, {2, 2, side, side}, v)}));
+        const Runs r = RunBoth(Spec(op, {}, {MakeStored(dt, {2, 2, side, side}, v)}));
         ExpectExact(r.want[0], r.got[0]);
         if (op == OpType::kGlobalMaxPool) {
           const std::vector<float> g = ToFloats(r.got[0]);
@@ -630,13 +537,13 @@ TEST(OpenClNormTest, PoolsMatchTheReference) {
     for (DataType dt : kTypes) {
       for (size_t i = 0; i < cases.size(); ++i) {
         SCOPED_TRACE(absl::StrCat(ir::OpName(op), "/", DataTypeOnnxName(dt), " case ", i));
-        std::vector<float> v = Values(ir::NumElementsOf(cases[i].dims), -5, 5, seed++);
+        std::vector<float> v = UniformValues(ir::NumElementsOf(cases[i].dims), -5, 5, seed++);
         if (v.size() > 300) {  // NaN (skipped by the maximum), infinities
           v[40] = kNaN;
           v[100] = -kInf;
           v[250] = kInf;
         }
-        const Runs r = RunBoth(Spec(op, cases[i].attrs, {Make(dt, cases[i].dims, v)}));
+        const Runs r = RunBoth(Spec(op, cases[i].attrs, {MakeStored(dt, cases[i].dims, v)}));
         // Both sum the window in the same order: the average differs only by the division
         // (2.5 ulps where not correctly rounded); the maximum is exact.
         const std::vector<float> w =

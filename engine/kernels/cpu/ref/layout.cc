@@ -313,11 +313,13 @@ absl::StatusOr<SliceArgs> ReadSliceArgs(const ir::Node& node, KernelContext& ctx
   return a;
 }
 
-absl::Status RunSlice(const ir::Node& node, KernelContext& ctx) {
-  ASSIGN_OR_RETURN(const ir::Tensor* x, RequireInput(node, ctx, 0));
+}  // namespace
+
+absl::StatusOr<SliceWindow> ReadSlice(const ir::Node& node, KernelContext& ctx,
+                                      const ir::Tensor& x) {
   ASSIGN_OR_RETURN(SliceArgs args, ReadSliceArgs(node, ctx));
-  const int rank = x->rank();
-  std::vector<int64_t> start(rank, 0), step(rank, 1), out_dims = x->dims();
+  const int rank = x.rank();
+  SliceWindow w{std::vector<int64_t>(rank, 0), std::vector<int64_t>(rank, 1), x.dims()};
   std::vector<bool> seen(rank, false);
   for (size_t i = 0; i < args.starts.size(); ++i) {
     if (args.axes[i] < -rank || args.axes[i] >= rank) {
@@ -327,18 +329,26 @@ absl::Status RunSlice(const ir::Node& node, KernelContext& ctx) {
     if (seen[a]) return InvalidNode(node, "axis ", args.axes[i], " is repeated");
     seen[a] = true;
     if (args.steps[i] == 0) return InvalidNode(node, "step for axis ", args.axes[i], " is 0");
-    const ir::SliceAxis r = ir::SliceRange(args.starts[i], args.ends[i], args.steps[i], x->dim(a));
-    start[a] = r.start;
-    step[a] = r.step;
-    out_dims[a] = r.length;
+    const ir::SliceAxis r = ir::SliceRange(args.starts[i], args.ends[i], args.steps[i], x.dim(a));
+    w.start[a] = r.start;
+    w.step[a] = r.step;
+    w.dims[a] = r.length;
   }
-  ASSIGN_OR_RETURN(ir::Tensor * out, ctx.output(0, x->dtype(), out_dims));
+  return w;
+}
+
+namespace {
+
+absl::Status RunSlice(const ir::Node& node, KernelContext& ctx) {
+  ASSIGN_OR_RETURN(const ir::Tensor* x, RequireInput(node, ctx, 0));
+  ASSIGN_OR_RETURN(const SliceWindow w, ReadSlice(node, ctx, *x));
+  ASSIGN_OR_RETURN(ir::Tensor * out, ctx.output(0, x->dtype(), w.dims));
   std::vector<int64_t> strides = Strides(x->dims());
-  AxisMaps maps(rank);
-  for (int a = 0; a < rank; ++a) {
-    maps[a] = MakeMap(out_dims[a], strides[a], [&](int64_t o) { return start[a] + o * step[a]; });
+  AxisMaps maps(x->rank());
+  for (int a = 0; a < x->rank(); ++a) {
+    maps[a] = MakeMap(w.dims[a], strides[a], [&](int64_t o) { return w.start[a] + o * w.step[a]; });
   }
-  return Gather(*x, *out, out_dims, maps);
+  return Gather(*x, *out, w.dims, maps);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -482,25 +492,46 @@ absl::Status RunPad(const ir::Node& node, KernelContext& ctx) {
 // ---------------------------------------------------------------------------------------------
 // Tile and Expand
 
-absl::Status RunTile(const ir::Node& node, KernelContext& ctx) {
-  ASSIGN_OR_RETURN(const ir::Tensor* x, RequireInput(node, ctx, 0));
+}  // namespace
+
+absl::StatusOr<std::vector<int64_t>> TileDims(const ir::Node& node, KernelContext& ctx,
+                                              const ir::Tensor& x) {
   ASSIGN_OR_RETURN(const ir::Tensor* r, RequireInput(node, ctx, 1));
   ASSIGN_OR_RETURN(std::vector<int64_t> repeats, ReadInts(node, *r, "repeats"));
-  const int rank = x->rank();
+  const int rank = x.rank();
   if (static_cast<int>(repeats.size()) != rank) {
     return InvalidNode(node, "repeats has ", repeats.size(), " entries for input of rank ", rank);
   }
   std::vector<int64_t> out_dims(rank);
   for (int a = 0; a < rank; ++a) {
     if (repeats[a] < 0) return InvalidNode(node, "repeats must be >= 0, got ", repeats[a]);
-    if (repeats[a] > 0 && x->dim(a) > std::numeric_limits<int64_t>::max() / repeats[a]) {
+    if (repeats[a] > 0 && x.dim(a) > std::numeric_limits<int64_t>::max() / repeats[a]) {
       return InvalidNode(node, "repeats ", repeats[a], " overflow axis ", a);
     }
-    out_dims[a] = x->dim(a) * repeats[a];
+    out_dims[a] = x.dim(a) * repeats[a];
   }
   if (ir::NumElementsOf(out_dims) < 0) {
     return InvalidNode(node, "output shape ", ir::DimsToString(out_dims), " is too large");
   }
+  return out_dims;
+}
+
+absl::StatusOr<std::vector<int64_t>> ExpandDims(const ir::Node& node, KernelContext& ctx,
+                                                const ir::Tensor& x) {
+  ASSIGN_OR_RETURN(const ir::Tensor* s, RequireInput(node, ctx, 1));
+  ASSIGN_OR_RETURN(std::vector<int64_t> shape, ReadInts(node, *s, "shape"));
+  for (int64_t d : shape) {
+    if (d < 0) return InvalidNode(node, "shape ", ir::DimsToString(shape), " has a negative dim");
+  }
+  return BroadcastShapes(node, x.dims(), shape);
+}
+
+namespace {
+
+absl::Status RunTile(const ir::Node& node, KernelContext& ctx) {
+  ASSIGN_OR_RETURN(const ir::Tensor* x, RequireInput(node, ctx, 0));
+  ASSIGN_OR_RETURN(const std::vector<int64_t> out_dims, TileDims(node, ctx, *x));
+  const int rank = x->rank();
   ASSIGN_OR_RETURN(ir::Tensor * out, ctx.output(0, x->dtype(), out_dims));
   std::vector<int64_t> strides = Strides(x->dims());
   AxisMaps maps(rank);
@@ -513,12 +544,7 @@ absl::Status RunTile(const ir::Node& node, KernelContext& ctx) {
 
 absl::Status RunExpand(const ir::Node& node, KernelContext& ctx) {
   ASSIGN_OR_RETURN(const ir::Tensor* x, RequireInput(node, ctx, 0));
-  ASSIGN_OR_RETURN(const ir::Tensor* s, RequireInput(node, ctx, 1));
-  ASSIGN_OR_RETURN(std::vector<int64_t> shape, ReadInts(node, *s, "shape"));
-  for (int64_t d : shape) {
-    if (d < 0) return InvalidNode(node, "shape ", ir::DimsToString(shape), " has a negative dim");
-  }
-  ASSIGN_OR_RETURN(std::vector<int64_t> out_dims, BroadcastShapes(node, x->dims(), shape));
+  ASSIGN_OR_RETURN(const std::vector<int64_t> out_dims, ExpandDims(node, ctx, *x));
   ASSIGN_OR_RETURN(ir::Tensor * out, ctx.output(0, x->dtype(), out_dims));
   std::vector<int64_t> strides = BroadcastStrides(x->dims(), out_dims);
   AxisMaps maps(out_dims.size());

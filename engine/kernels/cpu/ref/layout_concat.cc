@@ -57,9 +57,7 @@ absl::StatusOr<std::vector<int64_t>> SplitSizes(const ir::Node& node, KernelCont
   return sizes;
 }
 
-namespace {
-
-absl::Status RunConcat(const ir::Node& node, KernelContext& ctx) {
+absl::StatusOr<ConcatArgs> ReadConcat(const ir::Node& node, KernelContext& ctx) {
   const int n = ctx.num_inputs();
   if (n < 1) return InvalidNode(node, "needs at least one input");
   std::vector<const ir::Tensor*> xs(n);
@@ -83,6 +81,17 @@ absl::Status RunConcat(const ir::Node& node, KernelContext& ctx) {
     }
     out_dims[axis] += x.dim(axis);
   }
+  return ConcatArgs{std::move(xs), axis, std::move(out_dims)};
+}
+
+namespace {
+
+absl::Status RunConcat(const ir::Node& node, KernelContext& ctx) {
+  ASSIGN_OR_RETURN(ConcatArgs args, ReadConcat(node, ctx));
+  const std::vector<const ir::Tensor*>& xs = args.xs;
+  const int axis = args.axis;
+  const std::vector<int64_t>& out_dims = args.out_dims;
+  const int rank = static_cast<int>(out_dims.size());
   ASSIGN_OR_RETURN(ir::Tensor * out, ctx.output(0, xs[0]->dtype(), out_dims));
   const int64_t outer = Product(out_dims, 0, axis);
   const size_t inner_bytes = Product(out_dims, axis + 1, rank) * DataTypeSize(out->dtype());

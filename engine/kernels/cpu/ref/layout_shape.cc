@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "engine/kernels/cpu/ref/common.h"
+#include "engine/kernels/cpu/ref/layout_internal.h"
 #include "engine/kernels/cpu/ref/register.h"
 
 namespace kiln::kernels::cpu::ref {
@@ -32,8 +33,10 @@ absl::StatusOr<std::vector<int64_t>> ReadAxes(const ir::Node& node, KernelContex
   return ReadInts(node, *t, "axes");
 }
 
-absl::Status RunReshape(const ir::Node& node, KernelContext& ctx) {
-  ASSIGN_OR_RETURN(const ir::Tensor* x, RequireInput(node, ctx, 0));
+}  // namespace
+
+absl::StatusOr<std::vector<int64_t>> ReshapeDims(const ir::Node& node, KernelContext& ctx,
+                                                 const ir::Tensor& x) {
   ASSIGN_OR_RETURN(const ir::Tensor* s, RequireInput(node, ctx, 1));
   ASSIGN_OR_RETURN(std::vector<int64_t> shape, ReadInts(node, *s, "shape"));
   const bool allowzero = node.since_version >= 14 && node.GetInt("allowzero", 0) != 0;
@@ -52,11 +55,11 @@ absl::Status RunReshape(const ir::Node& node, KernelContext& ctx) {
     if (d == 0) {
       has_zero = true;
       if (!allowzero) {
-        if (static_cast<int>(i) >= x->rank()) {
+        if (static_cast<int>(i) >= x.rank()) {
           return InvalidNode(node, "shape ", ir::DimsToString(shape), " copies dim ", i,
-                             " of an input of rank ", x->rank());
+                             " of an input of rank ", x.rank());
         }
-        d = x->dim(static_cast<int>(i));
+        d = x.dim(static_cast<int>(i));
       }
     }
     dims[i] = d;
@@ -66,17 +69,72 @@ absl::Status RunReshape(const ir::Node& node, KernelContext& ctx) {
     return InvalidNode(node, "shape ", ir::DimsToString(shape),
                        " has both 0 and -1 with allowzero=1");
   }
-  const int64_t total = x->num_elements();
+  const int64_t total = x.num_elements();
   if (infer >= 0) {
     if (known == 0 || total % known != 0) {
       return InvalidNode(node, "cannot infer the -1 dim of ", ir::DimsToString(shape),
-                         " for input ", ir::DimsToString(x->dims()));
+                         " for input ", ir::DimsToString(x.dims()));
     }
     dims[infer] = total / known;
   } else if (known != total) {
     return InvalidNode(node, "shape ", ir::DimsToString(shape), " has ", known, " elements, input ",
-                       ir::DimsToString(x->dims()), " has ", total);
+                       ir::DimsToString(x.dims()), " has ", total);
   }
+  return dims;
+}
+
+absl::StatusOr<std::vector<int64_t>> SqueezeDims(const ir::Node& node, KernelContext& ctx,
+                                                 const ir::Tensor& x) {
+  bool present = false;
+  ASSIGN_OR_RETURN(std::vector<int64_t> axes, ReadAxes(node, ctx, 13, &present));
+  const int rank = x.rank();
+  std::vector<bool> drop(rank, false);
+  // An empty axes list means "not given" (ONNX Runtime does the same).
+  if (!present || axes.empty()) {
+    for (int a = 0; a < rank; ++a) drop[a] = x.dim(a) == 1;
+  }
+  for (int64_t ax : axes) {
+    if (ax < -rank || ax >= rank) {
+      return InvalidNode(node, "axis ", ax, " is out of range for rank ", rank);
+    }
+    const int a = static_cast<int>(ax < 0 ? ax + rank : ax);
+    if (x.dim(a) != 1) {
+      return InvalidNode(node, "cannot squeeze axis ", ax, " of size ", x.dim(a));
+    }
+    drop[a] = true;
+  }
+  std::vector<int64_t> dims;
+  for (int a = 0; a < rank; ++a) {
+    if (!drop[a]) dims.push_back(x.dim(a));
+  }
+  return dims;
+}
+
+absl::StatusOr<std::vector<int64_t>> UnsqueezeDims(const ir::Node& node, KernelContext& ctx,
+                                                   const ir::Tensor& x) {
+  bool present = false;
+  ASSIGN_OR_RETURN(std::vector<int64_t> axes, ReadAxes(node, ctx, 13, &present));
+  if (!present) return InvalidNode(node, "axes are required");
+  const int out_rank = x.rank() + static_cast<int>(axes.size());
+  std::vector<bool> inserted(out_rank, false);
+  for (int64_t ax : axes) {
+    if (ax < -out_rank || ax >= out_rank) {
+      return InvalidNode(node, "axis ", ax, " is out of range for output rank ", out_rank);
+    }
+    const int a = static_cast<int>(ax < 0 ? ax + out_rank : ax);
+    if (inserted[a]) return InvalidNode(node, "axis ", ax, " is repeated");
+    inserted[a] = true;
+  }
+  std::vector<int64_t> dims(out_rank);
+  for (int a = 0, j = 0; a < out_rank; ++a) dims[a] = inserted[a] ? 1 : x.dim(j++);
+  return dims;
+}
+
+namespace {
+
+absl::Status RunReshape(const ir::Node& node, KernelContext& ctx) {
+  ASSIGN_OR_RETURN(const ir::Tensor* x, RequireInput(node, ctx, 0));
+  ASSIGN_OR_RETURN(std::vector<int64_t> dims, ReshapeDims(node, ctx, *x));
   return CopyWithDims(ctx, *x, std::move(dims));
 }
 
@@ -97,48 +155,13 @@ absl::Status RunFlatten(const ir::Node& node, KernelContext& ctx) {
 
 absl::Status RunSqueeze(const ir::Node& node, KernelContext& ctx) {
   ASSIGN_OR_RETURN(const ir::Tensor* x, RequireInput(node, ctx, 0));
-  bool present = false;
-  ASSIGN_OR_RETURN(std::vector<int64_t> axes, ReadAxes(node, ctx, 13, &present));
-  const int rank = x->rank();
-  std::vector<bool> drop(rank, false);
-  // An empty axes list means "not given" (ONNX Runtime does the same).
-  if (!present || axes.empty()) {
-    for (int a = 0; a < rank; ++a) drop[a] = x->dim(a) == 1;
-  }
-  for (int64_t ax : axes) {
-    if (ax < -rank || ax >= rank) {
-      return InvalidNode(node, "axis ", ax, " is out of range for rank ", rank);
-    }
-    const int a = static_cast<int>(ax < 0 ? ax + rank : ax);
-    if (x->dim(a) != 1) {
-      return InvalidNode(node, "cannot squeeze axis ", ax, " of size ", x->dim(a));
-    }
-    drop[a] = true;
-  }
-  std::vector<int64_t> dims;
-  for (int a = 0; a < rank; ++a) {
-    if (!drop[a]) dims.push_back(x->dim(a));
-  }
+  ASSIGN_OR_RETURN(std::vector<int64_t> dims, SqueezeDims(node, ctx, *x));
   return CopyWithDims(ctx, *x, std::move(dims));
 }
 
 absl::Status RunUnsqueeze(const ir::Node& node, KernelContext& ctx) {
   ASSIGN_OR_RETURN(const ir::Tensor* x, RequireInput(node, ctx, 0));
-  bool present = false;
-  ASSIGN_OR_RETURN(std::vector<int64_t> axes, ReadAxes(node, ctx, 13, &present));
-  if (!present) return InvalidNode(node, "axes are required");
-  const int out_rank = x->rank() + static_cast<int>(axes.size());
-  std::vector<bool> inserted(out_rank, false);
-  for (int64_t ax : axes) {
-    if (ax < -out_rank || ax >= out_rank) {
-      return InvalidNode(node, "axis ", ax, " is out of range for output rank ", out_rank);
-    }
-    const int a = static_cast<int>(ax < 0 ? ax + out_rank : ax);
-    if (inserted[a]) return InvalidNode(node, "axis ", ax, " is repeated");
-    inserted[a] = true;
-  }
-  std::vector<int64_t> dims(out_rank);
-  for (int a = 0, j = 0; a < out_rank; ++a) dims[a] = inserted[a] ? 1 : x->dim(j++);
+  ASSIGN_OR_RETURN(std::vector<int64_t> dims, UnsqueezeDims(node, ctx, *x));
   return CopyWithDims(ctx, *x, std::move(dims));
 }
 
