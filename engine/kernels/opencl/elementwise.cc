@@ -341,6 +341,62 @@ bool BinarySupports(const ir::Node& node) {
   return true;
 }
 
+// Cast between float storage types: the value read exactly, rounded once to the target (round
+// to nearest even; a NaN stays NaN), as the CPU's conversions do.
+class CastKernel final : public Kernel {
+ public:
+  CastKernel(const ir::Node& node, DataType to) : node_(node), to_(to) {}
+
+  absl::Status Run(KernelContext& ctx) override {
+    const ir::Tensor* x = ctx.input(0);
+    if (x == nullptr) return Invalid(node_, "needs input 0");
+    ASSIGN_OR_RETURN(ir::Tensor * y, ctx.output(0, to_, x->dims()));
+    const std::string what = Label(node_, to_);
+    ASSIGN_OR_RETURN(std::shared_ptr<Device> dev, DeviceOf(*y, what));
+    if (fn_ == nullptr) {
+      fn_ = std::make_unique<ClFunction>(
+          what, absl::StrCat(StoragePrelude(x->dtype(), "X"), StoragePrelude(to_, "Y"), R"(
+__kernel void run(__global const X_T* xs, ulong xo, __global Y_T* ys, ulong yo, ulong n) {
+  const size_t i = get_global_id(0);
+  if (i < n) Y_ST(X_LD(xs + xo, i), ys + yo, i);
+}
+)"),
+          "run");
+    }
+    ASSIGN_OR_RETURN(cl_kernel k, fn_->Get(dev));
+    ASSIGN_OR_RETURN(TensorArg xa, ArgOf(*x, what));
+    ASSIGN_OR_RETURN(TensorArg ya, ArgOf(*y, what));
+    const cl_ulong n = static_cast<cl_ulong>(x->num_elements());
+    RETURN_IF_ERROR(SetArgs(*dev, k, what, 0, xa, ya, n));
+    return Launch1D(*dev, k, n, what);
+  }
+
+ private:
+  const ir::Node& node_;
+  DataType to_;
+  std::unique_ptr<ClFunction> fn_;
+};
+
+DataType CastTarget(const ir::Node& node) {
+  return DataTypeFromOnnx(static_cast<int32_t>(node.GetInt("to", 0)));
+}
+
+absl::StatusOr<std::unique_ptr<Kernel>> MakeCast(const ir::Node& node) {
+  const DataType to = CastTarget(node);
+  if (!ClFloatType(to)) {
+    return absl::UnimplementedError(
+        absl::StrCat(node.Label(), " casts to ", DataTypeOnnxName(to), " (not on OpenCL)"));
+  }
+  return std::unique_ptr<Kernel>(new CastKernel(node, to));
+}
+
+// Float to float only (integer and bool casts are shape and index computations: the CPU's).
+bool CastSupports(const ir::Node& node) {
+  const ir::Value* x = node.input(0);
+  return x != nullptr && ClFloatType(x->dtype) && ClFloatType(CastTarget(node)) &&
+         node.GetInt("saturate", 1) == 1 && !node.has_attr("round_mode");
+}
+
 }  // namespace
 
 void RegisterElementwise(Registry& r) {
@@ -355,6 +411,9 @@ void RegisterElementwise(Registry& r) {
     def.supports = BinarySupports;
     r.Add(def);
   }
+  KernelDef cast{ir::OpType::kCast, floats, 0, Backend::kOpenCl, Isa::kOpenClC, MakeCast};
+  cast.supports = CastSupports;
+  r.Add(cast);
 }
 
 void RegisterOpenCl(Registry& r) {

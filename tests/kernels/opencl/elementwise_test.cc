@@ -162,6 +162,39 @@ TEST(OpenClElementwiseTest, PReluTakesItsSlopePerChannel) {
   }
 }
 
+// Casts between float storage types round once, to nearest even, as the CPU's: bit for bit
+// (a NaN stays a NaN, its payload aside).
+TEST(OpenClElementwiseTest, CastsBetweenFloatTypesAsTheReference) {
+  uint32_t seed = 300;
+  for (DataType from : kTypes) {
+    for (DataType to : kTypes) {
+      SCOPED_TRACE(absl::StrCat(DataTypeOnnxName(from), " -> ", DataTypeOnnxName(to)));
+      // Values around the 16-bit types' ranges and ties: fp16's max and overflow, subnormals.
+      std::vector<float> v = Values(400, -70000, 70000, seed++);
+      const std::vector<float> small = Values(200, -1e-4f, 1e-4f, seed++);
+      v.insert(v.end(), small.begin(), small.end());
+      const ir::Tensor x = MakeStored(from, {600}, v);
+      NodeSpec ref{OpType::kCast, {{"to", IntAttr(static_cast<int64_t>(to))}}, {x}};
+      ref.cpu_features = 0;
+      NodeSpec cl = ref;
+      cl.cpu_features.reset();
+      cl.opencl = true;
+      const ir::Tensor want = RunNodeOk0(ref), got = RunNodeOk0(cl);
+      ASSERT_TRUE(want.defined() && got.defined());
+      ASSERT_EQ(got.dtype(), to);
+      const std::vector<float> w = ToFloats(want), g = ToFloats(got);
+      for (size_t i = 0; i < w.size(); ++i) {
+        if (std::isnan(w[i])) {
+          EXPECT_TRUE(std::isnan(g[i])) << i;
+        } else {
+          EXPECT_EQ(std::memcmp(&w[i], &g[i], sizeof(float)), 0)
+              << i << ": " << w[i] << " " << g[i];
+        }
+      }
+    }
+  }
+}
+
 TEST(OpenClElementwiseTest, EmptyTensorsAndBadAttributes) {
   NodeSpec empty{OpType::kRelu, {}, {MakeFloat({0, 3}, {})}};
   empty.opencl = true;
