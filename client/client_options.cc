@@ -23,6 +23,7 @@ constexpr char kUsage[] = R"(usage:
   convert-client --server HOST:PORT [--server HOST:PORT]... --model MODEL.onnx -o ENGINE
                  [--policy PRESET | --policy-file FILE] [--rule 'SEL=PREC']...
                  [--constraints obey|prefer] [--fusion on|off]
+                 [--device cpu|opencl[:PLATFORM[:DEVICE]] [--no-fallback]]
                  [--report R.json] [--html R.html] [--inputs DIR] [--seed N] [--samples N]
                  [--atol A] [--rtol R] [--fail-on-accuracy]
                  [--timeout 10m] [--token T] [--tls-ca CA.pem] [--request-id ID] [--retries N]
@@ -32,7 +33,8 @@ constexpr char kUsage[] = R"(usage:
   verified) and the accuracy report. --server may repeat, or be a dns:/// target: requests are
   spread with round_robin and an UNAVAILABLE replica is retried on another one (same request
   id). --token defaults to $KILN_TOKEN. --timeout is the deadline of the whole call (30s, 10m,
-  1h; default 1h).
+  1h; default 1h). --device builds for one of the server's devices (ListPresets lists them);
+  the build's log says which nodes stay on the CPU and why, and the report where each ran.
 
   exit codes: 0 success, 1 local file error, 2 usage, 3 build failed (server status),
               4 accuracy gate failed (--fail-on-accuracy), 5 server unreachable
@@ -40,20 +42,33 @@ constexpr char kUsage[] = R"(usage:
 
 // Flags and whether they take a value.
 const std::map<std::string, bool>& KnownFlags() {
-  static const auto* known =
-      new std::map<std::string, bool>{{"--server", true},  {"--model", true},
-                                      {"-o", true},        {"--output", true},
-                                      {"--policy", true},  {"--policy-file", true},
-                                      {"--rule", true},    {"--constraints", true},
-                                      {"--fusion", true},  {"--report", true},
-                                      {"--html", true},    {"--inputs", true},
-                                      {"--seed", true},    {"--samples", true},
-                                      {"--atol", true},    {"--rtol", true},
-                                      {"--timeout", true}, {"--token", true},
-                                      {"--tls-ca", true},  {"--request-id", true},
-                                      {"--retries", true}, {"--fail-on-accuracy", false},
-                                      {"--quiet", false},  {"--help", false},
-                                      {"-h", false}};
+  static const auto* known = new std::map<std::string, bool>{{"--server", true},
+                                                             {"--model", true},
+                                                             {"-o", true},
+                                                             {"--output", true},
+                                                             {"--policy", true},
+                                                             {"--policy-file", true},
+                                                             {"--rule", true},
+                                                             {"--constraints", true},
+                                                             {"--fusion", true},
+                                                             {"--report", true},
+                                                             {"--html", true},
+                                                             {"--inputs", true},
+                                                             {"--seed", true},
+                                                             {"--samples", true},
+                                                             {"--atol", true},
+                                                             {"--rtol", true},
+                                                             {"--timeout", true},
+                                                             {"--token", true},
+                                                             {"--tls-ca", true},
+                                                             {"--request-id", true},
+                                                             {"--retries", true},
+                                                             {"--fail-on-accuracy", false},
+                                                             {"--quiet", false},
+                                                             {"--help", false},
+                                                             {"-h", false},
+                                                             {"--device", true},
+                                                             {"--no-fallback", false}};
   return *known;
 }
 
@@ -203,6 +218,12 @@ absl::StatusOr<ClientOptions> ParseArgs(int argc, const char* const* argv) {
   o.fusion = one("--fusion");
   if (has("--fusion") && o.fusion != "on" && o.fusion != "off") {
     return UsageError("--fusion takes on or off");
+  }
+  o.device = one("--device");
+  if (has("--device") && o.device.empty()) return UsageError("--device is empty");
+  o.no_fallback = switches.count("--no-fallback") > 0;
+  if (o.no_fallback && (o.device.empty() || o.device == "cpu")) {
+    return UsageError("--no-fallback needs --device opencl[...]");
   }
   o.report_path = one("--report");
   o.html_path = one("--html");

@@ -41,6 +41,8 @@ struct ClientOptions {
   std::vector<std::string> rules;           // --rule, in order
   std::string constraints;                  // --constraints obey|prefer
   std::string fusion;                       // --fusion on|off
+  std::string device;                       // --device (empty: the server's default, cpu)
+  bool no_fallback = false;                 // --no-fallback
   std::string report_path;                  // --report R.json
   std::string html_path;                    // --html R.html
   std::string inputs_dir;                   // --inputs DIR

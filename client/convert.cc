@@ -102,6 +102,8 @@ absl::StatusOr<Upload> Prepare(const ClientOptions& o) {
   for (const std::string& r : o.rules) s.add_rules(r);
   s.set_constraints(o.constraints);
   s.set_fusion(o.fusion);
+  s.set_device(o.device);
+  s.set_no_fallback(o.no_fallback);
   s.set_report(o.WantsReport());
   if (o.seed) s.set_seed(*o.seed);
   s.set_samples(o.samples);

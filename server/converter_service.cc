@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/common/status.h"
+#include "engine/kernels/device.h"
 #include "engine/precision/policy.h"
 #include "server/auth.h"
 #include "server/status.h"
@@ -353,6 +354,18 @@ grpc::ServerUnaryReactor* ConverterService::ListPresets(grpc::CallbackServerCont
       auto d = PresetDescriptions().find(name);
       if (d != PresetDescriptions().end()) out->set_description(d->second);
       out->set_policy_text(p->Canonical());
+    }
+    v1::DeviceTarget* cpu = response->add_devices();
+    cpu->set_name("cpu");
+    cpu->set_description("the server's CPU");
+    // The OpenCL devices it has (none where OpenCL is missing or not built).
+    if (auto devices = kernels::ListOpenClDevices(); devices.ok()) {
+      for (const kernels::DeviceDescription& d : *devices) {
+        v1::DeviceTarget* out = response->add_devices();
+        out->set_name(d.Spec());
+        out->set_description(d.Describe());
+        for (const std::string& c : d.capabilities) out->add_capabilities(c);
+      }
     }
   }
   r->Finish(ToGrpcStatus(st));

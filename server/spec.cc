@@ -6,6 +6,7 @@
 #include "engine/common/cpu_features.h"
 #include "engine/common/sha256.h"
 #include "engine/common/status.h"
+#include "engine/kernels/device.h"
 #include "engine/precision/policy.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
@@ -98,6 +99,25 @@ absl::StatusOr<CheckedSpec> CheckSpec(const v1::BuildSpec& spec, int64_t max_mod
   if (!(spec.atol() >= 0) || !(spec.rtol() >= 0)) {
     return Invalid("atol", "tolerances must be non-negative numbers");
   }
+  if (spec.device().size() > 64) return Invalid("device", "longer than 64 bytes");
+  if (!spec.device().empty() && spec.device() != "cpu") {
+    absl::StatusOr<kernels::DeviceDescription> d = kernels::DescribeDevice(spec.device());
+    if (!d.ok() && d.status().code() == absl::StatusCode::kInvalidArgument) {
+      return Invalid("device", d.status().message());
+    }
+    if (!d.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("spec field 'device': this server cannot build for '", spec.device(),
+                       "': ", d.status().message(), " (ListPresets lists its devices)"));
+    }
+    o.device = spec.device();
+    c.device_identity = absl::StrCat(d->name, "\x1f", d->platform_name, "\x1f", d->vendor, "\x1f",
+                                     d->driver_version, "\x1f", d->platform_version);
+  }
+  if (spec.no_fallback() && o.device == "cpu") {
+    return Invalid("no_fallback", "needs a device other than cpu");
+  }
+  o.no_fallback = spec.no_fallback();
   // Untrusted uploads never read files next to the model: external data is refused.
   o.import.model_dir.clear();
   o.import.max_model_bytes = max_model_bytes;
@@ -127,6 +147,12 @@ std::string CacheKey(const v1::BuildSpec& spec, const CheckedSpec& c) {
       precision::TypingName(o.typing), "\nfusion ", o.fusion.enabled ? "on" : "off", "\nno_fuse ",
       absl::StrJoin(o.fusion.no_fuse, "\x1f"), "\nmax_folded ", o.max_folded_bytes, "\nbuilder ",
       KILN_VERSION, "\ncpu ", CpuFeatureString(DetectCpuFeatures()), "\n");
+  // A device build also keys on the device (an engine of another device, or driver, differs)
+  // and on no_fallback; a CPU build's key stays what it was.
+  if (c.device_identity != "cpu" || o.no_fallback) {
+    absl::StrAppend(&text, "device ", c.device_identity, "\nno_fallback ", o.no_fallback ? 1 : 0,
+                    "\n");
+  }
   return DigestHex(Sha256(text));
 }
 

@@ -17,6 +17,9 @@ struct CheckedSpec {
   std::string canonical_policy;
   /// Whether a report is asked for (then the build is never answered from the cache).
   bool report = false;
+  /// The device the build targets, as this server resolved it ("cpu", or the OpenCL device's
+  /// identity: name, platform and driver), for the cache key.
+  std::string device_identity = "cpu";
 };
 
 /// Bounds on the identifiers a client chooses (they are logged and quoted in errors).
@@ -26,8 +29,10 @@ inline constexpr size_t kMaxModelNameBytes = 1024;
 /// Validates a spec: model_size in 1..max_model_bytes, model_sha256 64 lower-case hex digits,
 /// request_id (printable ASCII, at most kMaxRequestIdBytes), model_name (kMaxModelNameBytes),
 /// policy (preset name) xor policy_text (parsed; errors "policy_text:LINE:COL: ..."), rules
-/// ("--rule N" / "rules[N]"), constraints, typing, fusion, samples. InvalidArgument naming the
-/// field. The policy text, when present, is referenced as the file `policy_text` (see job.h).
+/// ("--rule N" / "rules[N]"), constraints, typing, fusion, samples, device (one this server has:
+/// InvalidArgument for bad text, FailedPrecondition for a device it lacks) and no_fallback.
+/// InvalidArgument naming the field. The policy text, when present, is referenced as the file
+/// `policy_text` (see job.h).
 absl::StatusOr<CheckedSpec> CheckSpec(const v1::BuildSpec& spec, int64_t max_model_bytes);
 
 /// What a request id stands for: SHA-256 (hex) of the spec without its request id (model

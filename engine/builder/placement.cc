@@ -128,6 +128,16 @@ absl::StatusOr<Placement> PlaceKernels(ir::Graph& g, const std::vector<ir::Node*
         absl::StrCat(refused.size(), " node(s) cannot run on ", device.Describe(),
                      " and --no-fallback forbids the CPU: ", absl::StrJoin(refused, "; ")));
   }
+  // Where each node runs, for the build log (and a remote client's stream): the device unless
+  // listed here.
+  constexpr size_t kListed = 50;
+  for (size_t i = 0; i < refused.size() && i < kListed; ++i) {
+    log.info("placement: on the CPU: {}", refused[i]);
+  }
+  if (refused.size() > kListed) {
+    log.info("placement: on the CPU: {} more node(s) (kiln inspect lists them all)",
+             refused.size() - kListed);
+  }
   log.info(
       "placement: {} kernel(s) on {} ({:.1f}% of the estimated {:.3g} FLOPs per run), {} on the "
       "CPU, {} tensor(s) copied between them per run",

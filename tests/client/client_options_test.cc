@@ -110,6 +110,28 @@ TEST(ParseArgsTest, EveryFlag) {
   EXPECT_TRUE(o->WantsReport());
 }
 
+TEST(ParseArgsTest, DeviceAndNoFallback) {
+  auto o = Parse(Minimal());
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_TRUE(o->device.empty());  // the server's default, the CPU
+  EXPECT_FALSE(o->no_fallback);
+  std::vector<std::string> args = Minimal();
+  for (const char* a : {"--device", "opencl:0:1", "--no-fallback"}) args.push_back(a);
+  o = Parse(args);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->device, "opencl:0:1");
+  EXPECT_TRUE(o->no_fallback);
+  std::vector<std::string> alone = Minimal();
+  alone.push_back("--no-fallback");
+  ExpectUsageError(alone, "--no-fallback needs --device");
+  std::vector<std::string> cpu = Minimal();
+  for (const char* a : {"--device", "cpu", "--no-fallback"}) cpu.push_back(a);
+  ExpectUsageError(cpu, "--no-fallback needs --device");
+  std::vector<std::string> empty = Minimal();
+  for (const char* a : {"--device", ""}) empty.push_back(a);
+  ExpectUsageError(empty, "--device is empty");
+}
+
 TEST(ParseArgsTest, TokenFromEnvironmentUnlessGiven) {
   setenv("KILN_TOKEN", "from-env", 1);
   auto o = Parse(Minimal());
