@@ -178,16 +178,6 @@ __kernel void bcast(__global const S_T* as, ulong ao, __global const S_T* bs, ul
                       body, "}\n");
 }
 
-std::string Label(const ir::Node& n, DataType dt) {
-  return absl::StrCat(n.Label(), " (OpenCL ", DataTypeOnnxName(dt), ")");
-}
-
-// The device of a kernel's run: that of its output.
-absl::StatusOr<std::shared_ptr<Device>> DeviceOf(const ir::Tensor& y, const std::string& what) {
-  ASSIGN_OR_RETURN(const ClStorage* s, StorageOf(y, what));
-  return s->shared_device();
-}
-
 class UnaryKernel final : public Kernel {
  public:
   UnaryKernel(const ir::Node& node, const UnaryDef& def, Params p)

@@ -164,6 +164,15 @@ absl::StatusOr<cl_kernel> ClFunction::Get(const std::shared_ptr<Device>& device)
   return k;
 }
 
+std::string Label(const ir::Node& n, DataType dt) {
+  return absl::StrCat(n.Label(), " (OpenCL ", DataTypeOnnxName(dt), ")");
+}
+
+absl::StatusOr<std::shared_ptr<Device>> DeviceOf(const ir::Tensor& y, const std::string& what) {
+  ASSIGN_OR_RETURN(const ClStorage* s, StorageOf(y, what));
+  return s->shared_device();
+}
+
 absl::StatusOr<TensorArg> ArgOf(const ir::Tensor& t, const std::string& what) {
   ASSIGN_OR_RETURN(const ClStorage* s, StorageOf(t, what));
   const size_t esize = DataTypeSize(t.dtype());

@@ -78,6 +78,12 @@ class ClFunction {
   cl_kernel kernel_ = nullptr;
 };
 
+/// "<node label> (OpenCL <dtype>)": the `what` of a kernel's errors.
+std::string Label(const ir::Node& n, DataType dt);
+
+/// The device that holds device tensor `y` (a kernel's output: where it runs).
+absl::StatusOr<std::shared_ptr<Device>> DeviceOf(const ir::Tensor& y, const std::string& what);
+
 /// A kernel argument: a device tensor's buffer and its offset in elements, or a plain value.
 struct TensorArg {
   cl_mem mem;

@@ -74,10 +74,6 @@ __kernel void rows(__global const E* xs, ulong xo, __global E* ys, ulong yo, ulo
 )");
 }
 
-std::string Label(const ir::Node& n, DataType dt) {
-  return absl::StrCat(n.Label(), " (OpenCL ", DataTypeOnnxName(dt), ")");
-}
-
 // Device tensor `t` copied to the host (blocking: it waits for the kernels queued before).
 absl::StatusOr<ir::Tensor> ReadBack(const ir::Tensor& t, const std::string& what) {
   ASSIGN_OR_RETURN(const ClStorage* s, StorageOf(t, what));

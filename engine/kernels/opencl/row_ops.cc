@@ -30,10 +30,6 @@ inline ulong2 chunk(ulong n) {
 }
 )";
 
-std::string Label(const ir::Node& n, DataType dt) {
-  return absl::StrCat(n.Label(), " (OpenCL ", DataTypeOnnxName(dt), ")");
-}
-
 absl::Status Unsupported(const ir::Node& n, const std::string& why) {
   return absl::UnimplementedError(absl::StrCat(n.Label(), " ", why, " (OpenCL)"));
 }
@@ -50,11 +46,6 @@ absl::Status CheckFp32Stash(const ir::Node& n) {
   }
   if (stash != 1) return Unsupported(n, absl::StrCat("runs stash_type 1 only, got ", stash));
   return absl::OkStatus();
-}
-
-absl::StatusOr<std::shared_ptr<Device>> DeviceOf(const ir::Tensor& y, const std::string& what) {
-  ASSIGN_OR_RETURN(const ClStorage* s, StorageOf(y, what));
-  return s->shared_device();
 }
 
 size_t GroupSize(Device& dev, cl_kernel k, uint64_t n) {

@@ -33,9 +33,6 @@ inline constexpr size_t kMaxLocal = 256;
 /// [x, y) of n elements, consecutive runs for consecutive items.
 extern const char kGroupFold[];
 
-/// "<node label> (OpenCL <dtype>)": the `what` of the node's errors.
-std::string Label(const ir::Node& n, DataType dt);
-
 /// An Unimplemented error "<node label> <why> (OpenCL)": what this backend does not do.
 absl::Status Unsupported(const ir::Node& n, const std::string& why);
 
@@ -47,9 +44,6 @@ absl::Status CheckStored(const ir::Node& n, DataType dt, const char* what);
 /// The reference's stash_type check (an error unless it is a float type) and this backend's
 /// (fp32 statistics only), for LayerNormalization and RMSNormalization.
 absl::Status CheckFp32Stash(const ir::Node& n);
-
-/// The device that holds device tensor `y`.
-absl::StatusOr<std::shared_ptr<Device>> DeviceOf(const ir::Tensor& y, const std::string& what);
 
 /// A power of two items per group, no more than rows of n need, kMaxLocal or the device allows
 /// for `k`.
