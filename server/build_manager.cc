@@ -10,7 +10,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "engine/common/status.h"
+#include "server/device_probe.h"
 #include "server/job.h"
 #include "server/spec.h"
 #include "server/trim.h"
@@ -74,6 +76,16 @@ absl::Status BuildManager::Init() {
   }
   log_->info("work folder {}, cache {}", work_dir_,
              config_.cache_dir.empty() ? "off" : config_.cache_dir);
+  devices_ = ProbeDevices(config_.worker_binary, absl::Seconds(30));
+  if (!devices_.status.ok()) {
+    log_->info("devices: the CPU (no OpenCL device: {})", std::string(devices_.status.message()));
+  } else {
+    std::vector<std::string> names;
+    for (const kernels::DeviceDescription& d : devices_.opencl) {
+      names.push_back(absl::StrCat(d.Spec(), " ", d.Describe()));
+    }
+    log_->info("devices: the CPU{}{}", names.empty() ? "" : "; ", absl::StrJoin(names, "; "));
+  }
   watchdog_ = std::thread(&BuildManager::Watchdog, this);
   return absl::OkStatus();
 }
@@ -123,7 +135,7 @@ std::string BuildManager::NewId() {
 
 absl::StatusOr<BuildManager::Opened> BuildManager::Open(const v1::BuildSpec& spec) {
   if (draining()) return absl::UnavailableError("the server is draining; retry elsewhere");
-  auto checked = CheckSpec(spec, config_.max_model_bytes);
+  auto checked = CheckSpec(spec, config_.max_model_bytes, &devices_);
   if (!checked.ok()) return checked.status();
   // A build with a report is never joined by key nor cached: its samples arrive after the spec.
   std::string key = checked->report ? "" : CacheKey(spec, *checked);

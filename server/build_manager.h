@@ -27,6 +27,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "engine/kernels/device.h"
 #include "kiln/v1/service.pb.h"
 #include "server/build.h"
 #include "server/cache.h"
@@ -45,6 +46,9 @@ class BuildManager {
 
   /// Creates the work and cache folders.
   absl::Status Init();
+
+  /// The OpenCL devices this server builds for (listed by Init in a child process).
+  const kernels::MachineDevices& devices() const { return devices_; }
 
   /// The outcome of a spec: the build to follow and whether this caller uploads its model.
   struct Opened {
@@ -80,6 +84,7 @@ class BuildManager {
   void CancelAll(const absl::Status& why);
 
  private:
+  kernels::MachineDevices devices_;
   // Ends `b` with `why` (kills its worker when running); a no-op once it is done.
   void CancelBuild(const std::shared_ptr<Build>& b, absl::Status why);
   void Dispatch();                     // requires mu_

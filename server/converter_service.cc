@@ -358,14 +358,12 @@ grpc::ServerUnaryReactor* ConverterService::ListPresets(grpc::CallbackServerCont
     v1::DeviceTarget* cpu = response->add_devices();
     cpu->set_name("cpu");
     cpu->set_description("the server's CPU");
-    // The OpenCL devices it has (none where OpenCL is missing or not built).
-    if (auto devices = kernels::ListOpenClDevices(); devices.ok()) {
-      for (const kernels::DeviceDescription& d : *devices) {
-        v1::DeviceTarget* out = response->add_devices();
-        out->set_name(d.Spec());
-        out->set_description(d.Describe());
-        for (const std::string& c : d.capabilities) out->add_capabilities(c);
-      }
+    // The OpenCL devices it has (none where OpenCL is missing or not built), as listed at start.
+    for (const kernels::DeviceDescription& d : manager_->devices().opencl) {
+      v1::DeviceTarget* out = response->add_devices();
+      out->set_name(d.Spec());
+      out->set_description(d.Describe());
+      for (const std::string& c : d.capabilities) out->add_capabilities(c);
     }
   }
   r->Finish(ToGrpcStatus(st));

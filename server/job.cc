@@ -54,6 +54,10 @@ absl::Status WriteStatusFrame(int fd, const absl::Status& status) {
   return WriteFrame(fd, FrameKind::kStatus, payload);
 }
 
+absl::Status WriteDeviceFrame(int fd, const v1::Device& device) {
+  return WriteFrame(fd, FrameKind::kDevice, device.SerializeAsString());
+}
+
 absl::StatusOr<size_t> FrameReader::ReadFull(char* p, size_t n) {
   size_t got = 0;
   while (got < n) {
@@ -95,6 +99,12 @@ absl::StatusOr<bool> FrameReader::Next(Frame* frame) {
                           : absl::Status(static_cast<absl::StatusCode>(code), payload.substr(4));
       return true;
     }
+    case FrameKind::kDevice:
+      frame->kind = FrameKind::kDevice;
+      if (!frame->device.ParseFromString(payload)) {
+        return absl::DataLossError("malformed device on the event pipe");
+      }
+      return true;
   }
   return absl::DataLossError("unknown frame kind on the event pipe");
 }

@@ -11,7 +11,8 @@
 //   u32 little-endian payload length, u8 kind, payload
 // kind 1: a serialized kiln.v1.BuildEvent (log lines, stages, warnings, decisions, the report,
 //         and a partial BuildResult with summary, build_ms and accuracy_pass);
-// kind 2: the worker's final status: u32 code (absl::StatusCode) then the message.
+// kind 2: the worker's final status: u32 code (absl::StatusCode) then the message;
+// kind 3: a serialized kiln.v1.Device (only from `kiln-server --list-devices`, device_probe.h).
 // A worker that exits without a status frame, or with a torn frame, has crashed.
 #pragma once
 
@@ -19,6 +20,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kiln/v1/engine.pb.h"
 #include "kiln/v1/service.pb.h"
 
 namespace kiln::server::job {
@@ -37,7 +39,7 @@ inline constexpr uint32_t kMaxFrameBytes = 512u << 20;
 /// "sample_<i>.pb".
 std::string SampleFile(int index);
 
-enum class FrameKind : uint8_t { kEvent = 1, kStatus = 2 };
+enum class FrameKind : uint8_t { kEvent = 1, kStatus = 2, kDevice = 3 };
 
 /// Writes one event frame (blocking; EINTR retried). Errors when the reader is gone.
 absl::Status WriteEventFrame(int fd, const v1::BuildEvent& event);
@@ -45,11 +47,15 @@ absl::Status WriteEventFrame(int fd, const v1::BuildEvent& event);
 /// Writes the final status frame.
 absl::Status WriteStatusFrame(int fd, const absl::Status& status);
 
+/// Writes one device frame.
+absl::Status WriteDeviceFrame(int fd, const v1::Device& device);
+
 /// One decoded frame.
 struct Frame {
   FrameKind kind = FrameKind::kEvent;
   v1::BuildEvent event;
   absl::Status status;
+  v1::Device device;
 };
 
 /// Reads frames from a pipe (blocking).

@@ -11,6 +11,7 @@
 
 #include "engine/runtime/threads.h"
 #include "server/config.h"
+#include "server/device_probe.h"
 #include "server/server.h"
 #include "server/trim.h"
 #include "server/worker_main.h"
@@ -25,6 +26,9 @@ int main(int argc, char** argv) {
     mallopt(M_MMAP_THRESHOLD, 1 << 20);
     bool hooks = argc >= 4 && std::string(argv[3]) == "--enable-test-hooks";
     return kiln::server::WorkerMain(argv[2], hooks);
+  }
+  if (argc == 2 && std::string(argv[1]) == "--list-devices") {
+    return kiln::server::ListDevicesMain();
   }
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {

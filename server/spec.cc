@@ -28,7 +28,8 @@ std::string PolicyKey(const precision::Policy& p) {
 
 }  // namespace
 
-absl::StatusOr<CheckedSpec> CheckSpec(const v1::BuildSpec& spec, int64_t max_model_bytes) {
+absl::StatusOr<CheckedSpec> CheckSpec(const v1::BuildSpec& spec, int64_t max_model_bytes,
+                                      const kernels::MachineDevices* devices) {
   if (spec.model_size() == 0) return Invalid("model_size", "the model is empty (0 bytes)");
   if (spec.model_size() > static_cast<uint64_t>(max_model_bytes)) {
     return Invalid("model_size", absl::StrCat(spec.model_size(),
@@ -101,7 +102,9 @@ absl::StatusOr<CheckedSpec> CheckSpec(const v1::BuildSpec& spec, int64_t max_mod
   }
   if (spec.device().size() > 64) return Invalid("device", "longer than 64 bytes");
   if (!spec.device().empty() && spec.device() != "cpu") {
-    absl::StatusOr<kernels::DeviceDescription> d = kernels::DescribeDevice(spec.device());
+    absl::StatusOr<kernels::DeviceDescription> d =
+        devices != nullptr ? kernels::ResolveDeviceIn(spec.device(), *devices)
+                           : kernels::DescribeDevice(spec.device());
     if (!d.ok() && d.status().code() == absl::StatusCode::kInvalidArgument) {
       return Invalid("device", d.status().message());
     }

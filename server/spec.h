@@ -6,6 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/builder/builder.h"
+#include "engine/kernels/device.h"
 #include "kiln/v1/service.pb.h"
 
 namespace kiln::server {
@@ -32,8 +33,10 @@ inline constexpr size_t kMaxModelNameBytes = 1024;
 /// ("--rule N" / "rules[N]"), constraints, typing, fusion, samples, device (one this server has:
 /// InvalidArgument for bad text, FailedPrecondition for a device it lacks) and no_fallback.
 /// InvalidArgument naming the field. The policy text, when present, is referenced as the file
-/// `policy_text` (see job.h).
-absl::StatusOr<CheckedSpec> CheckSpec(const v1::BuildSpec& spec, int64_t max_model_bytes);
+/// `policy_text` (see job.h). The device is resolved among `devices` (the server's, listed at
+/// start), or by asking this machine when `devices` is null (the worker).
+absl::StatusOr<CheckedSpec> CheckSpec(const v1::BuildSpec& spec, int64_t max_model_bytes,
+                                      const kernels::MachineDevices* devices);
 
 /// What a request id stands for: SHA-256 (hex) of the spec without its request id (model
 /// digest, size and name, policy, rules, options, report settings). A Build that reuses a

@@ -142,7 +142,8 @@ absl::Status Work(const v1::BuildSpec& spec, bool test_hooks, spdlog::logger& lo
                   std::shared_ptr<spdlog::logger> log) {
   auto t0 = std::chrono::steady_clock::now();
   if (test_hooks) RunTestHook(spec.model_name(), log_ref);
-  ASSIGN_OR_RETURN(CheckedSpec checked, CheckSpec(spec, int64_t{2} * 1024 * 1024 * 1024 - 1));
+  ASSIGN_OR_RETURN(CheckedSpec checked,
+                   CheckSpec(spec, int64_t{2} * 1024 * 1024 * 1024 - 1, nullptr));
   builder::BuildOptions& options = checked.options;
   options.on_stage = [](const char* stage, double fraction) { SendStage(stage, fraction); };
   ASSIGN_OR_RETURN(std::string model,

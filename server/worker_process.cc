@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -37,10 +38,17 @@ absl::StatusOr<std::unique_ptr<WorkerProcess>> WorkerProcess::Spawn(const std::s
                                                                     const std::string& job_dir,
                                                                     const WorkerLimits& limits,
                                                                     bool test_hooks) {
+  std::vector<std::string> args = {"--worker", job_dir};
+  if (test_hooks) args.push_back("--enable-test-hooks");
+  return Start(binary, std::move(args), limits);
+}
+
+absl::StatusOr<std::unique_ptr<WorkerProcess>> WorkerProcess::Start(const std::string& binary,
+                                                                    std::vector<std::string> args,
+                                                                    const WorkerLimits& limits) {
   // Everything the child needs is prepared before fork: between fork and exec of a multi-threaded
   // parent only async-signal-safe calls are allowed.
-  std::vector<std::string> args = {binary, "--worker", job_dir};
-  if (test_hooks) args.push_back("--enable-test-hooks");
+  args.insert(args.begin(), binary);
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

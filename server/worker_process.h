@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -36,6 +37,10 @@ class WorkerProcess {
                                                               const std::string& job_dir,
                                                               const WorkerLimits& limits,
                                                               bool test_hooks);
+  /// Starts `binary args...` the same way (the device probe: `--list-devices`).
+  static absl::StatusOr<std::unique_ptr<WorkerProcess>> Start(const std::string& binary,
+                                                              std::vector<std::string> args,
+                                                              const WorkerLimits& limits);
   /// Kills and reaps a worker that is still running.
   ~WorkerProcess();
   WorkerProcess(const WorkerProcess&) = delete;

@@ -176,6 +176,7 @@ struct CompileState {
   std::map<int, plan::WeightEncoding> encodings;     // pack
   std::vector<ir::Node*> packed_at_write;            // pack
   Placement placement;                               // place
+  Placement subgraph_placement;                      // subgraphs: their device counts
   runtime::MemoryPlan memory;                        // memory
   std::vector<plan::KernelChoice> choices;           // metadata, by node id
   v1::EngineMetadata meta;                           // metadata
@@ -349,6 +350,16 @@ absl::Status SubgraphsPass(CompileState& s) {
       auto c = Compile(sub, policy, options, r, s.log, nullptr);
       if (!c.ok()) {
         return absl::Status(c.status().code(), absl::StrCat(where, ": ", c.status().message()));
+      }
+      // Its placement counts in the engine's (before its metadata moves into its blob).
+      if (const v1::Device& d = c->meta.device(); d.kind() == "opencl") {
+        Placement& in = s.subgraph_placement;
+        in.device_kernels += d.device_kernels();
+        in.cpu_kernels += d.cpu_kernels();
+        in.transfers += d.transfers();
+        in.flops += d.flops();
+        in.device_flops += d.device_flops();
+        in.subgraphs += 1;
       }
       auto blob = plan::WriteEngine(sub, c->live, c->choices, std::move(c->meta),
                                     c->required_features, c->encodings);
@@ -595,8 +606,8 @@ absl::Status MemoryPass(CompileState& s) {
 
 // place: each kernel on the build's device or the CPU (placement.h).
 absl::Status PlacePass(CompileState& s) {
-  ASSIGN_OR_RETURN(s.placement,
-                   PlaceKernels(s.g, s.live, s.defs, s.device, s.options.no_fallback, s.log));
+  ASSIGN_OR_RETURN(s.placement, PlaceKernels(s.g, s.live, s.defs, s.device, s.options.no_fallback,
+                                             s.subgraph_placement, s.log));
   return absl::OkStatus();
 }
 

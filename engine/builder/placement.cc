@@ -1,8 +1,11 @@
 #include "engine/builder/placement.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "engine/runtime/device_record.h"
 
 namespace kiln::builder {
 namespace {
@@ -65,6 +68,25 @@ double NodeFlops(const ir::Node& n) {
       const ir::Dim& s = k->shape.dims[k->shape.rank() - 2];
       return 4 * (s.is_static() ? static_cast<double>(s.value) : 1.0) * Elements(y);
     }
+    case OpType::kLSTM:
+    case OpType::kLSTMQuantizedR:
+    case OpType::kGRU:
+    case OpType::kRNN: {
+      // Each step, direction and batch entry: the gates' X W^T and H R^T, 2 * gates * hidden *
+      // (input + hidden) flops; W is [dirs, gates * hidden, input], X holds steps * batch * input.
+      const ir::Value* x = n.input(0);
+      const ir::Value* w = n.input(1);
+      if (x == nullptr || w == nullptr || !w->shape.rank_known || w->shape.rank() != 3 ||
+          !w->shape.is_static()) {
+        return Elements(y);
+      }
+      const std::vector<int64_t> wd = w->shape.StaticDims();
+      const int gates = n.op == OpType::kRNN ? 1 : n.op == OpType::kGRU ? 3 : 4;
+      const double hidden = static_cast<double>(wd[1]) / gates;
+      const double steps_batch = wd[2] > 0 ? Elements(x) / static_cast<double>(wd[2]) : 0;
+      return 2 * static_cast<double>(wd[0]) * static_cast<double>(wd[1]) *
+             (static_cast<double>(wd[2]) + hidden) * steps_batch;
+    }
     default:
       return Elements(y);
   }
@@ -73,7 +95,7 @@ double NodeFlops(const ir::Node& n) {
 absl::StatusOr<Placement> PlaceKernels(ir::Graph& g, const std::vector<ir::Node*>& live,
                                        std::vector<const kernels::KernelDef*>& defs,
                                        const kernels::DeviceDescription& device, bool no_fallback,
-                                       spdlog::logger& log) {
+                                       const Placement& subgraphs, spdlog::logger& log) {
   Placement p;
   p.device = device;
   p.on_device.assign(g.nodes().size(), false);
@@ -138,31 +160,24 @@ absl::StatusOr<Placement> PlaceKernels(ir::Graph& g, const std::vector<ir::Node*
     log.info("placement: on the CPU: {} more node(s) (kiln inspect lists them all)",
              refused.size() - kListed);
   }
+  p.device_kernels += subgraphs.device_kernels;
+  p.cpu_kernels += subgraphs.cpu_kernels;
+  p.transfers += subgraphs.transfers;
+  p.flops += subgraphs.flops;
+  p.device_flops += subgraphs.device_flops;
+  p.subgraphs = subgraphs.subgraphs;
   log.info(
       "placement: {} kernel(s) on {} ({:.1f}% of the estimated {:.3g} FLOPs per run), {} on the "
-      "CPU, {} tensor(s) copied between them per run",
+      "CPU, {} tensor(s) copied between them per run{}",
       p.device_kernels, device.Describe(), p.flops > 0 ? 100.0 * p.device_flops / p.flops : 100.0,
-      p.flops, p.cpu_kernels, p.transfers);
+      p.flops, p.cpu_kernels, p.transfers,
+      p.subgraphs > 0 ? absl::StrCat(" (", p.subgraphs, " subgraph(s) included)") : "");
   return p;
 }
 
 void FillDevice(const Placement& p, v1::Device& out) {
-  const kernels::DeviceDescription& d = p.device;
-  out.set_kind(d.opencl ? "opencl" : "cpu");
-  if (!d.opencl) return;
-  out.set_platform(d.platform);
-  out.set_device(d.device);
-  out.set_platform_name(d.platform_name);
-  out.set_platform_version(d.platform_version);
-  out.set_name(d.name);
-  out.set_vendor(d.vendor);
-  out.set_version(d.version);
-  out.set_driver_version(d.driver_version);
-  out.set_opencl_c_version(d.opencl_c_version);
-  out.set_type(d.type);
-  for (const std::string& c : d.capabilities) out.add_capabilities(c);
-  out.set_compute_units(d.compute_units);
-  out.set_global_mem_bytes(d.global_mem_bytes);
+  runtime::RecordDevice(p.device, out);
+  if (!p.device.opencl) return;
   out.set_device_kernels(p.device_kernels);
   out.set_cpu_kernels(p.cpu_kernels);
   out.set_transfers(p.transfers);

@@ -56,6 +56,18 @@ absl::StatusOr<std::vector<DeviceDescription>> ListOpenClDevices();
 /// (InvalidArgument for other text; NotFound naming what exists for a missing index).
 absl::StatusOr<DeviceDescription> DescribeDevice(absl::string_view spec);
 
+/// The devices of a machine as listed once (kiln-server lists them in a child process, so that no
+/// vendor driver is loaded into the server).
+struct MachineDevices {
+  std::vector<DeviceDescription> opencl;  // every OpenCL device, in index order
+  absl::Status status;                    // why listing failed (then `opencl` is empty)
+};
+
+/// DescribeDevice over a list made before: the same choice of the default platform and device,
+/// and the same errors (the listing's own error when it failed).
+absl::StatusOr<DeviceDescription> ResolveDeviceIn(absl::string_view spec,
+                                                  const MachineDevices& devices);
+
 /// Opens for a session the device of this machine that an engine was built for: the same
 /// platform and device names, at the recorded indices or else the first such. FailedPrecondition
 /// naming it and listing this machine's devices when none matches.

@@ -38,6 +38,28 @@ absl::StatusOr<DeviceDescription> DescribeDevice(absl::string_view spec) {
   return opencl::Description(info);
 }
 
+absl::StatusOr<DeviceDescription> ResolveDeviceIn(absl::string_view spec,
+                                                  const MachineDevices& devices) {
+  ASSIGN_OR_RETURN(const opencl::DeviceSpec s, opencl::ParseDeviceSpec(spec));
+  if (!s.opencl) return DeviceDescription{};
+  RETURN_IF_ERROR(devices.status);
+  std::vector<opencl::PlatformEntry> table;
+  for (const DeviceDescription& d : devices.opencl) {
+    if (d.platform < 0 || d.device < 0 || d.platform > 4096 || d.device > 4096) continue;
+    if (static_cast<size_t>(d.platform) >= table.size()) table.resize(d.platform + 1);
+    opencl::PlatformEntry& e = table[d.platform];
+    e.name = d.platform_name;
+    if (static_cast<size_t>(d.device) >= e.devices.size()) e.devices.resize(d.device + 1);
+    e.devices[d.device] = {d.name, d.type == "GPU"};
+  }
+  ASSIGN_OR_RETURN(const auto chosen, opencl::ChooseDevice(s, table));
+  for (const DeviceDescription& d : devices.opencl) {
+    if (d.platform == chosen.first && d.device == chosen.second) return d;
+  }
+  return absl::NotFoundError(absl::StrCat("no OpenCL device ", chosen.second, " on platform ",
+                                          chosen.first, " (device '", spec, "')"));
+}
+
 absl::StatusOr<std::shared_ptr<DeviceRuntime>> OpenDeviceRuntime(
     const DeviceDescription& built_for) {
   if (!built_for.opencl) return absl::InvalidArgumentError("the CPU has no device runtime");
@@ -86,6 +108,9 @@ absl::StatusOr<DeviceDescription> DescribeDevice(absl::string_view spec) {
         absl::StrCat("bad device '", spec, "': expected cpu or opencl[:PLATFORM[:DEVICE]]"));
   }
   return NotBuilt();
+}
+absl::StatusOr<DeviceDescription> ResolveDeviceIn(absl::string_view spec, const MachineDevices&) {
+  return DescribeDevice(spec);
 }
 absl::StatusOr<std::shared_ptr<DeviceRuntime>> OpenDeviceRuntime(const DeviceDescription&) {
   return NotBuilt();

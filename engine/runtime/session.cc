@@ -12,6 +12,7 @@
 #include "engine/common/status.h"
 #include "engine/kernels/cpu/parallel.h"
 #include "engine/kernels/registry.h"
+#include "engine/runtime/device_record.h"
 
 namespace kiln::runtime {
 
@@ -344,17 +345,7 @@ absl::Status Session::OpenDevice() {
     return absl::InvalidArgumentError(
         "the engine places kernels on OpenCL but records no OpenCL device");
   }
-  kernels::DeviceDescription want;
-  want.opencl = true;
-  want.platform = d.platform();
-  want.device = d.device();
-  want.platform_name = d.platform_name();
-  want.platform_version = d.platform_version();
-  want.name = d.name();
-  want.vendor = d.vendor();
-  want.version = d.version();
-  want.driver_version = d.driver_version();
-  ASSIGN_OR_RETURN(device_, kernels::OpenDeviceRuntime(want));
+  ASSIGN_OR_RETURN(device_, kernels::OpenDeviceRuntime(DeviceOfRecord(d)));
   device_constants_.resize(e.graph->values().size());
   return absl::OkStatus();
 }

@@ -1,6 +1,11 @@
 // kiln-server builds for its OpenCL device (PoCL in CI): ListPresets lists the devices, a build
 // with `device` places its nodes there and streams where each runs, the cache keeps device and
 // CPU engines apart, and a bad or missing device is a clear status before any upload.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
 #include <memory>
 #include <string>
 
@@ -8,6 +13,7 @@
 #include "engine/plan/engine_blob.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/device_probe.h"
 #include "tests/server/server_fixture.h"
 
 namespace kiln::server {
@@ -26,6 +32,71 @@ TEST_F(ServerTest, ListPresetsListsTheDevices) {
   EXPECT_EQ(resp.devices(0).name(), "cpu");
   EXPECT_TRUE(absl::StartsWith(resp.devices(1).name(), "opencl:")) << resp.devices(1).name();
   EXPECT_FALSE(resp.devices(1).description().empty());
+}
+
+// The devices are listed by a child process: no OpenCL driver is ever loaded into the server
+// (a driver's threads, signal handlers and crashes stay in the processes that build).
+bool ProcessHasLoaded(const std::string& what) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    if (absl::StrContains(line, what)) return true;
+  }
+  return false;
+}
+
+TEST_F(ServerTest, NoDriverIsLoadedIntoTheServer) {
+  Start();
+  v1::ListPresetsResponse resp;
+  ASSERT_TRUE(testing::ListPresets(channel_, "", &resp).ok());
+  ASSERT_GE(resp.devices_size(), 2);
+  const std::string model = testing::ReadRepoFile(kMobileNet);
+  BuildCall call = Call(model, "m.onnx", "fp32");
+  call.spec.set_device("opencl");
+  BuildOutcome out = RunBuild(channel_, call);
+  ASSERT_TRUE(out.status.ok()) << out.status.error_message();
+  // (The ICD loader libOpenCL itself may be there: Debian's oneDNN links it. It loads no driver
+  // until a platform is asked for.)
+  EXPECT_FALSE(ProcessHasLoaded("libpocl")) << "PoCL is in the server process";
+}
+
+// A device listing that fails or hangs leaves the server serving the CPU, with the reason.
+TEST(DeviceProbeTest, FailedOrHungListingServesTheCpu) {
+  const auto script = [](const std::string& body) {
+    char tmpl[] = "/tmp/kiln-probe-XXXXXX";
+    const int fd = mkstemp(tmpl);
+    EXPECT_GE(fd, 0);
+    const std::string text = "#!/bin/sh\n" + body + "\n";
+    EXPECT_EQ(write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+    fchmod(fd, 0700);
+    close(fd);
+    return std::string(tmpl);
+  };
+  const std::string fails = script("exit 3");
+  kernels::MachineDevices m = ProbeDevices(fails, absl::Seconds(20));
+  EXPECT_TRUE(m.opencl.empty());
+  EXPECT_EQ(m.status.code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(std::string(m.status.message()), HasSubstr("code 3"));
+  const std::string hangs = script("exec sleep 60");
+  const auto start = std::chrono::steady_clock::now();
+  m = ProbeDevices(hangs, absl::Milliseconds(500));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+  EXPECT_TRUE(m.opencl.empty());
+  EXPECT_EQ(m.status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(std::string(m.status.message()), HasSubstr("took longer than 500ms"));
+  unlink(fails.c_str());
+  unlink(hangs.c_str());
+  // The server's own binary lists what this process would.
+  m = ProbeDevices(KILN_SERVER_BIN, absl::Seconds(120));
+  ASSERT_TRUE(m.status.ok()) << m.status;
+  auto here = kernels::ListOpenClDevices();
+  ASSERT_TRUE(here.ok()) << here.status();
+  ASSERT_EQ(m.opencl.size(), here->size());
+  for (size_t i = 0; i < m.opencl.size(); ++i) {
+    EXPECT_EQ(m.opencl[i].Spec(), (*here)[i].Spec());
+    EXPECT_EQ(m.opencl[i].Describe(), (*here)[i].Describe());
+    EXPECT_EQ(m.opencl[i].capabilities, (*here)[i].capabilities);
+  }
 }
 
 TEST_F(ServerTest, BuildsForTheDeviceAndStreamsWhereNodesRun) {

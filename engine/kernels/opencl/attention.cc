@@ -417,9 +417,7 @@ class AttentionKernel final : public Kernel {
       const cl_ulong r0 = static_cast<cl_ulong>(row0);
       RETURN_IF_ERROR(SetArgs(*dev, kern, what, 38, r0));
       const size_t global = static_cast<size_t>(std::min(per_launch, rows - row0)) * local;
-      RETURN_IF_ERROR(ClStatus(cl.clEnqueueNDRangeKernel(dev->queue(), kern, 1, nullptr, &global,
-                                                         &local, 0, nullptr, nullptr),
-                               absl::StrCat("queueing ", what)));
+      RETURN_IF_ERROR(dev->Enqueue(kern, 1, &global, &local, what));
     }
     return absl::OkStatus();
   }

@@ -38,6 +38,9 @@ namespace kiln::kernels::opencl {
   X(clSetKernelArg)            \
   X(clGetKernelWorkGroupInfo)  \
   X(clEnqueueNDRangeKernel)    \
+  X(clGetKernelInfo)           \
+  X(clGetEventProfilingInfo)   \
+  X(clReleaseEvent)            \
   X(clEnqueueReadBuffer)       \
   X(clEnqueueWriteBuffer)      \
   X(clEnqueueCopyBuffer)       \

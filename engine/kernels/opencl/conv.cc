@@ -6,6 +6,7 @@
 // and one rounding to Y's storage type. X, W, B, Z and Y
 // may each be fp32, fp16 or bf16 (a fused kernel reads each boundary value in its own dtype).
 // The activation is kernel_base.h's ActivationFunction.
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,10 +24,11 @@ namespace {
 using cpu::ref::Activation;
 using cpu::ref::ActKind;
 
-std::string ConvSource(DataType xt, DataType wt, DataType bt, DataType zt, DataType yt,
-                       ActKind act) {
-  return absl::StrCat(StoragePrelude(xt, "X"), StoragePrelude(wt, "W"), StoragePrelude(bt, "B"),
-                      StoragePrelude(zt, "Z"), StoragePrelude(yt, "Y"), ActivationFunction(act),
+std::string ConvSource(DataType xt, DataType wt, DataType bt, DataType zt, DataType yt, ActKind act,
+                       const GemmTiling& tiling) {
+  return absl::StrCat(GemmDefines(tiling), StoragePrelude(xt, "X"), StoragePrelude(wt, "W"),
+                      StoragePrelude(bt, "B"), StoragePrelude(zt, "Z"), StoragePrelude(yt, "Y"),
+                      ActivationFunction(act),
                       R"(
 __kernel void conv(__global const X_T* x, ulong xo, __global const W_T* w, ulong wo,
                    __global const B_T* b, ulong bo, __global const Z_T* z, ulong zo,
@@ -62,15 +64,10 @@ __kernel void conv(__global const X_T* x, ulong xo, __global const W_T* w, ulong
   Y_ST(v, y, yo + i);
 }
 
-// X's value at row k = (c, ky, kx) of the implicit im2col matrix, column col = (oy, ox); 0 in
-// the padding.
-inline float im2col(__global const X_T* x, ulong xb, uint k, uint col, uint H, uint W, uint OW,
-                    uint KH, uint KW, uint SH, uint SW, int PH, int PW, uint DH, uint DW) {
-  const uint kx = k % KW, ky = (k / KW) % KH, c = k / (KW * KH);
-  const int iy = (int)((col / OW) * SH) - PH + (int)(ky * DH);
-  const int ix = (int)((col % OW) * SW) - PW + (int)(kx * DW);
+// X's value at (iy, ix) of one channel plane from xc; 0 in the padding.
+inline float im2col_at(__global const X_T* x, ulong xc, int iy, int ix, uint H, uint W) {
   if (iy < 0 || iy >= (int)H || ix < 0 || ix >= (int)W) return 0.0f;
-  return X_LD(x, xb + ((ulong)c * H + iy) * W + ix);
+  return X_LD(x, xc + (ulong)iy * W + ix);
 }
 
 // The convolution of one (image, group) as a tiled GEMM (grid dim 2): Y_g [Mg, OH*OW] =
@@ -82,25 +79,50 @@ void conv_gemm(__global const X_T* x, ulong xo, __global const W_T* w, ulong wo,
                __global Y_T* y, ulong yo,
                uint C, uint H, uint W, uint Mt, uint OH, uint OW, uint KH, uint KW,
                uint SH, uint SW, int PH, int PW, uint DH, uint DW, uint G,
-               int has_b, int has_z, float p0, float p1) {
+               int has_b, int has_z, float p0, float p1, __global float* P, uint KC) {
   const uint Cg = C / G, M = Mt / G, N = OH * OW, K = Cg * KH * KW;
-  const ulong n = get_global_id(2) / G, g = get_global_id(2) % G;
+)",
+                      GemmPart("gi"), R"(
+  const ulong n = gi / G, g = gi % G;
   const ulong xb = xo + (n * C + g * Cg) * (ulong)H * W;
   const ulong wb = wo + g * (ulong)M * K;
   const ulong yb = (n * Mt + g * M) * (ulong)N;
-  const uint row0 = get_group_id(1) * 64, col0 = get_group_id(0) * 64;
+  const uint row0 = get_group_id(1) * TILE, col0 = get_group_id(0) * TILE;
 #define A_AT(r, k) W_LD(w, wb + (ulong)(r) * K + (k))
-#define B_AT(k, c) im2col(x, xb, (k), (c), H, W, OW, KH, KW, SH, SW, PH, PW, DH, DW)
+  // The im2col matrix without divisions in the k loop: each item's TPT columns (fixed over k)
+  // as window origins, and each slice's 16 rows k = (c, ky, kx) as offsets, shared.
+  int org_y[TPT], org_x[TPT];
+#define GEMM_PRELUDE                                  \
+  for (int l = 0; l < TPT; ++l) {                     \
+    const uint col = col0 + (lid + 256 * l) % TILE;   \
+    org_y[l] = (int)((col / OW) * SH) - PH;           \
+    org_x[l] = (int)((col % OW) * SW) - PW;           \
+  }
+  __local ulong k_off[16];
+  __local int k_dy[16], k_dx[16];
+#define GEMM_SLICE                                            \
+  if (lid < 16) {                                             \
+    const uint k = k0 + lid;                                  \
+    const uint kx = k % KW, ky = (k / KW) % KH, c = k / (KW * KH); \
+    k_off[lid] = (ulong)c * H * W;                            \
+    k_dy[lid] = (int)(ky * DH);                               \
+    k_dx[lid] = (int)(kx * DW);                               \
+  }
+#define B_AT_STAGED(l, kk) im2col_at(x, xb + k_off[kk], org_y[l] + k_dy[kk], org_x[l] + k_dx[kk], H, W)
 )",
                       GemmTileLoop(), R"(
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < TPT; ++i) {
     const uint row = row0 + ty + 16 * i;
     if (row >= M) continue;
     const float bias = has_b ? B_LD(b, bo + g * M + row) : 0.0f;
-    for (int j = 0; j < 4; ++j) {
+    for (int j = 0; j < TPT; ++j) {
       const uint col = col0 + tx + 16 * j;
       if (col >= N) continue;
       const ulong at = yb + (ulong)row * N + col;
+#if KSPLIT > 1
+      P[(ulong)kc * (get_num_groups(2) / KSPLIT) * M * N + at] = acc[i][j];
+      continue;
+#endif
       // The sum of products, then the bias (the direct kernel starts its sum at the bias:
       // another fp32 order of the same terms).
       float v = acc[i][j] + bias;
@@ -110,10 +132,24 @@ void conv_gemm(__global const X_T* x, ulong xo, __global const W_T* w, ulong wo,
     }
   }
 }
+
+// A split k range's parts added in part order, then the bias, Z and the activation (as above).
+__kernel void conv_reduce(__global const float* P, __global const B_T* b, ulong bo,
+                          __global const Z_T* z, ulong zo, __global Y_T* y, ulong yo,
+                          ulong total, uint Mt, uint N, int has_b, int has_z, float p0, float p1) {
+  const ulong i = get_global_id(0);
+  if (i >= total) return;
+  float v = P[i];
+  for (uint s = 1; s < KSPLIT; ++s) v += P[s * total + i];
+  if (has_b) v = v + B_LD(b, bo + (i / N) % Mt);
+  if (has_z) v = v + Z_LD(z, zo + i);
+  v = act(v, p0, p1);
+  Y_ST(v, y, yo + i);
+}
 )");
 }
 
-// The fewest output channels per group that run as a tiled GEMM (its tile has 64 rows).
+// The fewest output channels per group that run as a tiled GEMM (its tile has 32 to 128 rows).
 constexpr int64_t kGemmMinChannels = 8;
 
 class ConvKernel final : public Kernel {
@@ -146,13 +182,22 @@ class ConvKernel final : public Kernel {
     // directly (one item per output) when they are few (depthwise: one).
     const int64_t group_channels = s.m / attrs_.group;
     const bool gemm = group_channels >= kGemmMinChannels;
-    std::unique_ptr<ClFunction>& fn = gemm ? gemm_fn_ : fn_;
-    if (fn == nullptr) {
+    const size_t pixels = static_cast<size_t>(y->num_elements() / (y->dim(0) * s.m));
+    // W (the GEMM's A) is contiguous along k; the im2col matrix along its columns.
+    const uint64_t kdim = static_cast<uint64_t>(w.num_elements() / std::max<int64_t>(w.dim(0), 1));
+    const GemmTiling tiling =
+        ChooseGemmTiling(*dev, group_channels, pixels, kdim,
+                         static_cast<uint64_t>(x.dim(0) * attrs_.group), true, false, gemm);
+    Functions& fns = gemm ? gemm_fns_[{tiling.per_item, tiling.k_split}] : direct_;
+    if (fns.main == nullptr) {
       const DataType bt = s.in.b ? s.in.b->dtype() : yt, zt = z ? z->dtype() : yt;
-      fn = std::make_unique<ClFunction>(what,
-                                        ConvSource(x.dtype(), w.dtype(), bt, zt, yt, act_.kind),
-                                        gemm ? "conv_gemm" : "conv");
+      const std::string source = ConvSource(x.dtype(), w.dtype(), bt, zt, yt, act_.kind, tiling);
+      fns.main = std::make_unique<ClFunction>(what, source, gemm ? "conv_gemm" : "conv");
+      if (tiling.k_split > 1) {
+        fns.reduce = std::make_unique<ClFunction>(what, source, "conv_reduce");
+      }
     }
+    std::unique_ptr<ClFunction>& fn = fns.main;
     ASSIGN_OR_RETURN(cl_kernel k, fn->Get(dev));
     ASSIGN_OR_RETURN(TensorArg xa, ArgOf(x, what));
     ASSIGN_OR_RETURN(TensorArg wa, ArgOf(w, what));
@@ -189,21 +234,40 @@ class ConvKernel final : public Kernel {
                             at(s.win.dilations, 1), static_cast<cl_uint>(attrs_.group), has_b,
                             has_z, p0, p1));
     if (!gemm) return Launch1D(*dev, k, total, what);
-    const size_t pixels = static_cast<size_t>(oh) * ow;
-    const size_t global[3] = {(pixels + 63) / 64 * 16,
-                              (static_cast<size_t>(group_channels) + 63) / 64 * 16,
-                              static_cast<size_t>(x.dim(0) * attrs_.group)};
+    // The parts' partial sums (fp32) when k is split; unread otherwise.
+    cl_mem partials = ya.mem;
+    if (tiling.k_split > 1) {
+      const uint64_t bytes = static_cast<uint64_t>(tiling.k_split) * total * sizeof(float);
+      if (partials_ == nullptr || partials_->bytes() < bytes || &partials_->device() != dev.get()) {
+        ASSIGN_OR_RETURN(partials_, NewBuffer(dev, bytes));
+      }
+      partials = partials_->mem();
+    }
+    const cl_uint kc = static_cast<cl_uint>(SplitChunk(kdim, tiling.k_split));
+    RETURN_IF_ERROR(SetArgs(*dev, k, what, first + 19, partials, kc));
+    const size_t tile = 16 * tiling.per_item;
+    const size_t global[3] = {(pixels + tile - 1) / tile * 16,
+                              (static_cast<size_t>(group_channels) + tile - 1) / tile * 16,
+                              static_cast<size_t>(x.dim(0) * attrs_.group) * tiling.k_split};
     const size_t local[3] = {16, 16, 1};
-    return ClStatus(dev->cl().clEnqueueNDRangeKernel(dev->queue(), k, 3, nullptr, global, local, 0,
-                                                     nullptr, nullptr),
-                    absl::StrCat("queueing ", what));
+    RETURN_IF_ERROR(dev->Enqueue(k, 3, global, local, what));
+    if (tiling.k_split == 1) return absl::OkStatus();
+    ASSIGN_OR_RETURN(cl_kernel red, fns.reduce->Get(dev));
+    RETURN_IF_ERROR(SetArgs(*dev, red, what, 0, partials, ba, za, ya, total, m,
+                            static_cast<cl_uint>(pixels), has_b, has_z, p0, p1));
+    return Launch1D(*dev, red, total, what);
   }
 
  private:
   const ir::Node& node_;
   cpu::ref::nn::ConvAttrs attrs_;
   Activation act_;
-  std::unique_ptr<ClFunction> fn_, gemm_fn_;  // direct, tiled GEMM
+  struct Functions {
+    std::unique_ptr<ClFunction> main, reduce;
+  };
+  Functions direct_;
+  std::map<std::pair<int, int>, Functions> gemm_fns_;  // tiled GEMM, by TPT and k split
+  std::shared_ptr<ClStorage> partials_;                // of a split k range
 };
 
 absl::StatusOr<std::unique_ptr<Kernel>> MakeConv(const ir::Node& node) {

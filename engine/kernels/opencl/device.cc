@@ -1,6 +1,9 @@
 #include "engine/kernels/opencl/device.h"
 
+#include <algorithm>
 #include <charconv>
+#include <cstdio>
+#include <cstdlib>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -103,55 +106,21 @@ absl::StatusOr<Found> Find(const DeviceSpec& spec) {
   if (!spec.opencl) return absl::InvalidArgumentError("the CPU is not an OpenCL device");
   ASSIGN_OR_RETURN(const ClApi* cl, Cl());
   ASSIGN_OR_RETURN(const std::vector<cl_platform_id> ps, Platforms(*cl));
-  if (ps.empty()) {
-    return absl::UnavailableError(
-        "OpenCL has no platform on this machine: the ICD loader found no driver (install one, "
-        "e.g. Debian's pocl-opencl-icd for the CPU, or point OCL_ICD_VENDORS at a folder of "
-        ".icd files)");
-  }
   std::vector<std::vector<cl_device_id>> devices;
-  for (cl_platform_id p : ps) devices.push_back(Devices(*cl, p));
-  const auto first_gpu = [&](int pi) -> int {
-    for (size_t di = 0; di < devices[pi].size(); ++di) {
-      if (DeviceValue<cl_device_type>(*cl, devices[pi][di], CL_DEVICE_TYPE) & CL_DEVICE_TYPE_GPU) {
-        return static_cast<int>(di);
-      }
-    }
-    return -1;
-  };
-  int pi = spec.platform;
-  if (pi < 0) {
-    pi = 0;
-    for (size_t i = 0; i < ps.size(); ++i) {
-      if (first_gpu(static_cast<int>(i)) >= 0) {
-        pi = static_cast<int>(i);
-        break;
-      }
+  std::vector<PlatformEntry> table;
+  for (cl_platform_id p : ps) {
+    devices.push_back(Devices(*cl, p));
+    PlatformEntry& e = table.emplace_back();
+    e.name = PlatformString(*cl, p, CL_PLATFORM_NAME);
+    for (cl_device_id d : devices.back()) {
+      e.devices.push_back(
+          {DeviceString(*cl, d, CL_DEVICE_NAME),
+           (DeviceValue<cl_device_type>(*cl, d, CL_DEVICE_TYPE) & CL_DEVICE_TYPE_GPU) != 0});
     }
   }
-  if (pi >= static_cast<int>(ps.size())) {
-    std::vector<std::string> names;
-    for (size_t i = 0; i < ps.size(); ++i) {
-      names.push_back(absl::StrCat(i, " '", PlatformString(*cl, ps[i], CL_PLATFORM_NAME), "'"));
-    }
-    return absl::NotFoundError(absl::StrCat("no OpenCL platform ", pi, " (device '",
-                                            spec.ToString(), "'); this machine has ",
-                                            absl::StrJoin(names, ", ")));
-  }
-  const std::vector<cl_device_id>& ds = devices[pi];
-  int di = spec.device;
-  if (di < 0) di = std::max(first_gpu(pi), 0);
-  if (di >= static_cast<int>(ds.size())) {
-    std::vector<std::string> names;
-    for (size_t i = 0; i < ds.size(); ++i) {
-      names.push_back(absl::StrCat(i, " '", DeviceString(*cl, ds[i], CL_DEVICE_NAME), "'"));
-    }
-    return absl::NotFoundError(absl::StrCat(
-        "no OpenCL device ", di, " on platform ", pi, " '",
-        PlatformString(*cl, ps[pi], CL_PLATFORM_NAME), "' (device '", spec.ToString(),
-        "'); it has ", ds.empty() ? std::string("no device") : absl::StrJoin(names, ", ")));
-  }
-  return Found{ps[pi], ds[di], Describe(*cl, ps[pi], ds[di], pi, di)};
+  ASSIGN_OR_RETURN(const auto chosen, ChooseDevice(spec, table));
+  const auto [pi, di] = chosen;
+  return Found{ps[pi], devices[pi][di], Describe(*cl, ps[pi], devices[pi][di], pi, di)};
 }
 
 }  // namespace
@@ -179,6 +148,54 @@ absl::StatusOr<DeviceSpec> ParseDeviceSpec(absl::string_view text) {
   if (parts.size() >= 2 && !ParseIndex(parts[1], spec.platform)) return bad();
   if (parts.size() == 3 && !ParseIndex(parts[2], spec.device)) return bad();
   return spec;
+}
+
+absl::StatusOr<std::pair<int, int>> ChooseDevice(const DeviceSpec& spec,
+                                                 const std::vector<PlatformEntry>& platforms) {
+  if (platforms.empty()) {
+    return absl::UnavailableError(
+        "OpenCL has no platform on this machine: the ICD loader found no driver (install one, "
+        "e.g. Debian's pocl-opencl-icd for the CPU, or point OCL_ICD_VENDORS at a folder of "
+        ".icd files)");
+  }
+  const auto first_gpu = [&](int pi) -> int {
+    const auto& ds = platforms[pi].devices;
+    for (size_t di = 0; di < ds.size(); ++di) {
+      if (ds[di].second) return static_cast<int>(di);
+    }
+    return -1;
+  };
+  int pi = spec.platform;
+  if (pi < 0) {
+    pi = 0;
+    for (size_t i = 0; i < platforms.size(); ++i) {
+      if (first_gpu(static_cast<int>(i)) >= 0) {
+        pi = static_cast<int>(i);
+        break;
+      }
+    }
+  }
+  if (pi >= static_cast<int>(platforms.size())) {
+    std::vector<std::string> names;
+    for (size_t i = 0; i < platforms.size(); ++i) {
+      names.push_back(absl::StrCat(i, " '", platforms[i].name, "'"));
+    }
+    return absl::NotFoundError(absl::StrCat("no OpenCL platform ", pi, " (device '",
+                                            spec.ToString(), "'); this machine has ",
+                                            absl::StrJoin(names, ", ")));
+  }
+  const auto& ds = platforms[pi].devices;
+  int di = spec.device;
+  if (di < 0) di = std::max(first_gpu(pi), 0);
+  if (di >= static_cast<int>(ds.size())) {
+    std::vector<std::string> names;
+    for (size_t i = 0; i < ds.size(); ++i) names.push_back(absl::StrCat(i, " '", ds[i].first, "'"));
+    return absl::NotFoundError(
+        absl::StrCat("no OpenCL device ", di, " on platform ", pi, " '", platforms[pi].name,
+                     "' (device '", spec.ToString(), "'); it has ",
+                     ds.empty() ? std::string("no device") : absl::StrJoin(names, ", ")));
+  }
+  return std::pair<int, int>{pi, di};
 }
 
 std::string DeviceInfo::Describe() const {
@@ -228,14 +245,67 @@ absl::StatusOr<std::shared_ptr<Device>> Device::Open(const DeviceSpec& spec) {
                                          reinterpret_cast<cl_context_properties>(f.platform), 0};
   d->context_ = cl.clCreateContext(props, 1, &d->id_, nullptr, nullptr, &rc);
   RETURN_IF_ERROR(ClStatus(rc, absl::StrCat("creating a context on ", d->info_.Describe())));
-  d->queue_ = cl.clCreateCommandQueue(d->context_, d->id_, 0, &rc);
+  const char* profile = std::getenv("KILN_OPENCL_PROFILE");
+  d->profiling_ = profile != nullptr && std::string(profile) == "1";
+  d->queue_ = cl.clCreateCommandQueue(d->context_, d->id_,
+                                      d->profiling_ ? CL_QUEUE_PROFILING_ENABLE : 0, &rc);
   RETURN_IF_ERROR(ClStatus(rc, absl::StrCat("creating a command queue on ", d->info_.Describe())));
   open[key] = d;
   return d;
 }
 
+absl::Status Device::Enqueue(cl_kernel k, cl_uint dims, const size_t* global, const size_t* local,
+                             const std::string& what) {
+  cl_event event = nullptr;
+  const cl_int rc = cl_->clEnqueueNDRangeKernel(queue_, k, dims, nullptr, global, local, 0, nullptr,
+                                                profiling_ ? &event : nullptr);
+  if (rc != CL_SUCCESS) return ClStatus(rc, absl::StrCat("queueing ", what));
+  if (event != nullptr) {
+    char name[128] = {0};
+    cl_->clGetKernelInfo(k, CL_KERNEL_FUNCTION_NAME, sizeof(name) - 1, name, nullptr);
+    std::lock_guard<std::mutex> lock(profile_mu_);
+    launches_.push_back({name, event});
+    if (launches_.size() >= 4096) CollectProfile();
+  }
+  return absl::OkStatus();
+}
+
+void Device::CollectProfile() {
+  if (launches_.empty()) return;
+  cl_->clFinish(queue_);
+  for (const auto& [name, event] : launches_) {
+    cl_ulong start = 0, end = 0;
+    cl_->clGetEventProfilingInfo(event, CL_PROFILING_COMMAND_START, sizeof(start), &start, nullptr);
+    cl_->clGetEventProfilingInfo(event, CL_PROFILING_COMMAND_END, sizeof(end), &end, nullptr);
+    cl_->clReleaseEvent(event);
+    ProfileEntry& e = profile_[name];
+    ++e.launches;
+    e.ms += end > start ? (end - start) * 1e-6 : 0.0;
+    first_start_ = std::min(first_start_, start);
+    last_end_ = std::max(last_end_, end);
+  }
+  launches_.clear();
+}
+
 Device::~Device() {
   if (cl_ == nullptr) return;
+  if (profiling_) {
+    std::lock_guard<std::mutex> lock(profile_mu_);
+    CollectProfile();
+    std::vector<std::pair<std::string, ProfileEntry>> rows(profile_.begin(), profile_.end());
+    std::sort(rows.begin(), rows.end(),
+              [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
+    double busy = 0;
+    for (const auto& [name, e] : rows) busy += e.ms;
+    std::fprintf(stderr, "OpenCL profile of %s: %.3f ms of kernels in a span of %.3f ms\n",
+                 info_.Describe().c_str(), busy,
+                 last_end_ > first_start_ ? (last_end_ - first_start_) * 1e-6 : 0.0);
+    std::fprintf(stderr, "  %-40s %10s %8s %10s\n", "kernel function", "ms", "launches", "us each");
+    for (const auto& [name, e] : rows) {
+      std::fprintf(stderr, "  %-40s %10.3f %8d %10.2f\n", name.c_str(), e.ms, e.launches,
+                   1e3 * e.ms / e.launches);
+    }
+  }
   for (auto& [key, program] : programs_) cl_->clReleaseProgram(program);
   if (queue_ != nullptr) cl_->clReleaseCommandQueue(queue_);
   if (context_ != nullptr) cl_->clReleaseContext(context_);

@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -28,6 +29,19 @@ struct DeviceSpec {
 /// Parses "cpu", "opencl", "opencl:P" or "opencl:P:D" (P, D decimal indices as `kiln devices`
 /// lists them); InvalidArgument naming the text otherwise.
 absl::StatusOr<DeviceSpec> ParseDeviceSpec(absl::string_view text);
+
+/// One platform of a machine as the choice of a device sees it: its name, and each device's name
+/// and whether it is a GPU.
+struct PlatformEntry {
+  std::string name;
+  std::vector<std::pair<std::string, bool>> devices;
+};
+
+/// The (platform, device) indices that `spec` (opencl set) names among `platforms`. Default
+/// platform: the first with a GPU, else platform 0; default device: its first GPU, else its
+/// device 0. Unavailable without any platform; NotFound naming what exists for a missing index.
+absl::StatusOr<std::pair<int, int>> ChooseDevice(const DeviceSpec& spec,
+                                                 const std::vector<PlatformEntry>& platforms);
 
 /// What an OpenCL device is and can do.
 struct DeviceInfo {
@@ -80,7 +94,19 @@ class Device {
   absl::StatusOr<cl_program> Program(const std::string& what, const std::string& source,
                                      const std::string& options);
 
+  /// Queues `k` over `global` work items (`dims` dimensions) in groups of `local`. Errors name
+  /// `what`. With KILN_OPENCL_PROFILE=1 in the environment at Open, the queue keeps each launch's
+  /// device time, and the device prints the times by kernel function to stderr when it closes.
+  absl::Status Enqueue(cl_kernel k, cl_uint dims, const size_t* global, const size_t* local,
+                       const std::string& what);
+
  private:
+  struct ProfileEntry {
+    int launches = 0;
+    double ms = 0;
+  };
+  // Adds the times of the finished launches to profile_ (profile_mu_ held).
+  void CollectProfile();
   Device() = default;
   absl::StatusOr<cl_program> BuildProgram(const std::string& what, const std::string& source,
                                           const std::string& options);
@@ -92,6 +118,11 @@ class Device {
   cl_command_queue queue_ = nullptr;
   std::mutex mu_;
   std::map<std::string, cl_program> programs_;  // by cache key
+  bool profiling_ = false;
+  std::mutex profile_mu_;
+  std::vector<std::pair<std::string, cl_event>> launches_;  // not yet collected
+  std::map<std::string, ProfileEntry> profile_;             // by kernel function
+  cl_ulong first_start_ = ~cl_ulong{0}, last_end_ = 0;
 };
 
 }  // namespace kiln::kernels::opencl

@@ -414,6 +414,7 @@ void RegisterOpenCl(Registry& r) {
   RegisterNorm(r);
   RegisterNormFused(r);
   RegisterAttention(r);
+  RegisterRecurrent(r);
 }
 
 }  // namespace kiln::kernels::opencl

@@ -8,16 +8,19 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/common/dtype.h"
 #include "engine/common/status.h"
 #include "engine/ir/graph.h"
 #include "engine/kernels/cpu/ref/fused_activation.h"
+#include "engine/kernels/kernel.h"
 #include "engine/kernels/opencl/device.h"
 #include "engine/kernels/opencl/runtime.h"
 
@@ -40,13 +43,55 @@ std::string ActivationFunction(cpu::ref::ActKind kind);
 /// The p0, p1 that `act` takes for `a` (LeakyRelu's alpha; Clip's bounds; GELU's form).
 void ActivationParams(const cpu::ref::Activation& a, float& p0, float& p1);
 
-/// OpenCL C of the tiled GEMM main loop, to be placed in a kernel body that declares
-/// `reqd_work_group_size(16, 16, 1)`, uint M, N, K and uint row0, col0 (the 64 x 64 tile's
-/// origin), and defines the macros A_AT(r, k) and B_AT(k, c) (uint arguments, each in range) as
-/// the float values of A and B. It declares `float acc[4][4]`, the outputs (row0 + ty + 16 i,
-/// col0 + tx + 16 j) of work item (tx, ty) = local ids (0, 1), and fills them with acc = 0, then
-/// acc = fma(A(r, k), B(k, c), acc) for k = 0 .. K-1 in order: the fp32 order of the AVX-512
-/// GEMM (cpu/avx512/gemm.h). A and B are staged 16-deep in local memory.
+/// How a tiled GEMM is cut: each of the 16 x 16 work items of a group computes TPT x TPT
+/// outputs (per_item: 2, 4 or 8), a TILE x TILE tile (TILE = 16 TPT) per group; operands
+/// contiguous along k are staged with neighbouring items reading along k.
+/// k_split > 1: the k range is cut into k_split parts of SplitChunk values each, each part summed
+/// by its own work-groups into fp32 partial sums, which a second kernel adds in part order.
+struct GemmTiling {
+  int per_item = 4;
+  bool a_k_contiguous = false, b_k_contiguous = false;
+  int k_split = 1;
+};
+
+/// The tiling for an M x N x K GEMM (times `batch`) on `device`: the largest tile that still
+/// gives every compute unit a work-group; where even 64-wide tiles are too few, the k range split
+/// (when `may_split_k`) so that they are enough; else 32-wide tiles. Or what
+/// ForceGemmTileForTesting set.
+GemmTiling ChooseGemmTiling(const Device& device, uint64_t m, uint64_t n, uint64_t k,
+                            uint64_t batch, bool a_k_contiguous, bool b_k_contiguous,
+                            bool may_split_k);
+
+/// The parts a k range of `k` is cut into when asked for `parts` (fewer where parts of whole
+/// 16-deep slices cover it), and the values of k in each part but the last.
+int SplitK(uint64_t k, int parts);
+uint64_t SplitChunk(uint64_t k, int parts);
+
+/// Makes ChooseGemmTiling answer `per_item` (2, 4, 8; 0: choose again) and, where it may split
+/// k, `k_split` parts, process-wide: the tests run every tiling on any device.
+void ForceGemmTileForTesting(int per_item, int k_split = 1);
+
+/// The #defines (TPT, TILE, A_KFAST, B_KFAST, KSPLIT) GemmTileLoop reads, for tiling `t`.
+std::string GemmDefines(const GemmTiling& t);
+
+/// OpenCL C declaring `ulong index` (the kernel's batch entry: grid dim 2) and, when KSPLIT > 1,
+/// `uint kc` (the part of the k range this work-group sums: grid dim 2 holds batch x KSPLIT) and
+/// K_BEGIN / K_END for GemmTileLoop; for a kernel body that has uint K and the part size KC.
+std::string GemmPart(const std::string& index);
+
+/// OpenCL C of the tiled GEMM main loop, to be placed after GemmDefines in a kernel body that
+/// declares `reqd_work_group_size(16, 16, 1)`, uint M, N, K and uint row0, col0 (the TILE x TILE
+/// tile's origin), and defines the macros A_AT(r, k) and B_AT(k, c) (uint arguments, each in
+/// range) as the float values of A and B. It declares `float acc[TPT][TPT]`, the outputs
+/// (row0 + ty + 16 i, col0 + tx + 16 j) of work item (tx, ty) = local ids (0, 1), and fills them
+/// with acc = 0, then acc = fma(A(r, k), B(k, c), acc) for k = 0 .. K-1 in order: the fp32 order
+/// of the AVX-512 GEMM (cpu/avx512/gemm.h), whatever the tiling (K_BEGIN .. K_END - 1 when the
+/// kernel defines those macros: one part of a split k range). A and B are staged 16-deep in
+/// local memory. Optional hooks for a B whose addresses cost arithmetic (the implicit im2col):
+/// GEMM_PRELUDE runs once per item before the k loop (`lid` = 16 ty + tx is defined); GEMM_SLICE
+/// at the start of each 16-deep slice from k0, by every item, followed by a barrier; and
+/// B_AT_STAGED(l, kk), when defined, replaces B_AT for the item's l-th staged value of the slice,
+/// at k = k0 + kk and column col0 + (lid + 256 l) % TILE (B not staged along k).
 const char* GemmTileLoop();
 
 /// Whether the OpenCL kernels store `dt` (fp32, fp16, bf16).
@@ -83,6 +128,36 @@ std::string Label(const ir::Node& n, DataType dt);
 
 /// The device that holds device tensor `y` (a kernel's output: where it runs).
 absl::StatusOr<std::shared_ptr<Device>> DeviceOf(const ir::Tensor& y, const std::string& what);
+
+/// Device tensor `t` copied to the host (blocking: it waits for the kernels queued before).
+absl::StatusOr<ir::Tensor> ReadBack(const ir::Tensor& t, const std::string& what);
+
+/// A kernel's context with the inputs listed in Fetch's `params` on the host (the graph's
+/// constant, or a copy read back); the others, and the outputs, are the device context's. The
+/// reference's argument reading (cpu/ref) then runs on it unchanged: shapes, axes, indices and
+/// lengths that decide a launch.
+class HostParams final : public KernelContext {
+ public:
+  explicit HostParams(KernelContext& ctx) : ctx_(ctx) {}
+
+  absl::Status Fetch(const ir::Node& node, const std::vector<int>& params);
+
+  int num_inputs() const override { return ctx_.num_inputs(); }
+  const ir::Tensor* input(int i) const override {
+    const auto it = host_.find(i);
+    return it != host_.end() ? it->second : ctx_.input(i);
+  }
+  int num_outputs() const override { return ctx_.num_outputs(); }
+  absl::StatusOr<ir::Tensor*> output(int i, DataType dtype, std::vector<int64_t> dims) override {
+    return ctx_.output(i, dtype, std::move(dims));
+  }
+  bool output_requested(int i) const override { return ctx_.output_requested(i); }
+
+ private:
+  KernelContext& ctx_;
+  std::map<int, const ir::Tensor*> host_;
+  std::map<int, ir::Tensor> owned_;
+};
 
 /// A kernel argument: a device tensor's buffer and its offset in elements, or a plain value.
 struct TensorArg {

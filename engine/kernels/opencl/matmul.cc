@@ -1,12 +1,15 @@
 // MatMul, Gemm and FusedMatMul (act(MatMul + bias)) on OpenCL: one tiled GEMM kernel for fp32, fp16
-// and bf16 storage. A work-group of 16 x 16 items computes a 64 x 64 tile of Y, each item 4 x 4
-// outputs held in registers, with 16-deep slices of A and B staged in local memory. Every output is
+// and bf16 storage. A work-group of 16 x 16 items computes a tile of Y, each item TPT x TPT outputs
+// held in registers (kernel_base.h's GemmTiling: the tile size that fills the device), with 16-deep
+// slices of A and B staged in local memory. Every output is
 // acc = 0, then acc = fma(a[k], b[k], acc) for k = 0 .. K-1: the fp32 order of the CPU's AVX-512
 // GEMM (cpu/avx512/gemm.h), one rounding per step, then the Gemm epilogue v = alpha * acc, v = v +
 // beta * C, each step rounded to fp32, and one rounding to the storage type. Batches broadcast as
 // numpy's matmul (ref::nn::PlanMatMul), up to kMaxBatchRank batch dims.
+#include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -21,12 +24,25 @@ namespace kiln::kernels::opencl {
 namespace {
 
 constexpr int kMaxBatchRank = 4;
-constexpr size_t kTile = 64, kGroup = 16;
+constexpr size_t kGroup = 16;
 
 // `dt`: A and B; `ct`: Gemm's C or FusedMatMul's bias; `yt`: Y.
-std::string GemmSource(DataType dt, DataType ct, DataType yt, cpu::ref::ActKind act) {
-  return absl::StrCat(StoragePrelude(dt), StoragePrelude(ct, "C"), StoragePrelude(yt, "Y"),
-                      ActivationFunction(act), R"(
+std::string GemmSource(DataType dt, DataType ct, DataType yt, cpu::ref::ActKind act,
+                       const GemmTiling& tiling) {
+  return absl::StrCat(GemmDefines(tiling), StoragePrelude(dt), StoragePrelude(ct, "C"),
+                      StoragePrelude(yt, "Y"), ActivationFunction(act), R"(
+// The epilogue of output (row, col) of sum v.
+inline float finish(float v, uint row, uint col, int epilogue, float alpha, float beta,
+                    __global const C_T* Cm, ulong co, ulong c_rs, ulong c_cs, float p0, float p1) {
+  if (epilogue == 3) return act(v + C_LD(Cm, co + row * c_rs + col * c_cs), p0, p1);
+  if (epilogue == 4) return act(v, p0, p1);
+  if (epilogue) {
+    v = alpha * v;
+    if (epilogue > 1) v = v + beta * C_LD(Cm, co + row * c_rs + col * c_cs);
+  }
+  return v;
+}
+
 __kernel __attribute__((reqd_work_group_size(16, 16, 1)))
 void gemm(__global const S_T* A, ulong ao, __global const S_T* B, ulong bo,
           __global Y_T* Y, ulong yo, uint M, uint N, uint K,
@@ -35,39 +51,55 @@ void gemm(__global const S_T* A, ulong ao, __global const S_T* B, ulong bo,
           ulong a_b0, ulong a_b1, ulong a_b2, ulong a_b3,
           ulong b_b0, ulong b_b1, ulong b_b2, ulong b_b3,
           int epilogue, float alpha, float beta,
-          __global const C_T* Cm, ulong co, ulong c_rs, ulong c_cs, float p0, float p1) {
-  const uint row0 = get_group_id(1) * 64, col0 = get_group_id(0) * 64;
+          __global const C_T* Cm, ulong co, ulong c_rs, ulong c_cs, float p0, float p1,
+          __global float* P, uint KC) {
+  const uint row0 = get_group_id(1) * TILE, col0 = get_group_id(0) * TILE;
+)",
+                      GemmPart("bi"), R"(
   // The batch index over up to four batch dims (outermost first), and its A and B matrices.
-  ulong r = get_global_id(2), c3 = r % bd3;
+  ulong r = bi, c3 = r % bd3;
   r /= bd3;
   const ulong c2 = r % bd2;
   r /= bd2;
   const ulong c1 = r % bd1, c0 = r / bd1;
   const ulong a_off = ao + c0 * a_b0 + c1 * a_b1 + c2 * a_b2 + c3 * a_b3;
   const ulong b_off = bo + c0 * b_b0 + c1 * b_b1 + c2 * b_b2 + c3 * b_b3;
-  const ulong y_off = yo + get_global_id(2) * (ulong)M * N;
+  const ulong y_off = bi * (ulong)M * N;
 #define A_AT(r, k) S_LD(A, a_off + (r) * a_rs + (k) * a_cs)
 #define B_AT(k, c) S_LD(B, b_off + (k) * b_rs + (c) * b_cs)
 )",
                       GemmTileLoop(), R"(
-  for (int i = 0; i < 4; ++i) {
+#if KSPLIT > 1
+  const ulong part = (ulong)kc * (get_num_groups(2) / KSPLIT) * M * N;
+#endif
+  for (int i = 0; i < TPT; ++i) {
     const uint row = row0 + ty + 16 * i;
     if (row >= M) continue;
-    for (int j = 0; j < 4; ++j) {
+    for (int j = 0; j < TPT; ++j) {
       const uint col = col0 + tx + 16 * j;
       if (col >= N) continue;
-      float v = acc[i][j];
-      if (epilogue == 3) {
-        v = act(v + C_LD(Cm, co + row * c_rs + col * c_cs), p0, p1);
-      } else if (epilogue == 4) {
-        v = act(v, p0, p1);
-      } else if (epilogue) {
-        v = alpha * v;
-        if (epilogue > 1) v = v + beta * C_LD(Cm, co + row * c_rs + col * c_cs);
-      }
-      Y_ST(v, Y, y_off + (ulong)row * N + col);
+#if KSPLIT > 1
+      P[part + y_off + (ulong)row * N + col] = acc[i][j];
+#else
+      const float v = finish(acc[i][j], row, col, epilogue, alpha, beta, Cm, co, c_rs, c_cs, p0, p1);
+      Y_ST(v, Y, yo + y_off + (ulong)row * N + col);
+#endif
     }
   }
+}
+
+// The parts' sums of each output added in part order, then the epilogue.
+__kernel void gemm_reduce(__global const float* P, __global Y_T* Y, ulong yo, uint M, uint N,
+                          ulong total, int epilogue, float alpha, float beta,
+                          __global const C_T* Cm, ulong co, ulong c_rs, ulong c_cs, float p0,
+                          float p1) {
+  const ulong i = get_global_id(0);
+  if (i >= total) return;
+  float v = P[i];
+  for (uint s = 1; s < KSPLIT; ++s) v += P[s * total + i];
+  const ulong mn = i % ((ulong)M * N);
+  v = finish(v, (uint)(mn / N), (uint)(mn % N), epilogue, alpha, beta, Cm, co, c_rs, c_cs, p0, p1);
+  Y_ST(v, Y, yo + i);
 }
 )");
 }
@@ -125,12 +157,19 @@ class GemmKernel final : public Kernel {
     ASSIGN_OR_RETURN(const ClStorage* ys, StorageOf(*y, what));
     const std::shared_ptr<Device>& dev = ys->shared_device();
     const DataType ct = c != nullptr ? c->dtype() : dt;
-    if (fn_ == nullptr) {
-      fn_ = std::make_unique<ClFunction>(what, GemmSource(dt, ct, yt, act_.kind), "gemm");
+    const GemmTiling tiling = ChooseGemmTiling(*dev, g.m, g.n, g.k, g.batch, g.a_cs == 1 && g.m > 1,
+                                               g.b_rs == 1 && g.n > 1,
+                                               /*may_split_k=*/true);
+    Functions& fns =
+        fns_[{tiling.per_item, tiling.a_k_contiguous, tiling.b_k_contiguous, tiling.k_split}];
+    if (fns.gemm == nullptr) {
+      const std::string source = GemmSource(dt, ct, yt, act_.kind, tiling);
+      fns.gemm = std::make_unique<ClFunction>(what, source, "gemm");
+      fns.reduce = std::make_unique<ClFunction>(what, source, "gemm_reduce");
     }
     float p0 = 0, p1 = 0;
     ActivationParams(act_, p0, p1);
-    ASSIGN_OR_RETURN(cl_kernel kern, fn_->Get(dev));
+    ASSIGN_OR_RETURN(cl_kernel kern, fns.gemm->Get(dev));
     ASSIGN_OR_RETURN(TensorArg aa, ArgOf(*a, what));
     ASSIGN_OR_RETURN(TensorArg ba, ArgOf(*b, what));
     ASSIGN_OR_RETURN(TensorArg ya, ArgOf(*y, what));
@@ -139,16 +178,31 @@ class GemmKernel final : public Kernel {
     if (c != nullptr) {
       ASSIGN_OR_RETURN(ca, ArgOf(*c, what));
     }
+    // The parts' partial sums (fp32) when k is split; unread otherwise.
+    const cl_ulong total = static_cast<cl_ulong>(g.batch) * g.m * g.n;
+    TensorArg pa{ya.mem, 0};
+    if (tiling.k_split > 1) {
+      const uint64_t bytes = static_cast<uint64_t>(tiling.k_split) * total * sizeof(float);
+      if (partials_ == nullptr || partials_->bytes() < bytes || &partials_->device() != dev.get()) {
+        ASSIGN_OR_RETURN(partials_, NewBuffer(dev, bytes));
+      }
+      pa.mem = partials_->mem();
+    }
+    const cl_uint kc = static_cast<cl_uint>(SplitChunk(g.k, tiling.k_split));
     RETURN_IF_ERROR(SetArgs(*dev, kern, what, 0, aa, ba, ya, g.m, g.n, g.k, g.a_rs, g.a_cs, g.b_rs,
                             g.b_cs, g.bd[1], g.bd[2], g.bd[3], g.a_b[0], g.a_b[1], g.a_b[2],
                             g.a_b[3], g.b_b[0], g.b_b[1], g.b_b[2], g.b_b[3], g.epilogue, g.alpha,
-                            g.beta, ca, g.c_rs, g.c_cs, p0, p1));
-    const size_t global[3] = {(g.n + kTile - 1) / kTile * kGroup,
-                              (g.m + kTile - 1) / kTile * kGroup, static_cast<size_t>(g.batch)};
+                            g.beta, ca, g.c_rs, g.c_cs, p0, p1, pa.mem, kc));
+    const size_t tile = 16 * tiling.per_item;
+    const size_t global[3] = {(g.n + tile - 1) / tile * kGroup, (g.m + tile - 1) / tile * kGroup,
+                              static_cast<size_t>(g.batch) * tiling.k_split};
     const size_t local[3] = {kGroup, kGroup, 1};
-    return ClStatus(dev->cl().clEnqueueNDRangeKernel(dev->queue(), kern, 3, nullptr, global, local,
-                                                     0, nullptr, nullptr),
-                    absl::StrCat("queueing ", what));
+    RETURN_IF_ERROR(dev->Enqueue(kern, 3, global, local, what));
+    if (tiling.k_split == 1) return absl::OkStatus();
+    ASSIGN_OR_RETURN(cl_kernel red, fns.reduce->Get(dev));
+    RETURN_IF_ERROR(SetArgs(*dev, red, what, 0, pa.mem, ya, g.m, g.n, total, g.epilogue, g.alpha,
+                            g.beta, ca, g.c_rs, g.c_cs, p0, p1));
+    return Launch1D(*dev, red, total, what);
   }
 
  private:
@@ -267,7 +321,11 @@ class GemmKernel final : public Kernel {
   cpu::ref::Activation act_;
   bool trans_a_ = false, trans_b_ = false;
   float alpha_ = 1, beta_ = 1;
-  std::unique_ptr<ClFunction> fn_;
+  struct Functions {
+    std::unique_ptr<ClFunction> gemm, reduce;
+  };
+  std::map<std::tuple<int, bool, bool, int>, Functions> fns_;  // by tiling
+  std::shared_ptr<ClStorage> partials_;                        // of a split k range
 };
 
 absl::StatusOr<std::unique_ptr<Kernel>> MakeGemm(const ir::Node& node) {

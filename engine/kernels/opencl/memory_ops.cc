@@ -74,59 +74,6 @@ __kernel void rows(__global const E* xs, ulong xo, __global E* ys, ulong yo, ulo
 )");
 }
 
-// Device tensor `t` copied to the host (blocking: it waits for the kernels queued before).
-absl::StatusOr<ir::Tensor> ReadBack(const ir::Tensor& t, const std::string& what) {
-  ASSIGN_OR_RETURN(const ClStorage* s, StorageOf(t, what));
-  ASSIGN_OR_RETURN(ir::Tensor host, ir::Tensor::AllocateUninitialized(t.dtype(), t.dims()));
-  if (t.byte_size() == 0) return host;
-  Device& dev = s->device();
-  RETURN_IF_ERROR(
-      ClStatus(dev.cl().clEnqueueReadBuffer(dev.queue(), s->mem(), CL_TRUE, t.device_offset(),
-                                            t.byte_size(), host.raw_data(), 0, nullptr, nullptr),
-               absl::StrCat("reading back an input of ", what)));
-  return host;
-}
-
-// The kernel's context with the inputs listed in `params` on the host (the graph's constant, or
-// a copy read back); the others, and the outputs, are the device context's. The reference's
-// argument reading (cpu/ref) then runs on it unchanged.
-class HostParams final : public KernelContext {
- public:
-  explicit HostParams(KernelContext& ctx) : ctx_(ctx) {}
-
-  absl::Status Fetch(const ir::Node& node, const std::vector<int>& params) {
-    for (int k : params) {
-      const ir::Tensor* t = ctx_.input(k);
-      if (t == nullptr || !t->on_device()) continue;
-      const ir::Value* v = node.input(k);
-      if (v != nullptr && v->constant && !v->constant->on_device() &&
-          v->constant->dtype() == t->dtype() && v->constant->dims() == t->dims()) {
-        host_[k] = &*v->constant;
-        continue;
-      }
-      ASSIGN_OR_RETURN(owned_[k], ReadBack(*t, Label(node, t->dtype())));
-      host_[k] = &owned_[k];
-    }
-    return absl::OkStatus();
-  }
-
-  int num_inputs() const override { return ctx_.num_inputs(); }
-  const ir::Tensor* input(int i) const override {
-    const auto it = host_.find(i);
-    return it != host_.end() ? it->second : ctx_.input(i);
-  }
-  int num_outputs() const override { return ctx_.num_outputs(); }
-  absl::StatusOr<ir::Tensor*> output(int i, DataType dtype, std::vector<int64_t> dims) override {
-    return ctx_.output(i, dtype, std::move(dims));
-  }
-  bool output_requested(int i) const override { return ctx_.output_requested(i); }
-
- private:
-  KernelContext& ctx_;
-  std::map<int, const ir::Tensor*> host_;
-  std::map<int, ir::Tensor> owned_;
-};
-
 // A gather plan: iteration (output) dims, one map per axis, the fill's bits.
 struct Plan {
   std::vector<int64_t> iter;

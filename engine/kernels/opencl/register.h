@@ -27,6 +27,10 @@ void RegisterNormFused(Registry& r);
 /// Attention, opset 23: Q, K, V, mask, causal, scale, softcap, GQA; output Y (attention.cc).
 void RegisterAttention(Registry& r);
 
+/// LSTM, GRU and RNN: every direction, sequence_lens, initial states, peepholes, activations,
+/// clip, layout; outputs Y, Y_h, Y_c (recurrent.cc).
+void RegisterRecurrent(Registry& r);
+
 /// Every OpenCL family.
 void RegisterOpenCl(Registry& r);
 

@@ -62,9 +62,7 @@ absl::Status LaunchGroups(Device& dev, cl_kernel k, uint64_t groups, size_t loca
                           const std::string& what) {
   if (groups == 0) return absl::OkStatus();
   const size_t global = groups * local;
-  return ClStatus(dev.cl().clEnqueueNDRangeKernel(dev.queue(), k, 1, nullptr, &global, &local, 0,
-                                                  nullptr, nullptr),
-                  absl::StrCat("queueing ", what));
+  return dev.Enqueue(k, 1, &global, &local, what);
 }
 
 absl::Status LaunchRows(Device& dev, cl_kernel k, uint64_t rows, uint64_t n,

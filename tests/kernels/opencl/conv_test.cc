@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/kernels/opencl/kernel_base.h"
 #include "gtest/gtest.h"
 #include "tests/kernels/opencl/opencl_testing.h"
 #include "tests/testing/node_runner.h"
@@ -78,6 +79,19 @@ TEST(OpenClConvTest, WindowsGroupsAndPaddingAsTheReference) {
   }
 }
 
+// The tiled GEMM's every tile size sums each output in the same order: the same bits.
+TEST(OpenClConvTest, EveryTileSizeGivesTheSameBits) {
+  NodeSpec s{
+      OpType::kConv,
+      {{"pads", IntsAttr({1, 1, 1, 1})}, {"strides", IntsAttr({1, 2})}},
+      {RandomStored(DataType::kF32, {2, 9, 13, 21}, 7),
+       RandomStored(DataType::kF32, {70, 9, 3, 3}, 8), RandomStored(DataType::kF32, {70}, 9)}};
+  ExpectSameBitsForEveryTile(s);
+  Check(
+      {OpType::kConv, {{"pads", IntsAttr({1, 1, 1, 1})}, {"strides", IntsAttr({1, 2})}}, s.inputs},
+      9 * 9 + 1);
+}
+
 TEST(OpenClConvTest, FusedActivationsAndResidual) {
   const std::vector<std::vector<std::pair<std::string, ir::Attribute>>> acts = {
       {{"activation", StringAttr("Relu")}},
@@ -107,6 +121,36 @@ TEST(OpenClConvTest, FusedActivationsAndResidual) {
         NodeSpec s{OpType::kFusedConv, attrs, in};
         s.output_dtypes = {dt};
         Check(s, 5 * 9 + 2);
+      }
+    }
+  }
+}
+
+// A split k range (few tiles on a device of many compute units): the parts' sums added in
+// order, then the bias, Z and the activation. Another fp32 order of the same terms: within
+// Check's bound, and the same bits from run to run.
+TEST(OpenClConvTest, SplitKSumsWithinTheBoundAndRepeats) {
+  uint32_t seed = 800;
+  for (DataType dt : kTypes) {
+    for (int parts : {2, 3}) {
+      for (int64_t group : {1, 2}) {
+        SCOPED_TRACE(absl::StrCat(DataTypeOnnxName(dt), " k in ", parts, " parts, group ", group));
+        kernels::opencl::ForceGemmTileForTesting(4, parts);
+        const int64_t cg = 12 / group;
+        NodeSpec s{
+            OpType::kFusedConv,
+            {{"activation", StringAttr("Relu")},
+             {"pads", IntsAttr({1, 1, 1, 1})},
+             {"group", IntAttr(group)}},
+            {RandomStored(dt, {2, 12, 9, 9}, seed++), RandomStored(dt, {16, cg, 3, 3}, seed++),
+             RandomStored(dt, {16}, seed++), RandomStored(dt, {2, 16, 9, 9}, seed++)}};
+        s.output_dtypes = {dt};
+        Check(s, cg * 9 + 2);
+        s.opencl = true;
+        const ir::Tensor a = RunNodeOk0(s), b = RunNodeOk0(s);
+        ASSERT_TRUE(a.defined() && b.defined());
+        EXPECT_EQ(std::memcmp(a.raw_data(), b.raw_data(), a.byte_size()), 0);
+        kernels::opencl::ForceGemmTileForTesting(0);
       }
     }
   }

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "absl/strings/match.h"
+#include "engine/kernels/device.h"
 #include "engine/kernels/opencl/program_cache.h"
 #include "gtest/gtest.h"
 
@@ -102,6 +103,57 @@ TEST(DeviceTest, MissingIndicesNameWhatExists) {
   EXPECT_TRUE(absl::StrContains(d.status().message(), "no OpenCL device 31 on platform 0"))
       << d.status();
   EXPECT_TRUE(absl::StrContains(d.status().message(), "opencl:0:31")) << d.status();
+}
+
+// The choice among devices listed before (what kiln-server does with the list its child made)
+// follows Device::Open's: the first GPU by default, else device 0 of platform 0.
+TEST(DeviceTest, ResolvesAmongListedDevices) {
+  MachineDevices m;
+  const auto add = [&](int p, int d, const char* platform, const char* name, const char* type) {
+    DeviceDescription& x = m.opencl.emplace_back();
+    x.opencl = true;
+    x.platform = p;
+    x.device = d;
+    x.platform_name = platform;
+    x.name = name;
+    x.type = type;
+  };
+  add(0, 0, "Portable Computing Language", "cpu-zen5", "CPU");
+  add(1, 0, "Vendor", "Accelerator A", "accelerator");
+  add(1, 1, "Vendor", "GPU B", "GPU");
+  auto d = ResolveDeviceIn("opencl", m);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->Spec(), "opencl:1:1");
+  EXPECT_EQ(ResolveDeviceIn("opencl:0", m)->name, "cpu-zen5");
+  EXPECT_EQ(ResolveDeviceIn("opencl:1", m)->name, "GPU B");
+  EXPECT_EQ(ResolveDeviceIn("opencl:1:0", m)->name, "Accelerator A");
+  EXPECT_FALSE(ResolveDeviceIn("cpu", m)->opencl);
+  auto p = ResolveDeviceIn("opencl:2", m);
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(
+      absl::StrContains(p.status().message(), "0 'Portable Computing Language', 1 'Vendor'"))
+      << p.status();
+  auto q = ResolveDeviceIn("opencl:1:2", m);
+  EXPECT_EQ(q.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(absl::StrContains(q.status().message(), "it has 0 'Accelerator A', 1 'GPU B'"))
+      << q.status();
+  EXPECT_EQ(ResolveDeviceIn("gpu", m).status().code(), absl::StatusCode::kInvalidArgument);
+  // Without a GPU the default is device 0 of platform 0.
+  m.opencl.pop_back();
+  EXPECT_EQ(ResolveDeviceIn("opencl", m)->Spec(), "opencl:0:0");
+  // A listing that failed answers with its own error; one that found nothing says so.
+  MachineDevices failed;
+  failed.status = absl::UnavailableError("libOpenCL.so.1 not found");
+  EXPECT_EQ(ResolveDeviceIn("opencl", failed).status(), failed.status);
+  EXPECT_EQ(ResolveDeviceIn("opencl", MachineDevices{}).status().code(),
+            absl::StatusCode::kUnavailable);
+  // The listing agrees with what this machine's OpenCL chooses.
+  auto listed = ListOpenClDevices();
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  auto here = DescribeDevice("opencl");
+  ASSERT_TRUE(here.ok()) << here.status();
+  EXPECT_EQ(ResolveDeviceIn("opencl", MachineDevices{*listed, absl::OkStatus()})->Spec(),
+            here->Spec());
 }
 
 // A program that does not compile is an InvalidArgument naming the kernel, with the compiler's

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/kernels/opencl/kernel_base.h"
 #include "engine/kernels/registry.h"
 #include "gtest/gtest.h"
 #include "tests/kernels/opencl/opencl_testing.h"
@@ -29,13 +30,16 @@ void ExpectNearReference(const NodeSpec& spec, int64_t k, double act_ulps = 0) {
   });
 }
 
-// The device against the AVX-512 GEMM, bit for bit (fp32 and fp16 storage).
+// The device against the AVX-512 GEMM, bit for bit (fp32 and fp16 storage), with k unsplit
+// (a device with many compute units would split it for small GEMMs).
 void ExpectSameAsAvx512(const NodeSpec& spec) {
   if (!kernels::CpuHasIsa(kernels::Isa::kAvx512)) return;
   NodeSpec cl = spec;
   cl.opencl = true;
   const ir::Tensor want = RunNodeOk0(spec);
+  kernels::opencl::ForceGemmTileForTesting(4, 1);
   const ir::Tensor got = RunNodeOk0(cl);
+  kernels::opencl::ForceGemmTileForTesting(0);
   ASSERT_TRUE(got.defined() && want.defined());
   ASSERT_EQ(got.byte_size(), want.byte_size());
   EXPECT_EQ(std::memcmp(got.raw_data(), want.raw_data(), got.byte_size()), 0)
@@ -94,6 +98,81 @@ TEST(OpenClMatMulTest, GemmTransposesScalesAndBroadcastsC) {
           if (dt != DataType::kBF16) ExpectSameAsAvx512(s);
         }
       }
+    }
+  }
+}
+
+// Every tiling (2, 4 or 8 outputs per item per dim; operands staged along k or not) sums each
+// output in the same k order: the same bits, and those of the AVX-512 GEMM.
+TEST(OpenClMatMulTest, EveryTilingGivesTheSameBits) {
+  const int64_t m = 150, k = 70, n = 133;  // none a multiple of any tile; K past 4 slices
+  uint32_t seed = 500;
+  for (DataType dt : {DataType::kF32, DataType::kF16}) {
+    for (int ta = 0; ta < 2; ++ta) {
+      for (int tb = 0; tb < 2; ++tb) {
+        SCOPED_TRACE(absl::StrCat(DataTypeOnnxName(dt), " transA ", ta, " transB ", tb));
+        NodeSpec s{
+            OpType::kGemm,
+            {{"transA", IntAttr(ta)}, {"transB", IntAttr(tb)}},
+            {RandomStored(dt, ta ? std::vector<int64_t>{k, m} : std::vector<int64_t>{m, k}, seed++),
+             RandomStored(dt, tb ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n},
+                          seed++)}};
+        ExpectSameBitsForEveryTile(s);
+        ExpectSameAsAvx512(s);
+      }
+    }
+  }
+}
+
+// A k range split into parts (small GEMMs on a device of many compute units): each part summed
+// in k order, the parts' sums added in order, then the epilogue. Another fp32 order of the same
+// products: within ExpectNearReference's bound, and the same bits from run to run.
+TEST(OpenClMatMulTest, SplitKSumsWithinTheBoundAndRepeats) {
+  uint32_t seed = 700;
+  for (DataType dt : kTypes) {
+    for (int parts : {2, 3, 7}) {
+      SCOPED_TRACE(absl::StrCat(DataTypeOnnxName(dt), " k in ", parts, " parts"));
+      kernels::opencl::ForceGemmTileForTesting(4, parts);
+      // Gemm with C (alpha, beta), batched MatMul, FusedMatMul with bias and activation.
+      const std::vector<NodeSpec> specs = {
+          {OpType::kGemm,
+           {{"transB", IntAttr(1)}, {"alpha", FloatAttr(0.75f)}, {"beta", FloatAttr(-1.5f)}},
+           {RandomStored(dt, {37, 200}, seed++), RandomStored(dt, {70, 200}, seed++),
+            RandomStored(dt, {70}, seed++)}},
+          {OpType::kMatMul,
+           {},
+           {RandomStored(dt, {3, 20, 150}, seed++), RandomStored(dt, {3, 150, 33}, seed++)}},
+          {OpType::kFusedMatMul,
+           {{"activation", StringAttr("Gelu")}},
+           {RandomStored(dt, {2, 13, 99}, seed++), RandomStored(dt, {99, 40}, seed++),
+            RandomStored(dt, {40}, seed++)}},
+      };
+      for (NodeSpec s : specs) {
+        if (s.op == OpType::kFusedMatMul) s.output_dtypes = {dt};
+        const int64_t k = s.inputs[0].dims().back();
+        ExpectNearReference(s, s.op == OpType::kFusedMatMul ? k + 1 : k,
+                            s.op == OpType::kFusedMatMul ? 24 : 0);
+        s.opencl = true;
+        const ir::Tensor a = RunNodeOk0(s), b = RunNodeOk0(s);
+        ASSERT_TRUE(a.defined() && b.defined());
+        EXPECT_EQ(std::memcmp(a.raw_data(), b.raw_data(), a.byte_size()), 0);
+      }
+      kernels::opencl::ForceGemmTileForTesting(0);
+    }
+  }
+}
+
+// The split is a pure function of the sizes: parts of whole 16-deep slices, none empty.
+TEST(OpenClMatMulTest, SplitKPartsCoverTheRange) {
+  for (uint64_t k : {1u, 15u, 16u, 17u, 100u, 768u, 3072u, 5000u}) {
+    for (int parts : {1, 2, 3, 7, 32}) {
+      const int got = kernels::opencl::SplitK(k, parts);
+      const uint64_t chunk = kernels::opencl::SplitChunk(k, parts);
+      EXPECT_GE(got, 1);
+      EXPECT_LE(got, parts);
+      EXPECT_EQ(chunk % 16, 0u);
+      EXPECT_GE(chunk * got, k) << k << " in " << parts;
+      EXPECT_LT(chunk * (got - 1), k) << k << " in " << parts << ": an empty part";
     }
   }
 }

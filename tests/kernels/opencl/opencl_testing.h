@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <string>
@@ -14,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "engine/kernels/opencl/kernel_base.h"
 #include "gtest/gtest.h"
 #include "tests/testing/node_runner.h"
 
@@ -148,6 +150,21 @@ inline void ExpectWithinOfReference(const NodeSpec& spec,
       ADD_FAILURE() << "element " << i << ": want " << w[i] << ", got " << g[i] << " (bound "
                     << bound << ")";
     }
+  }
+}
+
+/// Runs `spec` on OpenCL with every GEMM tile (2, 4 and 8 outputs per item per dim, k unsplit:
+/// kernel_base.h's ForceGemmTileForTesting) and expects output 0 the same bits each time.
+inline void ExpectSameBitsForEveryTile(NodeSpec spec) {
+  spec.opencl = true;
+  std::vector<ir::Tensor> outs;
+  for (int per_item : {2, 4, 8}) {
+    kernels::opencl::ForceGemmTileForTesting(per_item, 1);
+    outs.push_back(RunNodeOk0(spec));
+    kernels::opencl::ForceGemmTileForTesting(0);
+    ASSERT_TRUE(outs.back().defined());
+    EXPECT_EQ(std::memcmp(outs.back().raw_data(), outs[0].raw_data(), outs[0].byte_size()), 0)
+        << per_item << " outputs per item differ from 2";
   }
 }
 
