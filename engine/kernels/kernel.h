@@ -69,6 +69,26 @@ class KernelContext {
   }
 };
 
+/// A context that passes its inputs and outputs on to another: a kernel's view of its own
+/// context with some of them replaced (what a subclass overrides).
+class ForwardingContext : public KernelContext {
+ public:
+  explicit ForwardingContext(KernelContext& inner) : inner_(inner) {}
+  int num_inputs() const override { return inner_.num_inputs(); }
+  const ir::Tensor* input(int i) const override { return inner_.input(i); }
+  int num_outputs() const override { return inner_.num_outputs(); }
+  absl::StatusOr<ir::Tensor*> output(int i, DataType dtype, std::vector<int64_t> dims) override {
+    return inner_.output(i, dtype, std::move(dims));
+  }
+  bool output_requested(int i) const override { return inner_.output_requested(i); }
+
+ protected:
+  KernelContext& inner() const { return inner_; }
+
+ private:
+  KernelContext& inner_;
+};
+
 /// The attribute of a MatMul / FusedMatMul node whose constant bf16 or fp32 B the build stored
 /// packed for the AVX-512 GEMM (cpu/avx512/gemm.h, PackBBf16 / PackBF32): B's logical dims
 /// [K, N]. Only the

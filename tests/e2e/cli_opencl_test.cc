@@ -39,6 +39,14 @@ TEST(CliOpenClTest, DevicesBuildInspectExplain) {
       RunBinary(dir, KILN_BIN, {"explain", model, "--device", "opencl", "--node", "relu"});
   ASSERT_TRUE(e.exited && e.exit_code == 0) << Describe(e);
   EXPECT_THAT(e.out, HasSubstr("device:      opencl"));
+  // KILN_OPENCL_PROFILE=1: the device times of each kernel function, when the device closes.
+  setenv("KILN_OPENCL_PROFILE", "1", 1);
+  CliResult p = RunBinary(dir, KILN_BIN, {"bench", engine, "--runs", "3", "--warmup", "1"});
+  unsetenv("KILN_OPENCL_PROFILE");
+  ASSERT_TRUE(p.exited && p.exit_code == 0) << Describe(p);
+  EXPECT_THAT(p.err, HasSubstr("OpenCL profile of ")) << Describe(p);
+  // Relu's launches, by the elementwise kernels' function name.
+  EXPECT_THAT(p.err, ::testing::ContainsRegex("\n  run +[0-9.]+ +[1-9][0-9]* ")) << Describe(p);
 }
 
 TEST(CliOpenClTest, MissingDevicesAreClearErrors) {

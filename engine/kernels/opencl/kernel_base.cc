@@ -301,7 +301,7 @@ absl::StatusOr<ir::Tensor> ReadBack(const ir::Tensor& t, const std::string& what
 
 absl::Status HostParams::Fetch(const ir::Node& node, const std::vector<int>& params) {
   for (int k : params) {
-    const ir::Tensor* t = ctx_.input(k);
+    const ir::Tensor* t = inner().input(k);
     if (t == nullptr || !t->on_device()) continue;
     const ir::Value* v = node.input(k);
     if (v != nullptr && v->constant && !v->constant->on_device() &&

@@ -136,25 +136,18 @@ absl::StatusOr<ir::Tensor> ReadBack(const ir::Tensor& t, const std::string& what
 /// constant, or a copy read back); the others, and the outputs, are the device context's. The
 /// reference's argument reading (cpu/ref) then runs on it unchanged: shapes, axes, indices and
 /// lengths that decide a launch.
-class HostParams final : public KernelContext {
+class HostParams final : public ForwardingContext {
  public:
-  explicit HostParams(KernelContext& ctx) : ctx_(ctx) {}
+  explicit HostParams(KernelContext& ctx) : ForwardingContext(ctx) {}
 
   absl::Status Fetch(const ir::Node& node, const std::vector<int>& params);
 
-  int num_inputs() const override { return ctx_.num_inputs(); }
   const ir::Tensor* input(int i) const override {
     const auto it = host_.find(i);
-    return it != host_.end() ? it->second : ctx_.input(i);
+    return it != host_.end() ? it->second : inner().input(i);
   }
-  int num_outputs() const override { return ctx_.num_outputs(); }
-  absl::StatusOr<ir::Tensor*> output(int i, DataType dtype, std::vector<int64_t> dims) override {
-    return ctx_.output(i, dtype, std::move(dims));
-  }
-  bool output_requested(int i) const override { return ctx_.output_requested(i); }
 
  private:
-  KernelContext& ctx_;
   std::map<int, const ir::Tensor*> host_;
   std::map<int, ir::Tensor> owned_;
 };

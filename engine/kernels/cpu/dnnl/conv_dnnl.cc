@@ -155,46 +155,35 @@ std::optional<dn::memory::desc> DescFromWords(const std::vector<int64_t>& words)
 // A channels-last node's context as the NCHW kernel code reads it: X with its NCHW dims over
 // the same NHWC bytes (only the shape checks and the primitive's descriptors read the dims), and
 // output 0 allocated with the NHWC dims of the NCHW dims asked for.
-class ChannelsLastView final : public KernelContext {
+class ChannelsLastView final : public ForwardingContext {
  public:
   // `x_nhwc`: X is NHWC (else the NCHW tensor it is, kChannelsLastYOnly, and read as it is).
-  explicit ChannelsLastView(KernelContext& ctx, bool x_nhwc = true) : ctx_(ctx) {
+  explicit ChannelsLastView(KernelContext& ctx, bool x_nhwc = true) : ForwardingContext(ctx) {
     const ir::Tensor* x = ctx.input(0);
     if (x_nhwc && x != nullptr && x->rank() == 4) {
       const auto& d = x->dims();
       x_ = x->Reshaped({d[0], d[3], d[1], d[2]});
     }
   }
-  int num_inputs() const override { return ctx_.num_inputs(); }
   const ir::Tensor* input(int i) const override {
-    return i == 0 && x_.defined() ? &x_ : ctx_.input(i);
+    return i == 0 && x_.defined() ? &x_ : inner().input(i);
   }
-  int num_outputs() const override { return ctx_.num_outputs(); }
   absl::StatusOr<ir::Tensor*> output(int i, DataType dtype, std::vector<int64_t> dims) override {
     if (i == 0 && dims.size() == 4) dims = {dims[0], dims[2], dims[3], dims[1]};
-    return ctx_.output(i, dtype, std::move(dims));
+    return inner().output(i, dtype, std::move(dims));
   }
-  bool output_requested(int i) const override { return ctx_.output_requested(i); }
 
  private:
-  KernelContext& ctx_;
   ir::Tensor x_;
 };
 
 // `ctx` with input 0 replaced by `x` (a kChannelsLastYOnly run on an NHWC copy of X).
-class XReplaced final : public KernelContext {
+class XReplaced final : public ForwardingContext {
  public:
-  XReplaced(KernelContext& ctx, const ir::Tensor* x) : ctx_(ctx), x_(x) {}
-  int num_inputs() const override { return ctx_.num_inputs(); }
-  const ir::Tensor* input(int i) const override { return i == 0 ? x_ : ctx_.input(i); }
-  int num_outputs() const override { return ctx_.num_outputs(); }
-  absl::StatusOr<ir::Tensor*> output(int i, DataType dtype, std::vector<int64_t> dims) override {
-    return ctx_.output(i, dtype, std::move(dims));
-  }
-  bool output_requested(int i) const override { return ctx_.output_requested(i); }
+  XReplaced(KernelContext& ctx, const ir::Tensor* x) : ForwardingContext(ctx), x_(x) {}
+  const ir::Tensor* input(int i) const override { return i == 0 ? x_ : inner().input(i); }
 
  private:
-  KernelContext& ctx_;
   const ir::Tensor* x_;
 };
 
